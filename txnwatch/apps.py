@@ -1,0 +1,84 @@
+"""Grouping transactional ids into applications (`app` label).
+
+Clusters can hold huge numbers of transactional ids; `app` is the bounded label every
+Kafka-side transaction series carries. User rules (regex -> app template) come first,
+then built-in rules for the id schemes of common exactly-once frameworks.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+_UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+
+
+@dataclass(frozen=True)
+class AppRule:
+    """`pattern` is matched with re.search; `app` is a template for Match.expand (\\1, \\g<name>)."""
+
+    pattern: re.Pattern
+    app: str
+    name: str = ""
+
+    def apply(self, transactional_id: str) -> str | None:
+        m = self.pattern.search(transactional_id)
+        if not m:
+            return None
+        value = m.expand(self.app)
+        return value or None
+
+
+# Order matters: most specific first.
+BUILTIN_RULES: tuple[AppRule, ...] = (
+    # txnwatch's own Spark sink: txnwatch.<sink name>.<task index>
+    AppRule(re.compile(r"^txnwatch\.(?P<app>.+)\.\d+$"), r"\g<app>", "txnwatch-spark-sink"),
+    # Kafka Streams EOS-v2: <application.id>-<process uuid>-<thread index>
+    AppRule(re.compile(rf"^(?P<app>.+)-{_UUID}-\d+$"), r"\g<app>", "kafka-streams-eos-v2"),
+    # Kafka Streams EOS-v1 (deprecated): <application.id>-<task id like 0_1>
+    AppRule(re.compile(r"^(?P<app>.+)-\d+_\d+$"), r"\g<app>", "kafka-streams-eos-v1"),
+    # Flink KafkaSink: <prefix>-<subtask id>-<checkpoint id>
+    AppRule(re.compile(r"^(?P<app>.+)-\d+-\d+$"), r"\g<app>", "flink-kafkasink"),
+)
+
+# Fallback: strip trailing numeric parts (orders-producer-3 -> orders-producer).
+_TRAILING_NUMBERS = re.compile(r"([-_.]\d+)+$")
+
+
+def fallback_app(transactional_id: str) -> str:
+    return _TRAILING_NUMBERS.sub("", transactional_id) or transactional_id
+
+
+class AppResolver:
+    """Maps transactional ids to app names, memoised (ids recur every poll)."""
+
+    def __init__(self, rules: Sequence[AppRule] = (), builtins: bool = True,
+                 cache_size: int = 200_000) -> None:
+        self.rules: tuple[AppRule, ...] = tuple(rules) + (BUILTIN_RULES if builtins else ())
+        self._cache: dict[str, str] = {}
+        self._cache_size = cache_size
+
+    def __call__(self, transactional_id: str | None) -> str:
+        if not transactional_id:
+            return "unknown"
+        hit = self._cache.get(transactional_id)
+        if hit is not None:
+            return hit
+        app = next((a for a in (r.apply(transactional_id) for r in self.rules) if a),
+                   None) or fallback_app(transactional_id)
+        if len(self._cache) >= self._cache_size:
+            self._cache.clear()  # ids churn; a bounded cache is enough
+        self._cache[transactional_id] = app
+        return app
+
+
+def cap_ids(ids_by_value: Iterable[tuple[str, float]], cap: int) -> tuple[list[tuple[str, float]], int]:
+    """Keep at most `cap` ids (the lowest values first: they matter most for headroom);
+    the rest fold into one `__other__` entry carrying their minimum. Returns (kept, folded)."""
+    ordered = sorted(ids_by_value, key=lambda kv: kv[1])
+    if len(ordered) <= cap:
+        return ordered, 0
+    kept, rest = ordered[:cap], ordered[cap:]
+    kept.append(("__other__", rest[0][1]))
+    return kept, len(rest)

@@ -1,0 +1,89 @@
+"""Helpers to drive a broker from tests, benchmarks and the demo: topics and producers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterable
+
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from .net import wait_for
+
+
+def create_topics(bootstrap: str, topics: Iterable[str], partitions: int = 1,
+                  timeout: float = 30.0) -> None:
+    """Create topics (already-existing ones are fine) and wait until metadata shows them."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    wanted = list(topics)
+    futures = admin.create_topics([NewTopic(t, partitions, 1) for t in wanted],
+                                  operation_timeout=timeout, request_timeout=timeout)
+    for topic, fut in futures.items():
+        try:
+            fut.result()
+        except Exception as exc:  # TOPIC_ALREADY_EXISTS is fine
+            if "already exists" not in str(exc).lower() and "TOPIC_ALREADY_EXISTS" not in str(exc):
+                raise
+
+    def visible() -> bool:
+        md = admin.list_topics(timeout=5)
+        return all(t in md.topics and len(md.topics[t].partitions) >= partitions for t in wanted)
+
+    wait_for(visible, timeout, what=f"topics {wanted} in metadata")
+
+
+class ProducerProcess:
+    """A `txnwatch.devtools.txn_producer` child process with line-based progress."""
+
+    def __init__(self, bootstrap: str, topic: str, transactional_id: str, action: str = "commit",
+                 count: int = 1, partition: int | None = None, then_hang: bool = False,
+                 records: int = 1, interval: float = 0.0, timeout_ms: int = 60000) -> None:
+        cmd = [sys.executable, "-m", "txnwatch.devtools.txn_producer", "--bootstrap", bootstrap,
+               "--topic", topic, "--transactional-id", transactional_id, "--action", action,
+               "--count", str(count), "--records", str(records), "--interval", str(interval),
+               "--transaction-timeout-ms", str(timeout_ms)]
+        if partition is not None:
+            cmd += ["--partition", str(partition)]
+        if then_hang:
+            cmd.append("--then-hang")
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, start_new_session=True)
+        self.lines: list[str] = []
+
+    def wait_line(self, prefix: str, timeout: float = 60.0) -> str:
+        """Block until the child prints a line starting with `prefix` (reads stdout)."""
+        import selectors
+
+        sel = selectors.DefaultSelector()
+        sel.register(self.proc.stdout, selectors.EVENT_READ)
+        import time
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for line in self.lines:
+                if line.startswith(prefix):
+                    return line
+            if not sel.select(timeout=0.5):
+                if self.proc.poll() is not None:
+                    break
+                continue
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            self.lines.append(line.strip())
+        err = self.proc.stderr.read() if self.proc.poll() is not None else ""
+        raise TimeoutError(f"producer never printed {prefix!r}; lines={self.lines} stderr={err[-2000:]}")
+
+    def wait(self, timeout: float = 60.0) -> int:
+        rc = self.proc.wait(timeout)
+        if rc != 0:
+            raise RuntimeError(f"producer exited {rc}: {self.proc.stderr.read()[-2000:]}")
+        return rc
+
+    def kill(self) -> None:
+        """SIGKILL mid-transaction: the transaction stays open on Tansu."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)

@@ -1,0 +1,67 @@
+"""Per-source health bookkeeping: every source (poller, tap, ingest) reports its own."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+
+@dataclass(frozen=True)
+class SourceHealth:
+    """An immutable view of one source's health, rendered as txnwatch_* self-metrics."""
+
+    source: str
+    up: bool = False
+    last_success: float | None = None      # unix time of the last successful poll/apply
+    last_attempt: float | None = None
+    last_duration: float | None = None     # seconds the last poll took
+    last_error: str | None = None          # one line, never with credentials
+    last_error_at: float | None = None
+    errors: Mapping[str, int] = field(default_factory=dict)  # cause -> count (monotonic)
+
+
+class HealthTracker:
+    """Thread-safe recorder a source updates; `view()` returns an immutable SourceHealth."""
+
+    def __init__(self, source: str) -> None:
+        self._source = source
+        self._lock = threading.Lock()
+        self._up = False
+        self._last_success: float | None = None
+        self._last_attempt: float | None = None
+        self._last_duration: float | None = None
+        self._last_error: str | None = None
+        self._last_error_at: float | None = None
+        self._errors: dict[str, int] = {}
+
+    def success(self, duration: float | None = None, now: float | None = None) -> None:
+        now = time.time() if now is None else now
+        with self._lock:
+            self._up = True
+            self._last_success = self._last_attempt = now
+            self._last_duration = duration
+
+    def failure(self, cause: str, message: str, duration: float | None = None,
+                now: float | None = None) -> None:
+        now = time.time() if now is None else now
+        with self._lock:
+            self._up = False
+            self._last_attempt = now
+            self._last_duration = duration
+            self._last_error = message
+            self._last_error_at = now
+            self._errors[cause] = self._errors.get(cause, 0) + 1
+
+    def count_error(self, cause: str) -> None:
+        """Count an error that does not make the source down (e.g. a skipped record)."""
+        with self._lock:
+            self._errors[cause] = self._errors.get(cause, 0) + 1
+
+    def view(self) -> SourceHealth:
+        with self._lock:
+            return SourceHealth(self._source, self._up, self._last_success, self._last_attempt,
+                                self._last_duration, self._last_error, self._last_error_at,
+                                MappingProxyType(dict(self._errors)))

@@ -1,0 +1,274 @@
+"""The metric catalogue and a writer that turns samples into metric families.
+
+Every series txnwatch exports is declared once here (name, type, help, labels,
+buckets). Collectors write samples through `FamilyWriter`, which checks them against
+the catalogue, so docs/metrics.md can be generated from this module and a bad value
+in one series is dropped and counted instead of failing the whole scrape.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
+
+log = logging.getLogger(__name__)
+
+# Commit latency: 1 ms to 60 s. Durations: up to 15 min (the broker's default
+# transaction.max.timeout.ms) and one bucket past it.
+COMMIT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 900, 1800)
+BATCH_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    name: str          # without the _total suffix for counters (client_python adds it)
+    kind: str          # gauge | counter | histogram | info
+    help: str
+    labels: tuple[str, ...]
+    buckets: tuple[float, ...] = ()
+    source: str = "exporter"   # exporter | tap | client | spark | self
+
+    @property
+    def exposed_name(self) -> str:
+        return self.name + "_total" if self.kind == "counter" else self.name
+
+
+def _m(name, kind, help_, labels, buckets=(), source="exporter") -> MetricSpec:
+    return MetricSpec(name, kind, help_, tuple(labels), tuple(buckets), source)
+
+
+C, CA = ("cluster",), ("cluster", "app")
+CTP = ("cluster", "topic", "partition")
+Q = ("query", "query_id")
+
+CATALOG: dict[str, MetricSpec] = {s.name: s for s in [
+    # --- Kafka side: transactions (KIP-664 poller and/or transaction-log tap)
+    _m("kafka_transaction_open", "gauge", "Open transactions (Ongoing or Prepare*) right now.", CA),
+    _m("kafka_transaction_oldest_open_age_seconds", "gauge",
+       "Age of the oldest open transaction (now - transaction start).", CA),
+    _m("kafka_transaction_timeout_headroom_seconds", "gauge",
+       "start + transaction.timeout.ms - now for open transactions; the minimum per series. "
+       "Negative means the transaction is past its timeout.", CA + ("transactional_id",)),
+    _m("kafka_transactions", "counter", "Completed transactions by outcome (committed|aborted).",
+       CA + ("outcome",), source="tap"),
+    _m("kafka_transaction_duration_seconds", "histogram",
+       "Transaction duration from start to completion.", CA + ("outcome",), DURATION_BUCKETS, "tap"),
+    _m("kafka_transaction_completion_seconds", "histogram",
+       "Completion latency: PrepareCommit/PrepareAbort to CompleteCommit/CompleteAbort.",
+       CA + ("outcome",), COMMIT_BUCKETS, "tap"),
+    _m("kafka_transaction_fencing_events", "counter",
+       "Open transactions aborted by an epoch bump: reason=timeout (the coordinator timed it out) "
+       "or new_instance (a new producer with the same transactional.id).", CA + ("reason",), source="tap"),
+    _m("kafka_transaction_timeouts", "counter",
+       "Transactions the coordinator aborted because start + timeout had passed.", CA, source="tap"),
+    _m("kafka_transactional_id_expirations", "counter",
+       "Transactional ids the coordinator expired (tombstones in __transaction_state).", CA, source="tap"),
+    _m("kafka_transactional_ids", "gauge", "Transactional ids known to the coordinator's log.", CA,
+       source="tap"),
+    _m("kafka_transactional_id_expiration_headroom_seconds", "gauge",
+       "transactional.id.expiration.ms - idle time, for idle (not open) transactional ids; min per series.",
+       CA + ("transactional_id",), source="tap"),
+    _m("kafka_transaction_epoch_bumps", "counter",
+       "Producer epoch changes seen between polls of DescribeTransactions (KIP-664 poller).", CA),
+    _m("kafka_transaction_hanging", "gauge",
+       "Hanging transactions per partition: open longer than transaction.max.timeout.ms (+5 min) "
+       "with no live coordinator state (KIP-664), or, without KIP-664, an LSO stalled below the HWM "
+       "for longer than the hanging threshold.", CTP),
+    # --- Kafka side: partitions and groups
+    _m("kafka_partition_high_watermark", "gauge", "High watermark (read_uncommitted end offset).", CTP),
+    _m("kafka_partition_last_stable_offset", "gauge", "Last stable offset (read_committed end offset).", CTP),
+    _m("kafka_partition_lso_lag_messages", "gauge",
+       "High watermark - last stable offset: offsets held back by open transactions.", CTP),
+    _m("kafka_partition_lso_stalled_seconds", "gauge",
+       "How long the LSO has stayed below the HWM without advancing (0 when it is caught up).", CTP),
+    _m("kafka_consumergroup_lag_messages", "gauge",
+       "Consumer group lag: against the LSO (isolation=read_committed, what a read_committed consumer "
+       "can still read) and against the HWM (isolation=read_uncommitted).",
+       ("cluster", "group", "topic", "partition", "isolation")),
+    _m("kafka_consumergroup_committed_offset", "gauge", "Committed offset of a consumer group.",
+       ("cluster", "group", "topic", "partition")),
+    _m("kafka_brokers", "gauge", "Live brokers in the cluster metadata.", C),
+    _m("kafka_broker_transaction_max_timeout_seconds", "gauge",
+       "Broker transaction.max.timeout.ms (the cap on producers' transaction.timeout.ms).", C),
+    _m("kafka_broker_transactional_id_expiration_seconds", "gauge",
+       "Broker transactional.id.expiration.ms.", C),
+    _m("kafka_broker_producer_id_expiration_seconds", "gauge", "Broker producer.id.expiration.ms.", C),
+    _m("kafka_transaction_state_log_min_isr", "gauge", "Broker transaction.state.log.min.isr.", C),
+    _m("kafka_transaction_state_log_replication_factor", "gauge",
+       "Broker transaction.state.log.replication.factor.", C),
+    _m("kafka_topic_retention_seconds", "gauge", "Topic retention.ms (-1: infinite).", ("cluster", "topic")),
+    # --- client side: the instrumented transactional producer / Spark sink
+    # Histograms per app only: per-id buckets would multiply series by ~16.
+    _m("kafka_producer_transaction_commit_seconds", "histogram", "commit_transaction() call latency.",
+       ("app",), COMMIT_BUCKETS, "client"),
+    _m("kafka_producer_transaction_duration_seconds", "histogram",
+       "begin_transaction() to commit/abort completion.", ("app", "outcome"),
+       DURATION_BUCKETS, "client"),
+    _m("kafka_producer_transactions", "counter", "Transactions finished by the producer, by outcome.",
+       ("app", "transactional_id", "outcome"), source="client"),
+    _m("kafka_producer_transaction_errors", "counter",
+       "Transaction errors by librdkafka error name (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH, ...).",
+       ("app", "transactional_id", "error"), source="client"),
+    _m("kafka_producer_transaction_timeout_headroom_seconds", "gauge",
+       "transaction.timeout.ms - transaction duration (stat=last|min).",
+       ("app", "transactional_id", "stat"), source="client"),
+    # --- Spark side (listener)
+    _m("spark_streaming_query_active", "gauge", "1 while the query runs, 0 after it terminated.", Q,
+       source="spark"),
+    _m("spark_streaming_batch_id", "gauge", "Last completed micro-batch id.", Q, source="spark"),
+    _m("spark_streaming_batch_duration_seconds", "histogram", "Micro-batch duration (batchDuration).", Q,
+       BATCH_BUCKETS, "spark"),
+    _m("spark_streaming_batch_phase_seconds", "histogram",
+       "Micro-batch phase durations (durationMs keys: addBatch, walCommit, ...).", Q + ("phase",),
+       BATCH_BUCKETS, "spark"),
+    _m("spark_streaming_commit_seconds", "histogram", "walCommit + commitOffsets per micro-batch.", Q,
+       COMMIT_BUCKETS, "spark"),
+    _m("spark_streaming_input_rows", "counter", "Input rows processed.", Q, source="spark"),
+    _m("spark_streaming_input_rows_per_second", "gauge", "Input rate of the last micro-batch.", Q,
+       source="spark"),
+    _m("spark_streaming_processed_rows_per_second", "gauge", "Processing rate of the last micro-batch.", Q,
+       source="spark"),
+    _m("spark_streaming_source_offsets_behind_latest", "gauge",
+       "Offsets behind latest per source (stat=min|max|avg from the Kafka source's metrics, "
+       "or stat=total from start/end/latest offsets) and topic.", Q + ("source", "topic", "stat"),
+       source="spark"),
+    _m("spark_streaming_state_rows", "gauge", "State store rows per operator.", Q + ("operator",),
+       source="spark"),
+    _m("spark_streaming_state_memory_bytes", "gauge", "State store memory per operator.", Q + ("operator",),
+       source="spark"),
+    _m("spark_streaming_watermark_delay_seconds", "gauge",
+       "Progress timestamp - event-time watermark.", Q, source="spark"),
+    _m("spark_streaming_observed_metric", "gauge", "Numeric observedMetrics values.", Q + ("name", "metric"),
+       source="spark"),
+    _m("spark_streaming_last_progress_timestamp_seconds", "gauge", "Timestamp of the last progress event.",
+       Q, source="spark"),
+    _m("spark_streaming_idle_events", "counter", "QueryIdleEvents received.", Q, source="spark"),
+    _m("spark_streaming_query_terminations", "counter", "Query terminations by error class (none when clean).",
+       Q + ("error_class",), source="spark"),
+    # --- self
+    _m("txnwatch_up", "gauge", "1 when the source's last poll succeeded.", ("cluster", "source"),
+       source="self"),
+    _m("txnwatch_poll_duration_seconds", "gauge", "Duration of the source's last poll.",
+       ("cluster", "source"), source="self"),
+    _m("txnwatch_poll_errors", "counter", "Poll errors by cause.", ("cluster", "source", "cause"),
+       source="self"),
+    _m("txnwatch_last_success_timestamp_seconds", "gauge", "Unix time of the source's last successful poll.",
+       ("cluster", "source"), source="self"),
+    _m("txnwatch_capability", "gauge", "1 when the cluster supports the API (KIP-664 and others).",
+       ("cluster", "api"), source="self"),
+    _m("txnwatch_series_dropped", "counter",
+       "Series folded into transactional_id=\"__other__\" by the per-id cap, or dropped as invalid.",
+       ("cluster", "metric", "reason"), source="self"),
+    _m("txnwatch_build", "info", "txnwatch version and Python version.", ("version", "python"),
+       source="self"),
+]}
+
+
+class FamilyWriter:
+    """Accumulates samples per catalogue metric and yields prometheus_client families.
+
+    A sample with a missing label or a non-finite/invalid value is dropped and counted
+    in `invalid` instead of raising, so one broken series never fails a scrape.
+    """
+
+    def __init__(self, catalog: Mapping[str, MetricSpec] = CATALOG) -> None:
+        self._catalog = catalog
+        self._families: dict[str, Metric] = {}
+        self.invalid: dict[str, int] = {}
+
+    def _family(self, name: str) -> tuple[MetricSpec, Metric]:
+        spec = self._catalog[name]
+        fam = self._families.get(name)
+        if fam is None:
+            cls = {"gauge": GaugeMetricFamily, "counter": CounterMetricFamily,
+                   "histogram": HistogramMetricFamily, "info": InfoMetricFamily}[spec.kind]
+            if spec.kind == "info":
+                fam = cls(spec.name, spec.help, labels=[])
+            else:
+                fam = cls(spec.name, spec.help, labels=list(spec.labels))
+            self._families[name] = fam
+        return spec, fam
+
+    def _label_values(self, spec: MetricSpec, labels: Mapping[str, object]) -> list[str]:
+        return [str(labels[k]) for k in spec.labels]
+
+    def _bad(self, name: str, why: str) -> None:
+        self.invalid[name] = self.invalid.get(name, 0) + 1
+        log.debug("dropped a sample of %s: %s", name, why)
+
+    def add(self, name: str, labels: Mapping[str, object], value: float | int | None) -> None:
+        """A gauge or counter sample. `None` means unknown: nothing is written."""
+        if value is None:
+            return
+        try:
+            spec, fam = self._family(name)
+            v = float(value)
+            if math.isnan(v) or (spec.kind == "counter" and (v < 0 or math.isinf(v))):
+                raise ValueError(f"value {value!r}")
+            fam.add_metric(self._label_values(spec, labels), v)
+        except (KeyError, TypeError, ValueError) as exc:
+            self._bad(name, repr(exc))
+
+    def histogram(self, name: str, labels: Mapping[str, object], bucket_counts: Sequence[int],
+                  total: float) -> None:
+        """A histogram sample from per-bucket (non-cumulative) counts; the last count is +Inf."""
+        try:
+            spec, fam = self._family(name)
+            if len(bucket_counts) != len(spec.buckets) + 1:
+                raise ValueError(f"{len(bucket_counts)} bucket counts for {len(spec.buckets)} bounds")
+            cumulative, acc = [], 0
+            for bound, n in zip([*map(_fmt_bound, spec.buckets), "+Inf"], bucket_counts, strict=True):
+                acc += int(n)
+                cumulative.append((bound, acc))
+            fam.add_metric(self._label_values(spec, labels), cumulative, float(total))
+        except (KeyError, TypeError, ValueError) as exc:
+            self._bad(name, repr(exc))
+
+    def info(self, name: str, values: Mapping[str, str]) -> None:
+        _, fam = self._family(name)
+        fam.add_metric([], {k: str(v) for k, v in values.items()})
+
+    def families(self) -> Iterable[Metric]:
+        return list(self._families.values())
+
+
+def _fmt_bound(b: float) -> str:
+    return repr(float(b)) if not float(b).is_integer() else f"{float(b):.1f}"
+
+
+class Histogram:
+    """A tiny, picklable histogram accumulator matching a catalogue spec's buckets."""
+
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        self.bounds = tuple(bounds)
+        self.counts = [0] * (len(self.bounds) + 1)
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        import bisect
+
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.sum += value
+
+    def copy(self) -> Histogram:
+        h = Histogram(self.bounds)
+        h.counts = list(self.counts)
+        h.sum = self.sum
+        return h
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
