@@ -1,0 +1,1 @@
+"""Transaction-log tap: reads __transaction_state and derives transaction metrics."""
