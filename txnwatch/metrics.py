@@ -170,6 +170,13 @@ CATALOG: dict[str, MetricSpec] = {s.name: s for s in [
     _m("txnwatch_series_dropped", "counter",
        "Series folded into transactional_id=\"__other__\" by the per-id cap, or dropped as invalid.",
        ("cluster", "metric", "reason"), source="self"),
+    _m("txnwatch_listener_errors", "counter",
+       "Failures inside the Spark listener, its forwarder or the ingest, by stage "
+       "(convert|apply|render|forward|...); each stage is logged once, then only counted.",
+       ("stage",), source="self"),
+    _m("txnwatch_listener_events_dropped", "counter",
+       "Spark listener events not applied or not delivered, by reason (queue_full, send_failed, "
+       "rejected, query_limit, ...).", ("reason",), source="self"),
     _m("txnwatch_build", "info", "txnwatch version and Python version.", ("version", "python"),
        source="self"),
 ]}

@@ -1,0 +1,185 @@
+"""TxnWatchListener: a StreamingQueryListener that turns events into txnwatch events.
+
+Each callback converts the Spark event into a plain dict (`events.py`) and hands it to
+the sinks: the driver-local `SparkQueryState` (rendered by `serve(port)`) and/or a
+`Forwarder` to the exporter's ingest endpoint. A callback does O(small) work: one
+conversion, a dict update under a lock and a non-blocking queue put. It never raises
+into Spark; its own failures are counted in txnwatch_listener_errors_total{stage}.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+from pyspark.sql.streaming import StreamingQueryListener
+
+from . import events as ev
+from .forwarder import Forwarder
+from .state import SparkQueryState
+
+log = logging.getLogger(__name__)
+
+Sink = Callable[[dict[str, Any]], object]
+_MAX_NAMES = 1000
+
+
+class TxnWatchListener(StreamingQueryListener):
+    """Records query events into `state` and/or forwards them through `forwarder`.
+
+    `sinks` are extra callables receiving every event dict (their failures are counted
+    too). `callback_seconds` accumulates the time spent in callbacks (for the benchmark).
+    """
+
+    def __init__(self, state: SparkQueryState | None = None, forwarder: Forwarder | None = None,
+                 sinks: list[Sink] | None = None) -> None:
+        super().__init__()
+        self.state = state
+        self.forwarder = forwarder
+        self.sinks = list(sinks or [])
+        self._names: OrderedDict[str, str] = OrderedDict()   # query_id -> query name
+        self._lock = threading.Lock()
+        self._errors: dict[str, int] = {}
+        self._logged: set[str] = set()
+        self.events = 0
+        self.callback_seconds = 0.0
+
+    # ------------------------------------------------------------------ Spark callbacks
+    def onQueryStarted(self, event: Any) -> None:
+        self._handle("started", event)
+
+    def onQueryProgress(self, event: Any) -> None:
+        self._handle("progress", event)
+
+    def onQueryIdle(self, event: Any) -> None:
+        self._handle("idle", event)
+
+    def onQueryTerminated(self, event: Any) -> None:
+        self._handle("terminated", event)
+
+    # ------------------------------------------------------------------ internals
+    def errors(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._errors)
+
+    def _count_error(self, stage: str, exc: BaseException) -> None:
+        with self._lock:
+            self._errors[stage] = self._errors.get(stage, 0) + 1
+            first = stage not in self._logged
+            self._logged.add(stage)
+        if self.state is not None:
+            self.state.count_error(stage, exc)    # counts and logs once
+        elif first:
+            log.warning("txnwatch listener: %s failed (logged once, then counted)", stage, exc_info=exc)
+
+    def _name_of(self, query_id: str) -> str | None:
+        with self._lock:
+            return self._names.get(query_id)
+
+    def _remember(self, query_id: str, name: str | None) -> None:
+        if not query_id or not name or name == query_id:
+            return
+        with self._lock:
+            self._names[query_id] = name
+            self._names.move_to_end(query_id)
+            while len(self._names) > _MAX_NAMES:
+                self._names.popitem(last=False)
+
+    def _convert(self, kind: str, event: Any) -> dict[str, Any]:
+        if kind == "started":
+            out = ev.from_started(event)
+            self._remember(out["query_id"], out["query"])
+        elif kind == "progress":
+            out = ev.from_progress(event)
+            self._remember(out["query_id"], out["query"])
+        elif kind == "idle":
+            qid = str(getattr(event, "id", "") or "")
+            out = ev.from_idle(event, name=self._name_of(qid))
+        else:
+            qid = str(getattr(event, "id", "") or "")
+            out = ev.from_terminated(event, name=self._name_of(qid))
+        return out
+
+    def _handle(self, kind: str, event: Any) -> None:
+        t0 = time.perf_counter()
+        try:
+            try:
+                out = self._convert(kind, event)
+            except Exception as exc:  # noqa: BLE001 - never raise into Spark
+                self._count_error("convert", exc)
+                return
+            self.emit(out)
+        finally:
+            dt = time.perf_counter() - t0
+            with self._lock:
+                self.events += 1
+                self.callback_seconds += dt
+
+    def emit(self, event: dict[str, Any]) -> None:
+        """Hand an event dict to every sink (also used for producer_transactions events)."""
+        if self.state is not None:
+            self.state.apply(event)           # never raises, counts its own failures
+        if self.forwarder is not None:
+            try:
+                self.forwarder.submit(event)  # never blocks
+            except Exception as exc:  # noqa: BLE001
+                self._count_error("forward", exc)
+        for sink in self.sinks:
+            try:
+                sink(event)
+            except Exception as exc:  # noqa: BLE001
+                self._count_error("sink", exc)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Flush and stop the forwarder and the metrics server attached by `attach`."""
+        if self.forwarder is not None:
+            self.forwarder.close(timeout)
+        server = getattr(self, "server", None)
+        if server is not None:
+            server.close()
+
+
+def attach(spark: Any, serve_port: int | None = None, forward_url: str | None = None,
+           token: str | None = None, *, host: str = "0.0.0.0", state: SparkQueryState | None = None,
+           ttl_seconds: float | None = None, forwarder_options: dict[str, Any] | None = None,
+           sinks: list[Sink] | None = None) -> TxnWatchListener:
+    """Create a TxnWatchListener, register it with `spark.streams` and start its ways out.
+
+    - `serve_port`: expose /metrics from the driver on this port (0 picks a free one;
+      the listener's `server.port` tells which).
+    - `forward_url`: forward events to the exporter at this base URL (ingest path added),
+      with `token` as the bearer token. `forwarder_options` go to `Forwarder`.
+    Local state is kept when `serve_port` or `state` is given. Forwarder drops are
+    counted in that state too (txnwatch_listener_events_dropped_total{reason}).
+    """
+    if serve_port is None and forward_url is None and state is None and not sinks:
+        raise ValueError("attach() needs serve_port, forward_url, state or sinks: nothing to export to")
+    if state is None and serve_port is not None:
+        state = SparkQueryState() if ttl_seconds is None else SparkQueryState(ttl_seconds=ttl_seconds)
+    forwarder = None
+    if forward_url is not None:
+        opts = dict(forwarder_options or {})
+        if state is not None:
+            opts.setdefault("on_drop", lambda reason, n: state.count_dropped(reason, n))
+            opts.setdefault("on_error", lambda stage, exc: state.count_error(stage, exc))
+        forwarder = Forwarder(forward_url, token, **opts)
+    listener = TxnWatchListener(state=state, forwarder=forwarder, sinks=sinks)
+    listener.server = None
+    if serve_port is not None:
+        from .serve import serve
+
+        listener.server = serve(serve_port, host=host, state=state)
+    spark.streams.addListener(listener)
+    return listener
+
+
+def detach(spark: Any, listener: TxnWatchListener, timeout: float = 5.0) -> None:
+    """Unregister the listener and close its forwarder and server."""
+    try:
+        spark.streams.removeListener(listener)
+    finally:
+        listener.close(timeout)

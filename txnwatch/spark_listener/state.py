@@ -1,0 +1,502 @@
+"""SparkQueryState: listener events in, spark_streaming_* / kafka_producer_* series out.
+
+One instance lives in the driver (behind `serve(port)`) or in the exporter (behind the
+ingest endpoint); both apply the same event dicts (see `events.py`) and render through
+the same `render()`, so the two ways out export identical series.
+
+Rules worth knowing:
+- Labels are `query` (name, or id when unnamed) and `query_id`; runId and batchId are
+  never labels. The `query` label follows the latest started/progress event's name.
+- Histograms and the input-rows counter count *executed* micro-batches only: a
+  progress event whose durationMs has none of addBatch/getBatch/walCommit/commitOffsets
+  is a no-data trigger (Spark reports one every noDataProgressEventInterval) and only
+  refreshes the gauges. A batch (runId, batchId) is counted once, so a re-delivered
+  event (forwarder retry) is not double counted.
+- Expiry: a query (or producer app) with no event for `ttl_seconds` is forgotten, active
+  or not. Running queries keep themselves alive: Spark reports progress every trigger,
+  and no-data progress or QueryIdleEvents while idle (every 10 s by default), so the
+  default TTL of 15 min only removes queries whose driver went away or that terminated.
+  `ttl_seconds=None` disables expiry.
+- Nothing in an event makes `apply` raise: odd values are skipped; internal failures are
+  counted in txnwatch_listener_errors_total{stage} and logged once per stage.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from txnwatch.metrics import (
+    BATCH_BUCKETS,
+    CATALOG,
+    COMMIT_BUCKETS,
+    DURATION_BUCKETS,
+    FamilyWriter,
+    Histogram,
+)
+
+from .events import parse_timestamp
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TTL_SECONDS = 900.0
+EXECUTED_PHASES = ("addBatch", "getBatch", "walCommit", "commitOffsets")
+OTHER_ID = "__other__"
+_LAG_STATS = {"minOffsetsBehindLatest": "min", "maxOffsetsBehindLatest": "max",
+              "avgOffsetsBehindLatest": "avg"}
+_EXC_CLASS = re.compile(r"^\s*([A-Za-z_$][\w$]*(?:\.[A-Za-z_$][\w$]*)*)(?::|\s*$)", re.M)
+_LABEL_MAX = 120
+
+
+def _bounds(name: str, default: tuple[float, ...]) -> tuple[float, ...]:
+    spec = CATALOG.get(name)
+    return spec.buckets if spec is not None and spec.buckets else default
+
+
+_B_BATCH = _bounds("spark_streaming_batch_duration_seconds", BATCH_BUCKETS)
+_B_PHASE = _bounds("spark_streaming_batch_phase_seconds", BATCH_BUCKETS)
+_B_COMMIT = _bounds("spark_streaming_commit_seconds", COMMIT_BUCKETS)
+_B_P_COMMIT = _bounds("kafka_producer_transaction_commit_seconds", COMMIT_BUCKETS)
+_B_P_DURATION = _bounds("kafka_producer_transaction_duration_seconds", DURATION_BUCKETS)
+
+
+def num(v: Any) -> float | None:
+    """A finite float from an int/float or a numeric string; None for anything else."""
+    if v is None or isinstance(v, bool):
+        return None
+    if isinstance(v, int | float):
+        f = float(v)
+    elif isinstance(v, str):
+        try:
+            f = float(v.strip())
+        except ValueError:
+            return None
+    else:
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _label(v: Any) -> str:
+    s = str(v)
+    return s if len(s) <= _LABEL_MAX else s[:_LABEL_MAX - 3] + "..."
+
+
+def error_class_of(error_class: str | None, exception: str | None) -> str:
+    """The `error_class` label: Spark's error class, else the exception's class name,
+    `none` for a clean stop and `unknown` when nothing usable was reported."""
+    if error_class and str(error_class).strip():
+        return _label(str(error_class).strip())
+    if not exception:
+        return "none"
+    m = _EXC_CLASS.match(exception)
+    if m:
+        return _label(m.group(1).rsplit(".", 1)[-1])
+    return "unknown"
+
+
+def _maybe_json(v: Any) -> Any:
+    if isinstance(v, str):
+        s = v.strip()
+        if s[:1] in ("{", "["):
+            try:
+                return json.loads(s)
+            except ValueError:
+                return None
+    return v
+
+
+def _topic_offsets(v: Any) -> dict[str, dict[str, float]] | None:
+    """{"topic": {"partition": offset}} (possibly a JSON string) or None."""
+    v = _maybe_json(v)
+    if not isinstance(v, Mapping) or not v:
+        return None
+    out: dict[str, dict[str, float]] = {}
+    for topic, parts in v.items():
+        if not isinstance(parts, Mapping):
+            return None
+        po = {}
+        for p, off in parts.items():
+            f = num(off)
+            if f is not None and f >= 0:
+                po[str(p)] = f
+        out[str(topic)] = po
+    return out
+
+
+def source_lag(source: Mapping[str, Any]) -> dict[tuple[str, str], float]:
+    """(topic, stat) -> offsets behind latest for one entry of progress.sources."""
+    out: dict[tuple[str, str], float] = {}
+    metrics = _maybe_json(source.get("metrics"))
+    if isinstance(metrics, Mapping):
+        for key, stat in _LAG_STATS.items():
+            f = num(metrics.get(key))
+            if f is not None:
+                out[("", stat)] = f
+    latest = _topic_offsets(source.get("latestOffset"))
+    end = _topic_offsets(source.get("endOffset"))
+    if latest is not None and end is not None:
+        for topic, parts in latest.items():
+            ends = end.get(topic)
+            if ends is None:
+                continue
+            behind = [max(0.0, off - ends[p]) for p, off in parts.items() if p in ends]
+            if behind:
+                out[(topic, "total")] = sum(behind)
+    return out
+
+
+@dataclass
+class _Query:
+    query: str
+    query_id: str
+    last_seen: float
+    active: bool = True
+    batch_id: float | None = None
+    last_batch: tuple[Any, Any] | None = None
+    last_progress_ts: float | None = None
+    batch: Histogram = field(default_factory=lambda: Histogram(_B_BATCH))
+    commit: Histogram = field(default_factory=lambda: Histogram(_B_COMMIT))
+    phases: dict[str, Histogram] = field(default_factory=dict)
+    input_rows: float = 0.0
+    input_rate: float | None = None
+    processed_rate: float | None = None
+    lag: dict[tuple[str, str, str], float] = field(default_factory=dict)
+    state_rows: dict[str, float] = field(default_factory=dict)
+    state_memory: dict[str, float] = field(default_factory=dict)
+    watermark_delay: float | None = None
+    observed: dict[tuple[str, str], float] = field(default_factory=dict)
+    idle_events: int = 0
+    terminations: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class _App:
+    app: str
+    last_seen: float
+    commit: Histogram = field(default_factory=lambda: Histogram(_B_P_COMMIT))
+    durations: dict[str, Histogram] = field(default_factory=dict)
+    totals: dict[tuple[str, str], int] = field(default_factory=dict)
+    errors: dict[tuple[str, str], int] = field(default_factory=dict)
+    headroom: dict[str, list[float]] = field(default_factory=dict)   # id -> [last, min]
+
+
+class SparkQueryState:
+    """Thread-safe state of the Spark queries (and Spark-sink producers) seen in events."""
+
+    def __init__(self, ttl_seconds: float | None = DEFAULT_TTL_SECONDS, max_queries: int = 1000,
+                 max_keys_per_query: int = 64, max_transactional_ids: int = 500) -> None:
+        self.ttl_seconds = ttl_seconds
+        self.max_queries = max_queries
+        self.max_keys = max_keys_per_query
+        self.max_transactional_ids = max_transactional_ids
+        self._lock = threading.Lock()
+        self._queries: dict[str, _Query] = {}
+        self._apps: dict[str, _App] = {}
+        self._ids: set[tuple[str, str]] = set()
+        self._errors: dict[str, int] = {}
+        self._dropped: dict[str, int] = {}
+        self._logged: set[str] = set()
+
+    # ----------------------------------------------------------------- self metrics
+    def count_error(self, stage: str, exc: BaseException | None = None) -> None:
+        """Count a failure of the listener/ingest/forwarder; log it once per stage."""
+        with self._lock:
+            self._errors[stage] = self._errors.get(stage, 0) + 1
+            first = stage not in self._logged
+            self._logged.add(stage)
+        if first:
+            log.warning("txnwatch spark listener: %s failed (logged once per stage, then counted)",
+                        stage, exc_info=exc)
+
+    def count_dropped(self, reason: str, n: int = 1) -> None:
+        with self._lock:
+            self._dropped[reason] = self._dropped.get(reason, 0) + n
+
+    def errors(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._errors)
+
+    def dropped(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._dropped)
+
+    def queries(self) -> list[str]:
+        with self._lock:
+            return sorted(self._queries)
+
+    # ----------------------------------------------------------------- apply
+    def apply(self, event: Mapping[str, Any], now: float | None = None) -> bool:
+        """Apply one event dict. Never raises; returns False when it was not applied."""
+        now = time.time() if now is None else now
+        try:
+            with self._lock:
+                self._expire(now)
+                etype = event.get("type")
+                if etype == "producer_transactions":
+                    return self._apply_producer(event, now)
+                if etype not in ("started", "progress", "idle", "terminated"):
+                    self._dropped["unknown_type"] = self._dropped.get("unknown_type", 0) + 1
+                    return False
+                q = self._query(event, now)
+                if q is None:
+                    return False
+                if etype == "started":
+                    q.active = True
+                elif etype == "progress":
+                    q.active = True
+                    self._apply_progress(q, event.get("progress"))
+                elif etype == "idle":
+                    q.active = True
+                    q.idle_events += 1
+                else:
+                    q.active = False
+                    ec = error_class_of(event.get("error_class"), event.get("exception"))
+                    q.terminations[ec] = q.terminations.get(ec, 0) + 1
+                return True
+        except Exception as exc:  # noqa: BLE001 - never raise into Spark or the ingest
+            self.count_error("apply", exc)
+            return False
+
+    def _query(self, event: Mapping[str, Any], now: float) -> _Query | None:
+        qid = event.get("query_id")
+        if not isinstance(qid, str) or not qid:
+            self._dropped["no_query_id"] = self._dropped.get("no_query_id", 0) + 1
+            return None
+        name = event.get("query") if isinstance(event.get("query"), str) and event.get("query") else qid
+        q = self._queries.get(qid)
+        if q is None:
+            if len(self._queries) >= self.max_queries:
+                self._dropped["query_limit"] = self._dropped.get("query_limit", 0) + 1
+                return None
+            q = self._queries[qid] = _Query(query=_label(name), query_id=_label(qid), last_seen=now)
+        elif event.get("type") in ("started", "progress") and name != q.query_id:
+            q.query = _label(name)
+        q.last_seen = now
+        return q
+
+    def _apply_progress(self, q: _Query, p: Any) -> None:
+        if not isinstance(p, Mapping):
+            self._errors["progress_shape"] = self._errors.get("progress_shape", 0) + 1
+            return
+        ts = parse_timestamp(p.get("timestamp"))
+        if ts is not None:
+            q.last_progress_ts = ts
+        durations = p.get("durationMs") if isinstance(p.get("durationMs"), Mapping) else {}
+        executed = any(k in durations for k in EXECUTED_PHASES)
+        batch_key = (p.get("runId"), p.get("batchId"))
+        new_batch = executed and (batch_key[1] is None or batch_key != q.last_batch)
+        if new_batch:
+            q.last_batch = batch_key
+            bid = num(p.get("batchId"))
+            if bid is not None:
+                q.batch_id = bid
+            dur = num(p.get("batchDuration"))
+            if dur is None:
+                dur = num(durations.get("triggerExecution"))
+            if dur is not None and dur >= 0:
+                q.batch.observe(dur / 1000.0)
+            commit = [num(durations.get(k)) for k in ("walCommit", "commitOffsets")]
+            commit = [c for c in commit if c is not None and c >= 0]
+            if commit:
+                q.commit.observe(sum(commit) / 1000.0)
+            for phase, v in durations.items():
+                f = num(v)
+                if f is None or f < 0:
+                    continue
+                h = q.phases.get(phase)
+                if h is None:
+                    if len(q.phases) >= self.max_keys:
+                        self._dropped["key_limit"] = self._dropped.get("key_limit", 0) + 1
+                        continue
+                    h = q.phases[_label(phase)] = Histogram(_B_PHASE)
+                h.observe(f / 1000.0)
+            rows = num(p.get("numInputRows"))
+            if rows is not None and rows > 0:
+                q.input_rows += rows
+        rate = num(p.get("inputRowsPerSecond"))
+        if rate is not None:
+            q.input_rate = rate
+        rate = num(p.get("processedRowsPerSecond"))
+        if rate is not None:
+            q.processed_rate = rate
+
+        sources = p.get("sources")
+        if isinstance(sources, list):
+            lag: dict[tuple[str, str, str], float] = {}
+            for i, s in enumerate(sources):
+                if not isinstance(s, Mapping):
+                    continue
+                desc = s.get("description")
+                src = _label(desc) if isinstance(desc, str) and desc else f"source{i}"
+                for (topic, stat), v in source_lag(s).items():
+                    if len(lag) < self.max_keys:
+                        lag[(src, _label(topic), stat)] = v
+            q.lag = lag
+
+        ops = p.get("stateOperators")
+        if isinstance(ops, list):
+            rows_by_op: dict[str, float] = {}
+            mem_by_op: dict[str, float] = {}
+            for i, op in enumerate(ops[: self.max_keys]):
+                if not isinstance(op, Mapping):
+                    continue
+                name = op.get("operatorName")
+                name = _label(name) if isinstance(name, str) and name else f"operator{i}"
+                if name in rows_by_op or name in mem_by_op:
+                    name = f"{name}#{i}"
+                r, m = num(op.get("numRowsTotal")), num(op.get("memoryUsedBytes"))
+                if r is not None:
+                    rows_by_op[name] = r
+                if m is not None:
+                    mem_by_op[name] = m
+            q.state_rows, q.state_memory = rows_by_op, mem_by_op
+
+        et = p.get("eventTime")
+        if isinstance(et, Mapping):
+            wm = parse_timestamp(et.get("watermark"))
+            # Spark reports the epoch until the first watermark exists: no delay then.
+            if wm is not None and wm > 0 and ts is not None:
+                q.watermark_delay = round(ts - wm, 3)
+
+        observed = _maybe_json(p.get("observedMetrics"))
+        if isinstance(observed, Mapping):
+            obs: dict[tuple[str, str], float] = {}
+            for oname, row in observed.items():
+                row = _maybe_json(row)
+                if not isinstance(row, Mapping):
+                    continue
+                for metric, v in row.items():
+                    f = num(v)
+                    if f is not None and len(obs) < self.max_keys:
+                        obs[(_label(oname), _label(metric))] = f
+            q.observed = obs
+
+    def _apply_producer(self, event: Mapping[str, Any], now: float) -> bool:
+        app_name = event.get("app")
+        records = event.get("records")
+        if not isinstance(app_name, str) or not app_name or not isinstance(records, list):
+            self._dropped["bad_producer_event"] = self._dropped.get("bad_producer_event", 0) + 1
+            return False
+        app = self._apps.get(app_name)
+        if app is None:
+            app = self._apps[app_name] = _App(app=_label(app_name), last_seen=now)
+        app.last_seen = now
+        for r in records:
+            if not isinstance(r, Mapping):
+                continue
+            outcome = r.get("outcome")
+            tid = r.get("transactional_id")
+            if outcome not in ("committed", "aborted") or not isinstance(tid, str) or not tid:
+                self._dropped["bad_record"] = self._dropped.get("bad_record", 0) + 1
+                continue
+            tid = self._capped_id(app_name, tid)
+            app.totals[(tid, outcome)] = app.totals.get((tid, outcome), 0) + 1
+            duration = num(r.get("duration_seconds"))
+            if duration is not None and duration >= 0:
+                h = app.durations.get(outcome)
+                if h is None:
+                    h = app.durations[outcome] = Histogram(_B_P_DURATION)
+                h.observe(duration)
+            commit = num(r.get("commit_seconds"))
+            if commit is not None and commit >= 0:
+                app.commit.observe(commit)
+            err = r.get("error")
+            if isinstance(err, str) and err:
+                key = (tid, _label(err))
+                app.errors[key] = app.errors.get(key, 0) + 1
+            timeout_ms = num(r.get("timeout_ms"))
+            if timeout_ms is not None and duration is not None:
+                headroom = timeout_ms / 1000.0 - duration
+                prev = app.headroom.get(tid)
+                app.headroom[tid] = [headroom, headroom if prev is None else min(prev[1], headroom)]
+        return True
+
+    def _capped_id(self, app: str, tid: str) -> str:
+        key = (app, tid)
+        if key in self._ids:
+            return _label(tid)
+        if len(self._ids) >= self.max_transactional_ids:
+            return OTHER_ID
+        self._ids.add(key)
+        return _label(tid)
+
+    def _expire(self, now: float) -> None:
+        if self.ttl_seconds is None:
+            return
+        cutoff = now - self.ttl_seconds
+        for qid in [k for k, q in self._queries.items() if q.last_seen < cutoff]:
+            del self._queries[qid]
+        for name in [k for k, a in self._apps.items() if a.last_seen < cutoff]:
+            del self._apps[name]
+            self._ids = {k for k in self._ids if k[0] != name}
+
+    def expire(self, now: float | None = None) -> None:
+        with self._lock:
+            self._expire(time.time() if now is None else now)
+
+    # ----------------------------------------------------------------- render
+    def render(self, writer: FamilyWriter, now: float | None = None,
+               include_self: bool = True) -> None:
+        """Write every series into `writer` (a catalogue-checked FamilyWriter)."""
+        now = time.time() if now is None else now
+        try:
+            with self._lock:
+                self._expire(now)
+                self._render_locked(writer, include_self)
+        except Exception as exc:  # noqa: BLE001 - a scrape must not fail
+            self.count_error("render", exc)
+
+    def _render_locked(self, w: FamilyWriter, include_self: bool) -> None:
+        for q in sorted(self._queries.values(), key=lambda q: (q.query, q.query_id)):
+            lb = {"query": q.query, "query_id": q.query_id}
+            w.add("spark_streaming_query_active", lb, 1 if q.active else 0)
+            w.add("spark_streaming_batch_id", lb, q.batch_id)
+            w.histogram("spark_streaming_batch_duration_seconds", lb, q.batch.counts, q.batch.sum)
+            for phase, h in sorted(q.phases.items()):
+                w.histogram("spark_streaming_batch_phase_seconds", {**lb, "phase": phase}, h.counts, h.sum)
+            w.histogram("spark_streaming_commit_seconds", lb, q.commit.counts, q.commit.sum)
+            w.add("spark_streaming_input_rows", lb, q.input_rows)
+            w.add("spark_streaming_input_rows_per_second", lb, q.input_rate)
+            w.add("spark_streaming_processed_rows_per_second", lb, q.processed_rate)
+            for (src, topic, stat), v in sorted(q.lag.items()):
+                w.add("spark_streaming_source_offsets_behind_latest",
+                      {**lb, "source": src, "topic": topic, "stat": stat}, v)
+            for op, v in sorted(q.state_rows.items()):
+                w.add("spark_streaming_state_rows", {**lb, "operator": op}, v)
+            for op, v in sorted(q.state_memory.items()):
+                w.add("spark_streaming_state_memory_bytes", {**lb, "operator": op}, v)
+            w.add("spark_streaming_watermark_delay_seconds", lb, q.watermark_delay)
+            for (oname, metric), v in sorted(q.observed.items()):
+                w.add("spark_streaming_observed_metric", {**lb, "name": oname, "metric": metric}, v)
+            w.add("spark_streaming_last_progress_timestamp_seconds", lb, q.last_progress_ts)
+            w.add("spark_streaming_idle_events", lb, q.idle_events)
+            for ec, n in sorted(q.terminations.items()):
+                w.add("spark_streaming_query_terminations", {**lb, "error_class": ec}, n)
+        for a in sorted(self._apps.values(), key=lambda a: a.app):
+            lb = {"app": a.app}
+            if a.commit.count:
+                w.histogram("kafka_producer_transaction_commit_seconds", lb, a.commit.counts, a.commit.sum)
+            for outcome, h in sorted(a.durations.items()):
+                w.histogram("kafka_producer_transaction_duration_seconds", {**lb, "outcome": outcome},
+                            h.counts, h.sum)
+            for (tid, outcome), n in sorted(a.totals.items()):
+                w.add("kafka_producer_transactions", {**lb, "transactional_id": tid, "outcome": outcome}, n)
+            for (tid, err), n in sorted(a.errors.items()):
+                w.add("kafka_producer_transaction_errors", {**lb, "transactional_id": tid, "error": err}, n)
+            for tid, (last, mn) in sorted(a.headroom.items()):
+                w.add("kafka_producer_transaction_timeout_headroom_seconds",
+                      {**lb, "transactional_id": tid, "stat": "last"}, last)
+                w.add("kafka_producer_transaction_timeout_headroom_seconds",
+                      {**lb, "transactional_id": tid, "stat": "min"}, mn)
+        if include_self:
+            for stage, n in sorted(self._errors.items()):
+                w.add("txnwatch_listener_errors", {"stage": stage}, n)
+            for reason, n in sorted(self._dropped.items()):
+                w.add("txnwatch_listener_events_dropped", {"reason": reason}, n)
