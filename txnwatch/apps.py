@@ -82,3 +82,19 @@ def cap_ids(ids_by_value: Iterable[tuple[str, float]], cap: int) -> tuple[list[t
     kept, rest = ordered[:cap], ordered[cap:]
     kept.append(("__other__", rest[0][1]))
     return kept, len(rest)
+
+
+def fold_ids(items: Iterable[tuple[str, str, float]], cap: int) -> tuple[list[tuple[str, str, float]], int]:
+    """Per-transactional-id series under a cap: keep the `cap` lowest values (lowest headroom
+    matters most); the rest fold into (app, "__other__", min value of that app's folded ids).
+    Returns (series, number of ids folded)."""
+    ordered = sorted(items, key=lambda t: t[2])
+    if len(ordered) <= cap:
+        return ordered, 0
+    kept, rest = ordered[:cap], ordered[cap:]
+    other: dict[str, float] = {}
+    for app, _, value in rest:
+        if app not in other or value < other[app]:
+            other[app] = value
+    kept.extend((app, "__other__", v) for app, v in other.items())
+    return kept, len(rest)

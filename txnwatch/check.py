@@ -1,0 +1,126 @@
+"""`txnwatch check`: a one-shot diagnosis for a person at a terminal.
+
+Exit status: 0 healthy, 1 warnings, 2 critical findings or a cluster that cannot be reached."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict
+
+from .config import Config
+from .exporter import derive
+from .exporter.kafka_io import classify, one_line
+from .exporter.model import ClusterSnapshot
+from .exporter.poller import ClusterPoller
+
+EXIT = {"ok": 0, "warning": 1, "critical": 2}
+
+
+def check_cluster(cfg, sample_seconds: float) -> dict:
+    poller = ClusterPoller(cfg)
+    try:
+        poller.poll_once()
+        time.sleep(sample_seconds)  # a second sample shows whether stalled LSOs move
+        snap = poller.poll_once()
+    except Exception as exc:  # noqa: BLE001 - reported, exit 2
+        return {"cluster": cfg.name, "status": "critical", "reachable": False,
+                "error": f"{classify(exc)}: {one_line(exc)}",
+                "findings": [{"severity": "critical", "kind": "unreachable",
+                              "message": f"cannot reach {cfg.bootstrap_servers}: {one_line(exc)}"}]}
+    finally:
+        poller.io.close()
+        poller.txn_api.close()
+    return summarize(snap)
+
+
+def summarize(snap: ClusterSnapshot) -> dict:
+    stalled = sorted((p for p in snap.partitions.values() if p.stalled_since is not None),
+                     key=lambda p: -p.stalled_seconds)
+    groups_on: dict = {}
+    for g in snap.groups:
+        groups_on.setdefault((g.topic, g.partition), []).append(g)
+    findings = [asdict(f) for f in snap.findings]
+    status = "critical" if any(f["severity"] == "critical" for f in findings) else \
+        "warning" if findings else "ok"
+    return {
+        "cluster": snap.cluster, "status": status, "reachable": True,
+        "brokers": snap.facts.brokers,
+        "kip664": bool(snap.capabilities) and all(snap.capabilities.values()),
+        "hanging_detection": snap.hanging_method,
+        "configs": {k: v for k, v in asdict(snap.facts).items() if k not in ("topic_retention_ms",)},
+        "open_transactions": None if snap.open_transactions is None else [
+            {"transactional_id": t.transactional_id, "app": t.app, "state": t.state,
+             "age_seconds": t.age_seconds, "timeout_ms": t.timeout_ms, "headroom_seconds": t.headroom_seconds}
+            for t in sorted(snap.open_transactions, key=lambda t: -(t.age_seconds or 0))],
+        "hanging": [asdict(h) for h in snap.hanging],
+        "stalled_partitions": [
+            {"topic": p.topic, "partition": p.partition, "lso": p.last_stable_offset,
+             "hwm": p.high_watermark, "lso_lag": p.lso_lag, "stalled_seconds": round(p.stalled_seconds, 1),
+             "groups_behind": [{"group": g.group, "committed": g.committed,
+                                "lag_read_committed": g.lag_read_committed,
+                                "lag_read_uncommitted": g.lag_read_uncommitted}
+                               for g in groups_on.get((p.topic, p.partition), [])]}
+            for p in stalled],
+        "findings": findings,
+    }
+
+
+def _table(headers: list[str], rows: list[list[object]]) -> str:
+    cells = [[str(c) for c in r] for r in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    line = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()  # noqa: E731
+    return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in cells])
+
+
+def _fmt_s(v: float | None) -> str:
+    return "-" if v is None else f"{v:.0f}s"
+
+
+def format_text(results: list[dict]) -> str:
+    out = []
+    for r in results:
+        out.append(f"== cluster {r['cluster']}: {r['status'].upper()}")
+        if not r["reachable"]:
+            out.append(f"   cannot reach the cluster: {r['error']}")
+            continue
+        out.append(f"   brokers: {r['brokers']}   KIP-664 transaction APIs: "
+                   f"{'yes' if r['kip664'] else 'no (hanging detection from stalled LSOs)'}")
+        if r["open_transactions"]:
+            out.append("\nOpen transactions (oldest first)")
+            out.append(_table(["transactional id", "app", "state", "age", "timeout", "headroom"], [
+                [t["transactional_id"], t["app"], t["state"], _fmt_s(t["age_seconds"]),
+                 f"{t['timeout_ms'] / 1000:.0f}s", _fmt_s(t["headroom_seconds"])]
+                for t in r["open_transactions"][:50]]))
+        if r["hanging"]:
+            out.append("\nHanging transactions")
+            out.append(_table(["partition", "start offset", "age", "transactional id", "reason"], [
+                [f"{h['topic']}-{h['partition']}", h["start_offset"], _fmt_s(h["age_seconds"]),
+                 h["transactional_id"] or "-", h["reason"]] for h in r["hanging"][:50]]))
+        if r["stalled_partitions"]:
+            out.append("\nPartitions with the LSO below the HWM")
+            rows = []
+            for p in r["stalled_partitions"][:50]:
+                groups = ", ".join(f"{g['group']} (lag {g['lag_read_committed']} vs LSO, "
+                                   f"{g['lag_read_uncommitted']} vs HWM)" for g in p["groups_behind"]) or "-"
+                rows.append([f"{p['topic']}-{p['partition']}", p["lso"], p["hwm"], p["lso_lag"],
+                             _fmt_s(p["stalled_seconds"]), groups])
+            out.append(_table(["partition", "LSO", "HWM", "LSO lag", "stalled", "read_committed groups"], rows))
+        if r["findings"]:
+            out.append("\nFindings")
+            out += [f"  [{f['severity'].upper()}] {f['message']}" for f in r["findings"]]
+        else:
+            out.append("   no findings")
+        out.append("")
+    return "\n".join(out)
+
+
+def run_check(config: Config, as_json: bool, sample_seconds: float = 1.0) -> tuple[str, int]:
+    results = [check_cluster(c, sample_seconds) for c in config.clusters]
+    worst = max((EXIT[r["status"]] for r in results), default=0)
+    text = json.dumps({"status": [k for k, v in EXIT.items() if v == worst][0], "clusters": results},
+                      indent=2, default=str) if as_json else format_text(results)
+    return text, worst
+
+
+__all__ = ["run_check", "summarize", "derive"]

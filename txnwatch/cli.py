@@ -1,0 +1,74 @@
+"""The `txnwatch` command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import __version__
+from .config import ConfigError, load_config
+
+
+def _cluster_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", metavar="FILE", help="YAML config file (any number of clusters)")
+    p.add_argument("--bootstrap-servers", metavar="LIST", help="bootstrap servers of a single cluster")
+    p.add_argument("--cluster-name", metavar="NAME", help="name of that cluster (default: 'default')")
+    p.add_argument("--poll-timeout", type=float, metavar="SECONDS", help="bound on each poll's requests")
+    p.add_argument("--hanging-threshold", type=float, metavar="SECONDS",
+                   help="without KIP-664: an LSO stalled this long counts as a hanging transaction "
+                        "(default: broker transaction.max.timeout.ms + 5 min)")
+    p.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="txnwatch", description="Monitoring for exactly-once Kafka pipelines.")
+    parser.add_argument("--version", action="version", version=f"txnwatch {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the Prometheus exporter")
+    _cluster_flags(serve)
+    serve.add_argument("--host", help="listen address (default 0.0.0.0)")
+    serve.add_argument("--port", type=int, help="listen port (default 10129)")
+    serve.add_argument("--poll-interval", type=float, metavar="SECONDS", help="seconds between polls (default 15)")
+    serve.add_argument("--transaction-log-tap", action="store_const", const=True, default=None,
+                       help="also tap __transaction_state (needs read access to it)")
+
+    check = sub.add_parser("check", help="one-shot diagnosis: exit 0 healthy, 1 warnings, 2 critical")
+    _cluster_flags(check)
+    check.add_argument("--json", action="store_true", help="machine-readable output")
+    check.add_argument("--sample-seconds", type=float, default=1.0,
+                       help="time between the two samples that show whether an LSO moves")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    flags = {k: v for k, v in vars(args).items() if k not in ("command", "json", "sample_seconds")}
+    try:
+        config = load_config(flags)
+    except ConfigError as exc:
+        print(f"txnwatch: {exc}", file=sys.stderr)
+        return 2
+    from .logsetup import setup_logging
+
+    secrets = [v for c in config.clusters for k, v in c.client_properties().items()
+               if k in c.redacted_client() and c.redacted_client()[k] == "***"]
+    if config.http.ingest_token:
+        secrets.append(config.http.ingest_token)
+    if args.command == "serve":
+        setup_logging(config.log_level, secrets)
+        from .exporter.server import serve
+
+        return serve(config)
+    if args.command == "check":
+        setup_logging("ERROR", secrets)
+        from .check import run_check
+
+        text, code = run_check(config, args.json, args.sample_seconds)
+        print(text)
+        return code
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

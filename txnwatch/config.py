@@ -1,0 +1,395 @@
+"""Configuration: flags > TXNWATCH_* environment > YAML file > defaults.
+
+A bad config raises ConfigError naming the key (as a dotted path) and the file;
+the CLI turns it into exit status 2. Secrets in client properties may be given as
+`${env:NAME}` or `${file:/path}` and are never logged or rendered (see `redacted`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .apps import AppRule
+
+DEFAULT_PORT = 10129  # 9100-9999 (Prometheus's exporter range) is fully allocated.
+SECRET_KEY_RE = re.compile(r"(password|secret|token|credential|\.key$|key\.pem|sasl\.jaas)", re.I)
+_REF_RE = re.compile(r"^\$\{(env|file):([^}]+)\}$")
+
+
+class ConfigError(Exception):
+    """A configuration problem; `key` is the dotted path of the offending setting."""
+
+    def __init__(self, key: str, message: str, source: str | None = None) -> None:
+        self.key, self.source = key, source
+        where = f" in {source}" if source else ""
+        super().__init__(f"config error{where}: {key}: {message}")
+
+
+@dataclass(frozen=True)
+class NameFilter:
+    """Include/exclude regexes (re.fullmatch). Empty include means everything."""
+
+    include: tuple[re.Pattern, ...] = ()
+    exclude: tuple[re.Pattern, ...] = ()
+
+    def __call__(self, name: str) -> bool:
+        if self.include and not any(p.fullmatch(name) for p in self.include):
+            return False
+        return not any(p.fullmatch(name) for p in self.exclude)
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    name: str
+    bootstrap_servers: str
+    poll_interval_seconds: float = 15.0
+    poll_timeout_seconds: float = 10.0
+    client: Mapping[str, str] = field(default_factory=dict)
+    topics: NameFilter = NameFilter(exclude=(re.compile(r"__.*"),))
+    groups: NameFilter = NameFilter()
+    app_rules: tuple[AppRule, ...] = ()
+    max_transactional_id_series: int = 500
+    granularity: str = "partition"          # partition | topic
+    transaction_log_tap: bool = False
+    # Without KIP-664: an LSO stalled below the HWM this long counts as hanging.
+    # None: the broker's transaction.max.timeout.ms + 5 min when known, else 20 min.
+    hanging_threshold_seconds: float | None = None
+    # Used when the broker does not return its configs (DescribeConfigs).
+    default_transaction_max_timeout_ms: int = 900_000
+    default_transactional_id_expiration_ms: int = 604_800_000
+    describe_configs_every: int = 20         # polls between DescribeConfigs refreshes
+
+    def client_properties(self) -> dict[str, str]:
+        """librdkafka properties with ${env:}/${file:} references resolved."""
+        props = {"bootstrap.servers": self.bootstrap_servers}
+        props.update({k: resolve_secret(v) for k, v in self.client.items()})
+        return props
+
+    def redacted_client(self) -> dict[str, str]:
+        return redacted(self.client)
+
+
+@dataclass(frozen=True)
+class HttpConfig:
+    host: str = "0.0.0.0"
+    port: int = DEFAULT_PORT
+    threads: int = 8
+    ingest_token: str | None = None        # bearer token for POST /api/v1/spark/events
+    ingest_max_bytes: int = 1_000_000
+    spark_query_ttl_seconds: float = 600.0
+
+
+@dataclass(frozen=True)
+class Config:
+    clusters: tuple[ClusterConfig, ...]
+    http: HttpConfig = HttpConfig()
+    log_level: str = "INFO"
+    source: str | None = None
+
+
+def resolve_secret(value: str) -> str:
+    m = _REF_RE.match(str(value))
+    if not m:
+        return str(value)
+    kind, ref = m.groups()
+    if kind == "env":
+        if ref not in os.environ:
+            raise ConfigError(ref, f"environment variable {ref} is not set")
+        return os.environ[ref]
+    try:
+        return Path(ref).read_text().strip()
+    except OSError as exc:
+        raise ConfigError(ref, f"cannot read secret file: {exc.strerror}") from None
+
+
+def redacted(props: Mapping[str, Any]) -> dict[str, str]:
+    return {k: ("***" if SECRET_KEY_RE.search(k) else str(v)) for k, v in props.items()}
+
+
+# ---------------------------------------------------------------- parsing helpers
+_CLUSTER_KEYS = {"name", "bootstrap_servers", "poll_interval_seconds", "poll_timeout_seconds", "client",
+                 "topics", "groups", "app_rules", "max_transactional_id_series", "granularity",
+                 "transaction_log_tap", "hanging_threshold_seconds", "default_transaction_max_timeout_ms",
+                 "default_transactional_id_expiration_ms", "describe_configs_every"}
+_HTTP_KEYS = {"host", "port", "threads", "ingest_token", "ingest_max_bytes", "spark_query_ttl_seconds"}
+_TOP_KEYS = {"clusters", "http", "log_level"}
+
+
+class _Parser:
+    def __init__(self, source: str | None) -> None:
+        self.source = source
+
+    def err(self, key: str, msg: str) -> ConfigError:
+        return ConfigError(key, msg, self.source)
+
+    def mapping(self, key: str, value: Any, allowed: set[str]) -> dict:
+        if not isinstance(value, dict):
+            raise self.err(key, f"expected a mapping, got {type(value).__name__}")
+        unknown = sorted(set(value) - allowed)
+        if unknown:
+            raise self.err(f"{key}.{unknown[0]}" if key else unknown[0],
+                           f"unknown key (allowed: {', '.join(sorted(allowed))})")
+        return value
+
+    def number(self, key: str, value: Any, minimum: float = 0, integer: bool = False,
+               exclusive: bool = True) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            raise self.err(key, f"expected a number, got {type(value).__name__}")
+        try:
+            n = int(value) if integer else float(value)
+        except ValueError:
+            raise self.err(key, f"expected a{'n integer' if integer else ' number'}, got {value!r}") from None
+        if (n <= minimum) if exclusive else (n < minimum):
+            raise self.err(key, f"must be {'>' if exclusive else '>='} {minimum}, got {value!r}")
+        return n
+
+    def boolean(self, key: str, value: Any) -> bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in {"true", "1", "yes", "false", "0", "no"}:
+            return value.lower() in {"true", "1", "yes"}
+        raise self.err(key, f"expected true or false, got {value!r}")
+
+    def string(self, key: str, value: Any) -> str:
+        if not isinstance(value, str) or not value.strip():
+            raise self.err(key, f"expected a non-empty string, got {value!r}")
+        return value.strip()
+
+    def regex(self, key: str, value: Any) -> re.Pattern:
+        s = self.string(key, value)
+        try:
+            return re.compile(s)
+        except re.error as exc:
+            raise self.err(key, f"bad regular expression {s!r}: {exc}") from None
+
+    def name_filter(self, key: str, value: Any, default: NameFilter) -> NameFilter:
+        if value is None:
+            return default
+        v = self.mapping(key, value, {"include", "exclude"})
+        out = {}
+        for part in ("include", "exclude"):
+            items = v.get(part) or []
+            if isinstance(items, str):
+                items = [items]
+            if not isinstance(items, list):
+                raise self.err(f"{key}.{part}", "expected a list of regular expressions")
+            out[part] = tuple(self.regex(f"{key}.{part}[{i}]", p) for i, p in enumerate(items))
+        if "exclude" not in v:
+            out["exclude"] = default.exclude
+        return NameFilter(**out)
+
+    def app_rules(self, key: str, value: Any) -> tuple[AppRule, ...]:
+        if value is None:
+            return ()
+        if not isinstance(value, list):
+            raise self.err(key, "expected a list of {match: REGEX, app: NAME} mappings")
+        rules = []
+        for i, item in enumerate(value):
+            k = f"{key}[{i}]"
+            item = self.mapping(k, item, {"match", "app"})
+            if "match" not in item or "app" not in item:
+                raise self.err(k, "needs both `match` (regex) and `app` (name or template like \\1)")
+            pattern = self.regex(f"{k}.match", item["match"])
+            app = self.string(f"{k}.app", item["app"])
+            try:  # check group references now, not at the first matching id
+                _check_template(pattern, app)
+            except (re.error, IndexError) as exc:
+                raise self.err(f"{k}.app", f"bad template {app!r}: {exc}") from None
+            rules.append(AppRule(pattern, app, f"user[{i}]"))
+        return tuple(rules)
+
+    def client(self, key: str, value: Any) -> dict[str, str]:
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise self.err(key, "expected a mapping of librdkafka properties")
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str) or isinstance(v, dict | list) or v is None:
+                raise self.err(f"{key}.{k}", "librdkafka properties are scalar values")
+            out[k] = str(v).lower() if isinstance(v, bool) else str(v)
+            if _REF_RE.match(out[k]):
+                resolve_secret(out[k])  # fail early if the env var/file is missing
+        if "bootstrap.servers" in out:
+            raise self.err(f"{key}.bootstrap.servers", "set bootstrap_servers on the cluster instead")
+        return out
+
+    def cluster(self, key: str, value: Any) -> ClusterConfig:
+        v = self.mapping(key, value, _CLUSTER_KEYS)
+        for req in ("name", "bootstrap_servers"):
+            if req not in v:
+                raise self.err(f"{key}.{req}", "is required")
+        kw: dict[str, Any] = {"name": self.string(f"{key}.name", v["name"]),
+                              "bootstrap_servers": self.string(f"{key}.bootstrap_servers",
+                                                               _join(v["bootstrap_servers"]))}
+        for num in ("poll_interval_seconds", "poll_timeout_seconds", "hanging_threshold_seconds"):
+            if v.get(num) is not None:
+                kw[num] = self.number(f"{key}.{num}", v[num])
+        for num in ("max_transactional_id_series", "default_transaction_max_timeout_ms",
+                    "default_transactional_id_expiration_ms", "describe_configs_every"):
+            if num in v:
+                kw[num] = int(self.number(f"{key}.{num}", v[num], integer=True))
+        if "granularity" in v:
+            g = self.string(f"{key}.granularity", v["granularity"])
+            if g not in ("partition", "topic"):
+                raise self.err(f"{key}.granularity", f"must be partition or topic, got {g!r}")
+            kw["granularity"] = g
+        if "transaction_log_tap" in v:
+            kw["transaction_log_tap"] = self.boolean(f"{key}.transaction_log_tap", v["transaction_log_tap"])
+        kw["client"] = self.client(f"{key}.client", v.get("client"))
+        kw["topics"] = self.name_filter(f"{key}.topics", v.get("topics"), ClusterConfig.topics)
+        kw["groups"] = self.name_filter(f"{key}.groups", v.get("groups"), ClusterConfig.groups)
+        kw["app_rules"] = self.app_rules(f"{key}.app_rules", v.get("app_rules"))
+        return ClusterConfig(**kw)
+
+    def http(self, key: str, value: Any) -> HttpConfig:
+        if value is None:
+            return HttpConfig()
+        v = self.mapping(key, value, _HTTP_KEYS)
+        kw: dict[str, Any] = {}
+        if "host" in v:
+            kw["host"] = self.string(f"{key}.host", v["host"])
+        if "port" in v:
+            kw["port"] = _port(self, f"{key}.port", v["port"])
+        if "threads" in v:
+            kw["threads"] = int(self.number(f"{key}.threads", v["threads"], integer=True))
+        if v.get("ingest_token") is not None:
+            kw["ingest_token"] = resolve_secret(self.string(f"{key}.ingest_token", v["ingest_token"]))
+        if "ingest_max_bytes" in v:
+            kw["ingest_max_bytes"] = int(self.number(f"{key}.ingest_max_bytes", v["ingest_max_bytes"],
+                                                     integer=True))
+        if "spark_query_ttl_seconds" in v:
+            kw["spark_query_ttl_seconds"] = self.number(f"{key}.spark_query_ttl_seconds",
+                                                        v["spark_query_ttl_seconds"])
+        return HttpConfig(**kw)
+
+
+def _check_template(pattern: re.Pattern, template: str) -> None:
+    """Raise if `template` references a group `pattern` lacks."""
+    for m in re.finditer(r"\\(\d+)|\\g<(\w+)>", template):
+        num, name = m.groups()
+        if num is not None and int(num) > pattern.groups:
+            raise re.error(f"group {num} does not exist (the pattern has {pattern.groups})")
+        if name is not None and not name.isdigit() and name not in pattern.groupindex:
+            raise re.error(f"group {name!r} does not exist")
+
+
+def _join(v: Any) -> Any:
+    return ",".join(map(str, v)) if isinstance(v, list) else v
+
+
+def _port(p: _Parser, key: str, value: Any) -> int:
+    n = int(p.number(key, value, integer=True))
+    if not 0 < n < 65536:
+        raise p.err(key, f"must be a TCP port (1-65535), got {value!r}")
+    return n
+
+
+def parse_config(data: Any, source: str | None = None) -> Config:
+    """Build a Config from a YAML document (already loaded)."""
+    p = _Parser(source)
+    if data is None:
+        data = {}
+    top = p.mapping("", data, _TOP_KEYS)
+    clusters_raw = top.get("clusters") or []
+    if not isinstance(clusters_raw, list):
+        raise p.err("clusters", "expected a list of cluster mappings")
+    clusters = tuple(p.cluster(f"clusters[{i}]", c) for i, c in enumerate(clusters_raw))
+    names = [c.name for c in clusters]
+    dupes = {n for n in names if names.count(n) > 1}
+    if dupes:
+        raise p.err("clusters", f"duplicate cluster name {sorted(dupes)[0]!r}")
+    level = str(top.get("log_level", "INFO")).upper()
+    if level not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
+        raise p.err("log_level", f"must be DEBUG, INFO, WARNING or ERROR, got {level!r}")
+    return Config(clusters, p.http("http", top.get("http")), level, source)
+
+
+def load_file(path: str | os.PathLike) -> Config:
+    src = str(path)
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError("--config", f"cannot read {src}: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise ConfigError("(yaml)", f"not valid YAML{where}: {getattr(exc, 'problem', exc)}", src) from None
+    return parse_config(data, src)
+
+
+ENV_PREFIX = "TXNWATCH_"
+# flag/env name -> (section, key)
+OVERRIDES = {
+    "config": None,
+    "host": ("http", "host"), "port": ("http", "port"),
+    "ingest_token": ("http", "ingest_token"),
+    "bootstrap_servers": ("cluster", "bootstrap_servers"),
+    "cluster_name": ("cluster", "name"),
+    "poll_interval": ("cluster", "poll_interval_seconds"),
+    "poll_timeout": ("cluster", "poll_timeout_seconds"),
+    "transaction_log_tap": ("cluster", "transaction_log_tap"),
+    "hanging_threshold": ("cluster", "hanging_threshold_seconds"),
+    "log_level": ("top", "log_level"),
+}
+
+
+def load_config(flags: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None,
+                require_cluster: bool = True) -> Config:
+    """Merge flags > TXNWATCH_* env > YAML file. Single-cluster flags/env override (or add)
+    the cluster named by --cluster-name (default: the only cluster in the file, else 'default')."""
+    flags = {k: v for k, v in (flags or {}).items() if v is not None}
+    env = os.environ if env is None else env
+    merged: dict[str, Any] = {}
+    for key in OVERRIDES:
+        ev = env.get(ENV_PREFIX + key.upper())
+        if ev not in (None, ""):
+            merged[key] = ev
+    merged.update(flags)
+    path = merged.get("config")
+    data: dict[str, Any] = {}
+    source = None
+    if path:
+        source = str(path)
+        base = load_file(path)  # validates the file on its own, with its name in errors
+        del base
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    data = dict(data)
+    clusters = [dict(c) for c in data.get("clusters") or []] if isinstance(data.get("clusters"), list) else []
+    cluster_over = {OVERRIDES[k][1]: v for k, v in merged.items() if OVERRIDES.get(k) and OVERRIDES[k][0] == "cluster"}
+    if cluster_over:
+        name = cluster_over.get("name") or (clusters[0].get("name") if len(clusters) == 1 else "default")
+        cluster_over["name"] = name
+        target = next((c for c in clusters if isinstance(c, dict) and c.get("name") == name), None)
+        if target is None:
+            clusters.append(cluster_over)
+        else:
+            target.update(cluster_over)
+    if clusters or "clusters" in data:
+        data["clusters"] = clusters
+    http = dict(data.get("http") or {}) if isinstance(data.get("http") or {}, dict) else data.get("http")
+    for k, v in merged.items():
+        if OVERRIDES.get(k) and OVERRIDES[k][0] == "http":
+            http[OVERRIDES[k][1]] = v
+    if http:
+        data["http"] = http
+    if "log_level" in merged:
+        data["log_level"] = merged["log_level"]
+    cfg = parse_config(data, source or ("flags/environment" if merged else None))
+    if require_cluster and not cfg.clusters:
+        raise ConfigError("clusters", "no cluster configured: pass --bootstrap-servers or a --config "
+                          "file with a `clusters:` list", source)
+    return cfg
+
+
+def with_cluster(cfg: Config, cluster: ClusterConfig) -> Config:
+    return replace(cfg, clusters=(cluster,))

@@ -1,0 +1,144 @@
+"""The scrape path: a prometheus_client Collector that renders the last snapshots.
+
+No Kafka I/O happens here. Each part renders independently; an exception in one part
+is logged and counted, and the rest of the scrape still goes out."""
+
+from __future__ import annotations
+
+import logging
+import platform
+import threading
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+
+from prometheus_client.registry import Collector
+
+from .. import __version__
+from ..apps import fold_ids
+from ..metrics import FamilyWriter
+from .model import ClusterSnapshot
+
+log = logging.getLogger(__name__)
+
+
+def render_snapshot(w: FamilyWriter, snap: ClusterSnapshot, granularity: str, id_cap: int,
+                    render_open_transactions: bool = True) -> int:
+    """Write one cluster's poller snapshot. Returns how many id series were folded."""
+    c = snap.cluster
+    f = snap.facts
+    w.add("kafka_brokers", {"cluster": c}, f.brokers)
+    for name, ms in (("kafka_broker_transaction_max_timeout_seconds", f.transaction_max_timeout_ms),
+                     ("kafka_broker_transactional_id_expiration_seconds", f.transactional_id_expiration_ms),
+                     ("kafka_broker_producer_id_expiration_seconds", f.producer_id_expiration_ms)):
+        w.add(name, {"cluster": c}, None if ms is None else ms / 1000)
+    w.add("kafka_transaction_state_log_min_isr", {"cluster": c}, f.transaction_state_log_min_isr)
+    w.add("kafka_transaction_state_log_replication_factor", {"cluster": c},
+          f.transaction_state_log_replication_factor)
+    for topic, ms in f.topic_retention_ms.items():
+        w.add("kafka_topic_retention_seconds", {"cluster": c, "topic": topic}, ms / 1000 if ms >= 0 else -1)
+    for api, ok in snap.capabilities.items():
+        w.add("txnwatch_capability", {"cluster": c, "api": api}, 1 if ok else 0)
+
+    hanging = defaultdict(int)
+    for h in snap.hanging:
+        hanging[(h.topic, h.partition)] += 1
+    if granularity == "topic":
+        _render_topics(w, snap, hanging)
+    else:
+        for (topic, part), p in snap.partitions.items():
+            lbl = {"cluster": c, "topic": topic, "partition": part}
+            w.add("kafka_partition_high_watermark", lbl, p.high_watermark)
+            w.add("kafka_partition_last_stable_offset", lbl, p.last_stable_offset)
+            w.add("kafka_partition_lso_lag_messages", lbl, p.lso_lag)
+            w.add("kafka_partition_lso_stalled_seconds", lbl, p.stalled_seconds)
+            w.add("kafka_transaction_hanging", lbl, hanging.get((topic, part), 0))
+    for g in snap.groups:
+        base = {"cluster": c, "group": g.group, "topic": g.topic, "partition": g.partition}
+        w.add("kafka_consumergroup_committed_offset", base, g.committed)
+        w.add("kafka_consumergroup_lag_messages", {**base, "isolation": "read_committed"}, g.lag_read_committed)
+        w.add("kafka_consumergroup_lag_messages", {**base, "isolation": "read_uncommitted"},
+              g.lag_read_uncommitted)
+    for app, n in snap.epoch_bumps.items():
+        w.add("kafka_transaction_epoch_bumps", {"cluster": c, "app": app}, n)
+
+    folded = 0
+    if snap.open_transactions is not None and render_open_transactions:
+        per_app: dict[str, list] = defaultdict(list)
+        for t in snap.open_transactions:
+            per_app[t.app].append(t)
+        for app, txns in per_app.items():
+            w.add("kafka_transaction_open", {"cluster": c, "app": app}, len(txns))
+            ages = [t.age_seconds for t in txns if t.age_seconds is not None]
+            w.add("kafka_transaction_oldest_open_age_seconds", {"cluster": c, "app": app},
+                  max(ages) if ages else None)
+        series, folded = fold_ids(((t.app, t.transactional_id, t.headroom_seconds)
+                                   for t in snap.open_transactions if t.headroom_seconds is not None), id_cap)
+        best: dict[tuple[str, str], float] = {}
+        for app, tid, v in series:
+            best[(app, tid)] = min(v, best.get((app, tid), v))
+        for (app, tid), v in best.items():
+            w.add("kafka_transaction_timeout_headroom_seconds",
+                  {"cluster": c, "app": app, "transactional_id": tid}, v)
+    return folded
+
+
+def _render_topics(w: FamilyWriter, snap: ClusterSnapshot, hanging) -> None:
+    agg: dict[str, list[float]] = {}
+    for (topic, part), p in snap.partitions.items():
+        a = agg.setdefault(topic, [0, 0, 0, 0.0, 0])
+        a[0] += p.high_watermark
+        a[1] += p.last_stable_offset
+        a[2] += p.lso_lag
+        a[3] = max(a[3], p.stalled_seconds)
+        a[4] += hanging.get((topic, part), 0)
+    for topic, (hwm, lso, lag, stalled, hang) in agg.items():
+        lbl = {"cluster": snap.cluster, "topic": topic, "partition": "all"}
+        w.add("kafka_partition_high_watermark", lbl, hwm)
+        w.add("kafka_partition_last_stable_offset", lbl, lso)
+        w.add("kafka_partition_lso_lag_messages", lbl, lag)
+        w.add("kafka_partition_lso_stalled_seconds", lbl, stalled)
+        w.add("kafka_transaction_hanging", lbl, hang)
+
+
+def render_health(w: FamilyWriter, cluster: str, health) -> None:
+    lbl = {"cluster": cluster, "source": health.source}
+    w.add("txnwatch_up", lbl, 1 if health.up else 0)
+    w.add("txnwatch_poll_duration_seconds", lbl, health.last_duration)
+    w.add("txnwatch_last_success_timestamp_seconds", lbl, health.last_success)
+    for cause, n in health.errors.items():
+        w.add("txnwatch_poll_errors", {**lbl, "cause": cause}, n)
+
+
+class ExporterCollector(Collector):
+    """Renders everything the exporter knows from in-memory views: `parts` are callables
+    writing into a FamilyWriter (poller snapshots, tap views, Spark state)."""
+
+    def __init__(self, parts: Iterable[tuple[str, Callable[[FamilyWriter], None]]]) -> None:
+        self._parts = list(parts)
+        self._lock = threading.Lock()
+        self._dropped: dict[tuple[str, str, str], int] = defaultdict(int)
+        self._part_errors: set[str] = set()
+
+    def count_dropped(self, cluster: str, metric: str, reason: str, n: int) -> None:
+        if n:
+            with self._lock:
+                self._dropped[(cluster, metric, reason)] += n
+
+    def collect(self):
+        w = FamilyWriter()
+        for name, part in self._parts:
+            try:
+                part(w)
+            except Exception:  # noqa: BLE001 - one broken part never fails the scrape
+                if name not in self._part_errors:
+                    self._part_errors.add(name)
+                    log.exception("rendering %s failed; the rest of the scrape is served", name)
+                self.count_dropped("", name, "render_error", 1)
+        for metric, n in w.invalid.items():
+            self.count_dropped("", metric, "invalid_value", n)
+        with self._lock:
+            dropped = dict(self._dropped)
+        for (cluster, metric, reason), n in dropped.items():
+            w.add("txnwatch_series_dropped", {"cluster": cluster, "metric": metric, "reason": reason}, n)
+        w.info("txnwatch_build", {"version": __version__, "python": platform.python_version()})
+        return w.families()

@@ -1,0 +1,237 @@
+"""Pure derivations from polled data: LSO lag and stalls, group lag, open transactions,
+timeout headroom, hanging transactions (kafka-transactions.sh find-hanging logic),
+epoch bumps and config risks. No I/O; time is always an argument."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from .model import (
+    OPEN_STATES,
+    TP,
+    ClusterFacts,
+    Finding,
+    GroupLag,
+    HangingTransaction,
+    OpenTransaction,
+    PartitionOffsets,
+    PartitionState,
+)
+
+LATE_TRANSACTION_SLACK_MS = 5 * 60 * 1000   # Kafka's own slack for "late" transactions
+
+
+def partition_states(offsets: Iterable[PartitionOffsets], previous: Mapping[TP, PartitionState],
+                     now: float, lso_record_ts: Mapping[tuple[str, int, int], float] | None = None,
+                     ) -> dict[TP, PartitionState]:
+    """LSO lag and stall clocks. A partition is stalled while LSO < HWM and the LSO has not
+    moved; the clock starts at the timestamp of the record at the LSO when known (the first
+    record of the oldest open transaction, so an exporter restart does not reset it), else
+    at the first poll that saw this LSO value. Any LSO movement restarts the clock."""
+    lso_record_ts = lso_record_ts or {}
+    out: dict[TP, PartitionState] = {}
+    for o in offsets:
+        key = (o.topic, o.partition)
+        since: float | None = None
+        if o.last_stable_offset < o.high_watermark:
+            prev = previous.get(key)
+            if prev is not None and prev.stalled_since is not None and \
+                    prev.last_stable_offset == o.last_stable_offset:
+                since = prev.stalled_since
+            else:
+                since = now
+            ts = lso_record_ts.get((o.topic, o.partition, o.last_stable_offset))
+            if ts is not None and 0 < ts <= now:
+                since = min(since, ts)
+        out[key] = PartitionState(o.topic, o.partition, o.high_watermark, o.last_stable_offset,
+                                  since, (now - since) if since is not None else 0.0)
+    return out
+
+
+def lso_timestamps_needed(states: Mapping[TP, PartitionState],
+                          known: Mapping[tuple[str, int, int], float]) -> list[tuple[str, int, int]]:
+    """(topic, partition, lso) whose first-open-record timestamp is not known yet."""
+    return [(s.topic, s.partition, s.last_stable_offset) for s in states.values()
+            if s.stalled_since is not None and (s.topic, s.partition, s.last_stable_offset) not in known]
+
+
+def group_lags(committed: Iterable[tuple[str, str, int, int]],
+               partitions: Mapping[TP, PartitionState]) -> list[GroupLag]:
+    """Lag of each (group, topic, partition, committed offset) against the LSO and the HWM."""
+    out = []
+    for group, topic, partition, offset in committed:
+        p = partitions.get((topic, partition))
+        if p is None or offset < 0:
+            continue
+        out.append(GroupLag(group, topic, partition, offset,
+                            max(p.last_stable_offset - offset, 0), max(p.high_watermark - offset, 0)))
+    return out
+
+
+def blocked_groups(groups: Iterable[GroupLag], partitions: Mapping[TP, PartitionState],
+                   min_stall_seconds: float = 0.0) -> list[GroupLag]:
+    """read_committed groups sitting on a partition whose LSO is stalled: they cannot read
+    past the open transaction whatever their lag against the HWM says."""
+    out = []
+    for g in groups:
+        p = partitions.get((g.topic, g.partition))
+        if p and p.stalled_since is not None and p.stalled_seconds >= min_stall_seconds:
+            out.append(g)
+    return out
+
+
+# ------------------------------------------------------------------ KIP-664 derived
+@dataclass(frozen=True, slots=True)
+class TxnListing:
+    transactional_id: str
+    producer_id: int
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class TxnDescription:
+    transactional_id: str
+    state: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    start_ms: int
+    partitions: frozenset[TP]
+
+
+@dataclass(frozen=True, slots=True)
+class ActiveProducer:
+    topic: str
+    partition: int
+    producer_id: int
+    producer_epoch: int
+    last_timestamp_ms: int
+    coordinator_epoch: int
+    txn_start_offset: int        # -1: no open transaction on this partition
+
+
+def open_transactions(descriptions: Iterable[TxnDescription], app_of: Callable[[str], str],
+                      now_ms: int) -> list[OpenTransaction]:
+    """Open transactions with age and timeout headroom (start + timeout - now), oldest first."""
+    out = []
+    for d in descriptions:
+        if d.state not in OPEN_STATES:
+            continue
+        known = d.start_ms >= 0
+        age = (now_ms - d.start_ms) / 1000 if known else None
+        headroom = (d.start_ms + d.timeout_ms - now_ms) / 1000 if known else None
+        out.append(OpenTransaction(d.transactional_id, app_of(d.transactional_id), d.producer_id,
+                                   d.producer_epoch, d.state, d.start_ms, d.timeout_ms,
+                                   tuple(sorted(d.partitions)), age, headroom))
+    out.sort(key=lambda t: (t.start_ms < 0, t.start_ms))
+    return out
+
+
+def hanging_candidates(producers: Iterable[ActiveProducer], max_timeout_ms: int,
+                       now_ms: int) -> list[ActiveProducer]:
+    """Producers with an open transaction on a partition whose last write is older than the
+    broker's transaction.max.timeout.ms: the coordinator should have ended it by now."""
+    return [p for p in producers
+            if p.txn_start_offset >= 0 and now_ms - p.last_timestamp_ms > max_timeout_ms]
+
+
+def find_hanging(candidates: Iterable[ActiveProducer], txn_id_of_pid: Mapping[int, str],
+                 descriptions: Mapping[str, TxnDescription], now_ms: int) -> list[HangingTransaction]:
+    """kafka-transactions.sh find-hanging: a candidate hangs when no transactional id maps
+    to its producer id, the coordinator has no description, the description belongs to
+    another producer id, or the described transaction does not include the partition."""
+    out = []
+    for c in candidates:
+        tid = txn_id_of_pid.get(c.producer_id)
+        d = descriptions.get(tid) if tid else None
+        if tid is None:
+            reason = "no_transactional_id"
+        elif d is None:
+            reason = "no_coordinator_state"
+        elif d.producer_id != c.producer_id:
+            reason = "producer_id_mismatch"
+        elif d.state not in OPEN_STATES:
+            reason = "coordinator_not_open"
+        elif (c.topic, c.partition) not in d.partitions:
+            reason = "partition_not_in_transaction"
+        else:
+            continue
+        out.append(HangingTransaction(c.topic, c.partition, c.producer_id, c.producer_epoch,
+                                      c.txn_start_offset, (now_ms - c.last_timestamp_ms) / 1000, tid,
+                                      reason))
+    return out
+
+
+def lso_hanging(partitions: Mapping[TP, PartitionState], threshold_seconds: float) -> list[HangingTransaction]:
+    """Fallback without KIP-664: a partition whose LSO has been stalled longer than the
+    threshold holds a transaction the coordinator should have ended."""
+    return [HangingTransaction(p.topic, p.partition, -1, -1, p.last_stable_offset, p.stalled_seconds,
+                               None, "lso_stalled")
+            for p in partitions.values()
+            if p.stalled_since is not None and p.stalled_seconds >= threshold_seconds]
+
+
+def hanging_threshold_seconds(facts: ClusterFacts, configured: float | None, default_max_ms: int) -> float:
+    if configured is not None:
+        return configured
+    max_ms = facts.transaction_max_timeout_ms or default_max_ms
+    return (max_ms + LATE_TRANSACTION_SLACK_MS) / 1000
+
+
+def epoch_bumps(previous: Mapping[str, tuple[int, int]], current: Iterable[TxnDescription]) -> list[str]:
+    """Transactional ids whose producer epoch rose (same producer id) or whose producer id
+    changed since the last poll. Under transaction version 2 every completion bumps the
+    epoch, so this is a rate of epoch changes, not of fencing."""
+    bumped = []
+    for d in current:
+        prev = previous.get(d.transactional_id)
+        if prev and (prev[0] != d.producer_id or d.producer_epoch > prev[1]):
+            bumped.append(d.transactional_id)
+    return bumped
+
+
+# ------------------------------------------------------------------ config risks
+def config_findings(facts: ClusterFacts, open_txns: Iterable[OpenTransaction] | None,
+                    hanging: Iterable[HangingTransaction],
+                    partitions: Mapping[TP, PartitionState],
+                    groups: Iterable[GroupLag], stall_warning_seconds: float) -> list[Finding]:
+    """Findings a person should act on, most severe first."""
+    out: list[Finding] = []
+    if facts.brokers is not None and facts.transaction_state_log_min_isr is not None and \
+            facts.brokers < facts.transaction_state_log_min_isr:
+        out.append(Finding("critical", "min_isr",
+                           f"{facts.brokers} live broker(s) < transaction.state.log.min.isr="
+                           f"{facts.transaction_state_log_min_isr}: initTransactions and commits will block"))
+    for h in hanging:
+        age = f"{h.age_seconds:.0f}s" if h.age_seconds is not None else "unknown age"
+        who = f" transactional id {h.transactional_id}" if h.transactional_id else ""
+        out.append(Finding("critical", "hanging",
+                           f"hanging transaction on {h.topic}-{h.partition} at offset {h.start_offset} "
+                           f"({age}, {h.reason}){who}: read_committed consumers are blocked"))
+    hanging_tps = {(h.topic, h.partition) for h in hanging}
+    for p in partitions.values():
+        if p.stalled_since is not None and p.stalled_seconds >= stall_warning_seconds and \
+                (p.topic, p.partition) not in hanging_tps:
+            out.append(Finding("warning", "lso_stalled",
+                               f"LSO of {p.topic}-{p.partition} stalled {p.stalled_seconds:.0f}s at "
+                               f"{p.last_stable_offset} ({p.lso_lag} offsets below the HWM)"))
+    max_ms = facts.transaction_max_timeout_ms
+    for t in open_txns or ():
+        if max_ms is not None and t.timeout_ms > max_ms:
+            out.append(Finding("warning", "timeout_above_cap",
+                               f"{t.transactional_id}: transaction.timeout.ms={t.timeout_ms} > broker "
+                               f"transaction.max.timeout.ms={max_ms}"))
+        if t.headroom_seconds is not None and t.headroom_seconds < 0:
+            out.append(Finding("critical", "past_timeout",
+                               f"{t.transactional_id}: open {t.age_seconds:.0f}s, "
+                               f"{-t.headroom_seconds:.0f}s past its {t.timeout_ms} ms timeout"))
+    stalled = {(p.topic, p.partition) for p in partitions.values() if p.stalled_since is not None
+               and p.stalled_seconds >= stall_warning_seconds}
+    for g in groups:
+        if (g.topic, g.partition) in stalled:
+            out.append(Finding("warning", "group_blocked",
+                               f"read_committed group {g.group} on {g.topic}-{g.partition} is behind a "
+                               f"stalled LSO (lag {g.lag_read_committed} vs LSO, {g.lag_read_uncommitted} vs HWM)"))
+    out.sort(key=lambda f: f.severity != "critical")
+    return out

@@ -1,0 +1,214 @@
+"""confluent-kafka I/O for the poller: metadata, ListOffsets in both isolation levels,
+consumer-group offsets, DescribeConfigs and LSO record timestamps. Everything is
+issued as batched futures and bounded by a timeout; errors raise PollError with a cause."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future
+
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec
+
+from .model import ClusterFacts, PartitionOffsets
+
+log = logging.getLogger(__name__)
+
+BROKER_CONFIGS = {
+    "transaction.max.timeout.ms": "transaction_max_timeout_ms",
+    "transactional.id.expiration.ms": "transactional_id_expiration_ms",
+    "producer.id.expiration.ms": "producer_id_expiration_ms",
+    "transaction.state.log.min.isr": "transaction_state_log_min_isr",
+    "transaction.state.log.replication.factor": "transaction_state_log_replication_factor",
+}
+
+
+class PollError(Exception):
+    """A failed poll step; `cause` is a short label for txnwatch_poll_errors_total."""
+
+    def __init__(self, cause: str, message: str) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
+def classify(exc: BaseException) -> str:
+    if isinstance(exc, PollError):
+        return exc.cause
+    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    if isinstance(err, KafkaError):
+        code = err.code()
+        if code in (KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT, KafkaError._TIMED_OUT_QUEUE):
+            return "timeout"
+        if code in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE,
+                    KafkaError.BROKER_NOT_AVAILABLE, KafkaError.NETWORK_EXCEPTION):
+            return "broker_unavailable"
+        if code in (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED,
+                    KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED,
+                    KafkaError.CLUSTER_AUTHORIZATION_FAILED):
+            return "auth"
+        return "kafka_" + (err.name() or str(code)).lower()
+    if isinstance(exc, TimeoutError):
+        return "timeout"
+    return "unexpected"
+
+
+def one_line(exc: BaseException) -> str:
+    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    if isinstance(err, KafkaError):
+        return f"{err.name()}: {err.str()}"
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+class KafkaIO:
+    """One AdminClient (and a lazily created Consumer for LSO timestamps) per cluster."""
+
+    def __init__(self, client_props: dict[str, str], timeout: float) -> None:
+        self.timeout = timeout
+        self._props = dict(client_props)
+        self.admin = AdminClient({**self._props, "socket.connection.setup.timeout.ms": int(timeout * 1000),
+                                  "logger": logging.getLogger("txnwatch.librdkafka")})
+        self._consumer: Consumer | None = None
+        self.requests = 0  # Kafka admin requests issued (benchmarks count them)
+
+    # -- helpers
+    def _wait(self, futures: Iterable[Future], deadline: float) -> None:
+        for f in futures:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise PollError("timeout", f"poll did not finish within {self.timeout:.0f}s")
+            try:
+                f.result(timeout=left)
+            except TimeoutError:
+                raise PollError("timeout", f"poll did not finish within {self.timeout:.0f}s") from None
+
+    def metadata(self, topic_filter: Callable[[str], bool]) -> tuple[int, dict[str, int], list[int]]:
+        """(broker count, {topic: partition count} of selected topics, broker ids)."""
+        self.requests += 1
+        md = self.admin.list_topics(timeout=self.timeout)
+        topics = {name: len(t.partitions) for name, t in md.topics.items()
+                  if t.error is None and topic_filter(name)}
+        return len(md.brokers), topics, sorted(md.brokers)
+
+    def offsets(self, topics: dict[str, int]) -> list[PartitionOffsets]:
+        """HWM and LSO for every partition: two batched ListOffsets calls."""
+        if not topics:
+            return []
+        tps = [TopicPartition(t, p) for t, n in topics.items() for p in range(n)]
+        deadline = time.monotonic() + self.timeout
+        results = {}
+        for iso in (IsolationLevel.READ_UNCOMMITTED, IsolationLevel.READ_COMMITTED):
+            self.requests += 1
+            results[iso] = self.admin.list_offsets({tp: OffsetSpec.latest() for tp in tps},
+                                                   isolation_level=iso, request_timeout=self.timeout)
+        out = []
+        hwm_f, lso_f = results[IsolationLevel.READ_UNCOMMITTED], results[IsolationLevel.READ_COMMITTED]
+        self._wait(list(hwm_f.values()) + list(lso_f.values()), deadline)
+        lso_by = {(tp.topic, tp.partition): f.result().offset for tp, f in lso_f.items()}
+        for tp, f in hwm_f.items():
+            hwm = f.result().offset
+            lso = lso_by.get((tp.topic, tp.partition), hwm)
+            out.append(PartitionOffsets(tp.topic, tp.partition, hwm, min(lso, hwm) if lso >= 0 else hwm))
+        return out
+
+    def group_offsets(self, group_filter: Callable[[str], bool]) -> list[tuple[str, str, int, int]]:
+        """(group, topic, partition, committed offset) for every selected group."""
+        deadline = time.monotonic() + self.timeout
+        self.requests += 1
+        listing = self.admin.list_consumer_groups(request_timeout=self.timeout)
+        self._wait([listing], deadline)
+        groups = sorted(g.group_id for g in listing.result().valid if group_filter(g.group_id))
+        # The API takes one group per request; issue them all at once and wait together.
+        futures: dict[str, Future] = {}
+        for g in groups:
+            self.requests += 1
+            futures.update(self.admin.list_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(g)], request_timeout=self.timeout))
+        self._wait(futures.values(), deadline)
+        out = []
+        for g, f in futures.items():
+            for tp in f.result().topic_partitions or []:
+                if tp.error is None and tp.offset >= 0:
+                    out.append((g, tp.topic, tp.partition, tp.offset))
+        return out
+
+    def configs(self, broker_ids: list[int], topics: Iterable[str]) -> ClusterFacts:
+        """Broker configs that matter to transactions and topic retention.ms, where the broker
+        returns values (some brokers, e.g. Tansu, return none)."""
+        deadline = time.monotonic() + self.timeout
+        values: dict[str, int] = {}
+        if broker_ids:
+            self.requests += 1
+            fs = self.admin.describe_configs([ConfigResource("BROKER", str(broker_ids[0]))],
+                                             request_timeout=self.timeout)
+            self._wait(fs.values(), deadline)
+            for f in fs.values():
+                for name, entry in f.result().items():
+                    if name in BROKER_CONFIGS and entry.value not in (None, ""):
+                        try:
+                            values[BROKER_CONFIGS[name]] = int(entry.value)
+                        except ValueError:
+                            log.warning("broker config %s has a non-integer value %r", name, entry.value)
+        retention: dict[str, int] = {}
+        topic_list = list(topics)
+        if topic_list:
+            self.requests += 1
+            fs = self.admin.describe_configs([ConfigResource("TOPIC", t) for t in topic_list],
+                                             request_timeout=self.timeout)
+            self._wait(fs.values(), deadline)
+            for res, f in fs.items():
+                entry = f.result().get("retention.ms")
+                if entry is not None and entry.value not in (None, ""):
+                    try:
+                        retention[res.name] = int(entry.value)
+                    except ValueError:
+                        pass
+        return ClusterFacts(topic_retention_ms=retention, configs_from_broker=bool(values), **values)
+
+    def record_timestamps(self, wanted: list[tuple[str, int, int]], timeout: float) -> dict[tuple[str, int, int], float]:
+        """Timestamp (unix seconds) of the record at each (topic, partition, offset): at the LSO
+        that is the first record of the oldest open transaction."""
+        if not wanted:
+            return {}
+        if self._consumer is None:
+            props = {k: v for k, v in self._props.items()}
+            props.update({"group.id": "txnwatch-lso-probe", "enable.auto.commit": False,
+                          "isolation.level": "read_uncommitted", "enable.partition.eof": False,
+                          "fetch.wait.max.ms": 50,
+                          "logger": logging.getLogger("txnwatch.librdkafka")})
+            self._consumer = Consumer(props)
+        c = self._consumer
+        c.assign([TopicPartition(t, p, o) for t, p, o in wanted])
+        pending = {(t, p): o for t, p, o in wanted}
+        out: dict[tuple[str, int, int], float] = {}
+        deadline = time.monotonic() + timeout
+        try:
+            while pending and time.monotonic() < deadline:
+                for msg in c.consume(num_messages=len(pending) * 2, timeout=0.2):
+                    if msg.error():
+                        continue
+                    key = (msg.topic(), msg.partition())
+                    want = pending.get(key)
+                    if want is None or msg.offset() < want:
+                        continue
+                    ts_type, ts = msg.timestamp()
+                    if ts > 0:
+                        out[(key[0], key[1], want)] = ts / 1000
+                    del pending[key]
+                    c.incremental_unassign([TopicPartition(key[0], key[1])])
+        finally:
+            c.unassign()
+        return out
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None

@@ -1,0 +1,173 @@
+"""KIP-664 transaction APIs (ListTransactions 66, DescribeTransactions 65,
+DescribeProducers 61) through kafka-python, which implements them (librdkafka does not).
+
+The raw responses are turned into the plain types of `derive` right here, so the
+derivations never see a kafka-python object."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+
+from .derive import ActiveProducer, TxnDescription, TxnListing
+from .kafka_io import PollError
+
+log = logging.getLogger(__name__)
+
+API_KEYS = {"list_transactions": 66, "describe_transactions": 65, "describe_producers": 61}
+DESCRIBE_PRODUCERS_BATCH = 500   # partitions per DescribeProducers round, as the Java tool does
+
+# librdkafka property -> kafka-python KafkaAdminClient keyword
+_PROP_MAP = {
+    "security.protocol": "security_protocol",
+    "sasl.mechanism": "sasl_mechanism",
+    "sasl.mechanisms": "sasl_mechanism",
+    "sasl.username": "sasl_plain_username",
+    "sasl.password": "sasl_plain_password",
+    "ssl.ca.location": "ssl_cafile",
+    "ssl.certificate.location": "ssl_certfile",
+    "ssl.key.location": "ssl_keyfile",
+    "ssl.key.password": "ssl_password",
+    "ssl.crl.location": "ssl_crlfile",
+    "sasl.kerberos.service.name": "sasl_kerberos_service_name",
+    "client.id": "client_id",
+}
+
+
+def kafka_python_config(props: Mapping[str, str], timeout: float) -> dict:
+    """Map the cluster's librdkafka properties onto KafkaAdminClient keywords. Properties
+    without an equivalent are ignored (logged by name only, never by value)."""
+    cfg: dict = {"bootstrap_servers": props["bootstrap.servers"].split(","),
+                 "request_timeout_ms": int(timeout * 1000),
+                 "bootstrap_timeout_ms": int(timeout * 1000),
+                 "client_id": "txnwatch"}
+    unmapped = []
+    for k, v in props.items():
+        if k == "bootstrap.servers":
+            continue
+        if k in _PROP_MAP:
+            cfg[_PROP_MAP[k]] = v
+        elif k == "enable.ssl.certificate.verification":
+            cfg["ssl_check_hostname"] = str(v).lower() == "true"
+        else:
+            unmapped.append(k)
+    if cfg.get("sasl_mechanism", "").upper() == "OAUTHBEARER":
+        token = props.get("sasl.oauthbearer.token")  # static token (tests, short-lived jobs)
+        if token:
+            cfg["sasl_oauth_token_provider"] = _StaticToken(token)
+    if unmapped:
+        log.debug("kafka-python has no equivalent for: %s", ", ".join(sorted(unmapped)))
+    return cfg
+
+
+class _StaticToken:
+    def __init__(self, token: str) -> None:
+        self._token = token
+
+    def token(self) -> str:
+        return self._token
+
+    def __repr__(self) -> str:  # never print the token
+        return "_StaticToken(***)"
+
+
+def capabilities_from_api_versions(api_versions: Mapping[int, object]) -> dict[str, bool]:
+    """Which KIP-664 APIs the broker advertises (ApiVersions keys)."""
+    keys = {int(k) for k in api_versions}
+    return {name: key in keys for name, key in API_KEYS.items()}
+
+
+def listings_from_response(by_broker: Mapping[int, Iterable]) -> list[TxnListing]:
+    out = {}
+    for txns in by_broker.values():
+        for t in txns:
+            state = getattr(t.state, "value", t.state)
+            out[t.transactional_id] = TxnListing(t.transactional_id, int(t.producer_id), str(state))
+    return list(out.values())
+
+
+def descriptions_from_response(by_id: Mapping[str, object]) -> dict[str, TxnDescription]:
+    out = {}
+    for tid, d in by_id.items():
+        state = getattr(d.state, "value", d.state)
+        parts = frozenset((tp.topic, int(tp.partition)) for tp in d.topic_partitions)
+        out[tid] = TxnDescription(tid, str(state), int(d.producer_id), int(d.producer_epoch),
+                                  int(d.transaction_timeout_ms), int(d.transaction_start_time_ms), parts)
+    return out
+
+
+def producers_from_response(by_tp: Mapping[object, object]) -> list[ActiveProducer]:
+    out = []
+    for tp, state in by_tp.items():
+        for p in state.active_producers:
+            out.append(ActiveProducer(tp.topic, int(tp.partition), int(p.producer_id), int(p.producer_epoch),
+                                      int(p.last_timestamp), int(p.coordinator_epoch),
+                                      int(p.current_transaction_start_offset)))
+    return out
+
+
+class TransactionAPI:
+    """Lazily connected kafka-python admin client for the KIP-664 calls."""
+
+    def __init__(self, client_props: Mapping[str, str], timeout: float) -> None:
+        self._props = dict(client_props)
+        self._timeout = timeout
+        self._admin = None
+        self.capabilities: dict[str, bool] | None = None
+
+    def _client(self):
+        if self._admin is None:
+            from kafka.admin import KafkaAdminClient
+            try:
+                self._admin = KafkaAdminClient(**kafka_python_config(self._props, self._timeout))
+            except Exception as exc:  # NoBrokersAvailable, auth errors ...
+                raise PollError("broker_unavailable", f"kafka-python admin: {type(exc).__name__}: {exc}") from None
+        return self._admin
+
+    def detect(self) -> dict[str, bool]:
+        """Ask the broker which APIs it has (ApiVersions) and remember the answer."""
+        self.capabilities = capabilities_from_api_versions(self._client().api_versions())
+        return self.capabilities
+
+    @property
+    def available(self) -> bool:
+        return bool(self.capabilities) and all(self.capabilities.values())
+
+    def list_transactions(self) -> list[TxnListing]:
+        return listings_from_response(self._call("list_transactions"))
+
+    def describe_transactions(self, ids: Iterable[str]) -> dict[str, TxnDescription]:
+        ids = list(ids)
+        return descriptions_from_response(self._call("describe_transactions", ids)) if ids else {}
+
+    def pids_to_ids(self, pids: Iterable[int]) -> dict[int, str]:
+        pids = sorted(set(pids))
+        if not pids:
+            return {}
+        listings = listings_from_response(self._call("list_transactions", producer_id_filters=pids))
+        return {t.producer_id: t.transactional_id for t in listings}
+
+    def describe_producers(self, partitions: list[tuple[str, int]]) -> list[ActiveProducer]:
+        from kafka.structs import TopicPartition
+        out: list[ActiveProducer] = []
+        for i in range(0, len(partitions), DESCRIBE_PRODUCERS_BATCH):
+            batch = [TopicPartition(t, p) for t, p in partitions[i:i + DESCRIBE_PRODUCERS_BATCH]]
+            out.extend(producers_from_response(self._call("describe_producers", batch)))
+        return out
+
+    def _call(self, name: str, *args, **kwargs):
+        try:
+            return getattr(self._client(), name)(*args, **kwargs)
+        except PollError:
+            raise
+        except Exception as exc:
+            self.close()  # reconnect next time
+            raise PollError(f"kip664_{name}", f"{name}: {type(exc).__name__}: {exc}") from None
+
+    def close(self) -> None:
+        if self._admin is not None:
+            try:
+                self._admin.close()
+            except Exception:  # noqa: BLE001 - closing a broken client
+                pass
+            self._admin = None

@@ -1,0 +1,115 @@
+"""Immutable snapshot types. A poll builds one ClusterSnapshot; a scrape renders the last one."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from .health import SourceHealth
+
+TP = tuple[str, int]
+OPEN_STATES = frozenset({"Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence"})
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionOffsets:
+    topic: str
+    partition: int
+    high_watermark: int
+    last_stable_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    """One partition after derivation. `stalled_since` is when the LSO got stuck below the
+    HWM (the timestamp of the first record at the LSO when known, else first observation)."""
+
+    topic: str
+    partition: int
+    high_watermark: int
+    last_stable_offset: int
+    stalled_since: float | None = None
+    stalled_seconds: float = 0.0
+
+    @property
+    def lso_lag(self) -> int:
+        return max(self.high_watermark - self.last_stable_offset, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupLag:
+    group: str
+    topic: str
+    partition: int
+    committed: int
+    lag_read_committed: int      # LSO - committed
+    lag_read_uncommitted: int    # HWM - committed
+
+
+@dataclass(frozen=True, slots=True)
+class OpenTransaction:
+    transactional_id: str
+    app: str
+    producer_id: int
+    producer_epoch: int
+    state: str
+    start_ms: int          # -1 when unknown
+    timeout_ms: int
+    partitions: tuple[TP, ...]
+    age_seconds: float | None
+    headroom_seconds: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class HangingTransaction:
+    topic: str
+    partition: int
+    producer_id: int
+    producer_epoch: int
+    start_offset: int
+    age_seconds: float | None
+    transactional_id: str | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class ClusterFacts:
+    brokers: int | None = None
+    transaction_max_timeout_ms: int | None = None
+    transactional_id_expiration_ms: int | None = None
+    producer_id_expiration_ms: int | None = None
+    transaction_state_log_min_isr: int | None = None
+    transaction_state_log_replication_factor: int | None = None
+    topic_retention_ms: Mapping[str, int] = field(default_factory=dict)
+    configs_from_broker: bool = False   # False: DescribeConfigs gave no values
+
+
+@dataclass(frozen=True)
+class Finding:
+    """Something a person should look at: severity is 'warning' or 'critical'."""
+
+    severity: str
+    kind: str
+    message: str
+
+
+@dataclass(frozen=True)
+class ClusterSnapshot:
+    cluster: str
+    taken_at: float                      # unix time the poll finished
+    poll_seconds: float
+    partitions: Mapping[TP, PartitionState] = field(default_factory=dict)
+    groups: tuple[GroupLag, ...] = ()
+    facts: ClusterFacts = ClusterFacts()
+    open_transactions: tuple[OpenTransaction, ...] | None = None   # None: not observable (no KIP-664)
+    hanging: tuple[HangingTransaction, ...] = ()
+    hanging_method: str = "lso_stall"    # producer_state (KIP-664) | lso_stall
+    epoch_bumps: Mapping[str, int] = field(default_factory=dict)   # app -> monotonic count
+    capabilities: Mapping[str, bool] = field(default_factory=dict)
+    findings: tuple[Finding, ...] = ()
+    health: SourceHealth = SourceHealth("poller")
+
+    @staticmethod
+    def empty(cluster: str) -> ClusterSnapshot:
+        return ClusterSnapshot(cluster, 0.0, 0.0, MappingProxyType({}))

@@ -1,0 +1,114 @@
+"""The small human page: clusters, last poll and errors, oldest open transactions,
+stalled partitions and findings. Rendered from the same in-memory views as /metrics;
+every value is HTML-escaped and no client properties (credentials) are shown."""
+
+from __future__ import annotations
+
+import time
+from html import escape
+
+from .. import __version__
+
+_CSS = """
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1d2330;background:#f5f6f8}
+header{background:#1d2330;color:#fff;padding:14px 28px;display:flex;align-items:baseline;gap:16px}
+header h1{font-size:20px;margin:0}header span{opacity:.7}
+main{padding:18px 28px;max-width:1200px}
+section{background:#fff;border:1px solid #dfe2e8;border-radius:6px;margin:0 0 18px;padding:14px 18px}
+h2{font-size:16px;margin:0 0 10px}
+table{border-collapse:collapse;width:100%}th,td{text-align:left;padding:5px 10px;border-bottom:1px solid #eef0f3}
+th{font-weight:600;color:#5a6272;font-size:12px;text-transform:uppercase;letter-spacing:.03em}
+td.num{text-align:right;font-variant-numeric:tabular-nums}
+.ok{color:#137333;font-weight:600}.bad{color:#c5221f;font-weight:600}.warn{color:#b06000;font-weight:600}
+.pill{display:inline-block;border-radius:10px;padding:1px 8px;font-size:12px;background:#eef0f3}
+.muted{color:#6b7280}a{color:#1a5fb4}
+"""
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    s = abs(seconds)
+    text = f"{s:.0f}s" if s < 120 else f"{s / 60:.1f}m" if s < 7200 else f"{s / 3600:.1f}h"
+    return ("-" if seconds < 0 else "") + text
+
+
+def _when(ts: float | None, now: float) -> str:
+    return "never" if not ts else f"{_age(now - ts)} ago"
+
+
+def render_page(exporter) -> str:
+    now = time.time()
+    out = [f"<!doctype html><html><head><meta charset=utf-8><title>txnwatch</title>"
+           f"<meta name=viewport content='width=device-width'><style>{_CSS}</style></head><body>"
+           f"<header><h1>txnwatch</h1><span>exactly-once Kafka pipelines · v{escape(__version__)}</span>"
+           f"<span style='margin-left:auto'><a style='color:#9ecbff' href='/metrics'>/metrics</a> · "
+           f"<a style='color:#9ecbff' href='/readyz'>/readyz</a></span></header><main>"]
+    # clusters
+    rows = []
+    for name, rt in exporter.clusters.items():
+        for h in rt.sources():
+            state = "<span class=ok>up</span>" if h.up else "<span class=bad>down</span>"
+            err = escape(h.last_error or "") if not h.up else ""
+            stale = ""
+            if not h.up and h.last_success:
+                stale = f"<br><span class=warn>data stale since {_when(h.last_success, now)}</span>"
+            rows.append(f"<tr><td>{escape(name)}</td><td>{escape(h.source)}</td><td>{state}</td>"
+                        f"<td>{_when(h.last_success, now)}</td><td class=num>"
+                        f"{'' if h.last_duration is None else f'{h.last_duration * 1000:.0f} ms'}</td>"
+                        f"<td class=num>{sum(h.errors.values())}</td><td>{err}{stale}</td></tr>")
+    out.append("<section><h2>Clusters</h2><table><tr><th>cluster</th><th>source</th><th>state</th>"
+               "<th>last success</th><th>last poll</th><th>errors</th><th>last error</th></tr>"
+               + "".join(rows) + "</table></section>")
+
+    findings, txns, stalled, notes = [], [], [], []
+    for name, rt in exporter.clusters.items():
+        snap = rt.poller.snapshot
+        if snap is None:
+            continue
+        findings += [(name, f) for f in snap.findings]
+        if snap.open_transactions is not None:
+            txns += [(name, t) for t in snap.open_transactions]
+        stalled += [(name, p) for p in snap.partitions.values() if p.stalled_since is not None]
+        if snap.hanging_method == "lso_stall":
+            notes.append(f"{escape(name)}: the broker lacks the KIP-664 transaction APIs "
+                         "(ListTransactions, DescribeTransactions, DescribeProducers); hanging transactions "
+                         "are detected from stalled last stable offsets instead.")
+        err = rt.poller.kip664_error
+        if err:
+            notes.append(f"{escape(name)}: KIP-664 poll failed: {escape(err)}")
+    sev = {"critical": "bad", "warning": "warn"}
+    out.append("<section><h2>Findings</h2>" + (
+        "<table><tr><th>cluster</th><th>severity</th><th>finding</th></tr>" + "".join(
+            f"<tr><td>{escape(c)}</td><td class={sev.get(f.severity, '')}>{escape(f.severity)}</td>"
+            f"<td>{escape(f.message)}</td></tr>" for c, f in findings[:50]) + "</table>"
+        if findings else "<p class=ok>No findings: no hanging transactions, stalled LSOs or config risks.</p>")
+        + "</section>")
+    txns.sort(key=lambda ct: -(ct[1].age_seconds or 0))
+    out.append("<section><h2>Oldest open transactions</h2>" + (
+        "<table><tr><th>cluster</th><th>app</th><th>transactional id</th><th>state</th><th>age</th>"
+        "<th>timeout</th><th>headroom</th></tr>" + "".join(
+            f"<tr><td>{escape(c)}</td><td>{escape(t.app)}</td><td>{escape(t.transactional_id)}</td>"
+            f"<td>{escape(t.state)}</td><td class=num>{_age(t.age_seconds)}</td>"
+            f"<td class=num>{t.timeout_ms / 1000:.0f}s</td><td class='num "
+            f"{'bad' if (t.headroom_seconds or 0) < 0 else ''}'>{_age(t.headroom_seconds)}</td></tr>"
+            for c, t in txns[:20]) + "</table>"
+        if txns else "<p class=muted>None open, or not observable on this broker (see notes).</p>")
+        + "</section>")
+    stalled.sort(key=lambda cp: -cp[1].stalled_seconds)
+    out.append("<section><h2>Stalled partitions (LSO below HWM)</h2>" + (
+        "<table><tr><th>cluster</th><th>partition</th><th>LSO</th><th>HWM</th><th>LSO lag</th>"
+        "<th>stalled for</th></tr>" + "".join(
+            f"<tr><td>{escape(c)}</td><td>{escape(p.topic)}-{p.partition}</td>"
+            f"<td class=num>{p.last_stable_offset}</td><td class=num>{p.high_watermark}</td>"
+            f"<td class=num>{p.lso_lag}</td><td class=num>{_age(p.stalled_seconds)}</td></tr>"
+            for c, p in stalled[:20]) + "</table>"
+        if stalled else "<p class=ok>Every partition's LSO is at its high watermark.</p>") + "</section>")
+    extra = getattr(exporter, "page_sections", None)
+    if extra:
+        out.extend(extra())
+    if notes:
+        out.append("<section><h2>Notes</h2><ul>" + "".join(f"<li>{n}</li>" for n in notes) + "</ul></section>")
+    out.append(f"<p class=muted>Rendered {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(now))}. "
+               "Scrapes never talk to Kafka: values are from each source's last poll.</p></main></body></html>")
+    return "".join(out)

@@ -1,0 +1,197 @@
+"""The admin poller: one thread per cluster, polling on its own schedule and publishing
+an immutable ClusterSnapshot. Scrapes only read the last published snapshot."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from types import MappingProxyType
+
+from ..apps import AppResolver
+from ..config import ClusterConfig
+from . import derive
+from .health import HealthTracker
+from .kafka_io import KafkaIO, PollError, classify, one_line
+from .kip664 import TransactionAPI
+from .model import ClusterFacts, ClusterSnapshot, PartitionState
+
+log = logging.getLogger(__name__)
+
+CAPABILITY_RECHECK_POLLS = 40
+
+
+class ClusterPoller:
+    """Polls one cluster. `poll_once()` is the whole cycle (also used by `txnwatch check`)."""
+
+    def __init__(self, cfg: ClusterConfig, clock: Callable[[], float] = time.time) -> None:
+        self.cfg = cfg
+        self.clock = clock
+        self.resolver = AppResolver(cfg.app_rules)
+        self.health = HealthTracker("poller")
+        self.io = KafkaIO(cfg.client_properties(), cfg.poll_timeout_seconds)
+        self.txn_api = TransactionAPI(cfg.client_properties(), cfg.poll_timeout_seconds)
+        self.snapshot: ClusterSnapshot | None = None
+        self.polls = 0
+        self._facts = ClusterFacts()
+        self._prev_partitions: dict = {}
+        self._lso_ts: dict[tuple[str, int, int], float] = {}
+        self._prev_epochs: dict[str, tuple[int, int]] = {}
+        self._epoch_bumps: dict[str, int] = {}
+        self._capabilities: dict[str, bool] = {}
+        self._kip664_error: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._failing_since: float | None = None
+        self._consecutive_failures = 0
+
+    # ------------------------------------------------------------------ cycle
+    def poll_once(self) -> ClusterSnapshot:
+        started = time.monotonic()
+        now = self.clock()
+        cfg = self.cfg
+        brokers, topics, broker_ids = self.io.metadata(cfg.topics)
+        offsets = self.io.offsets(topics)
+        partitions = derive.partition_states(offsets, self._prev_partitions, now, self._lso_ts)
+        self._refresh_lso_timestamps(partitions, now)
+        partitions = derive.partition_states(offsets, self._prev_partitions, now, self._lso_ts)
+        committed = self.io.group_offsets(cfg.groups)
+        groups = derive.group_lags(committed, partitions)
+
+        if self.polls % max(cfg.describe_configs_every, 1) == 0:
+            try:
+                self._facts = self.io.configs(broker_ids, topics)
+            except Exception as exc:  # noqa: BLE001 - configs are optional facts
+                self.health.count_error("describe_configs_" + classify(exc))
+                log.info("cluster %s: DescribeConfigs failed (%s); keeping the last values",
+                         cfg.name, one_line(exc))
+        facts = ClusterFacts(**{**self._facts.__dict__, "brokers": brokers})
+
+        open_txns, hanging, method = self._transactions(partitions, facts, now)
+        threshold = derive.hanging_threshold_seconds(facts, cfg.hanging_threshold_seconds,
+                                                     cfg.default_transaction_max_timeout_ms)
+        if method == "lso_stall":
+            hanging = derive.lso_hanging(partitions, threshold)
+        blocked = derive.blocked_groups(groups, partitions, min_stall_seconds=min(threshold, 60))
+        findings = derive.config_findings(facts, open_txns, hanging, partitions, blocked,
+                                          stall_warning_seconds=min(threshold, 60))
+        self._prev_partitions = partitions
+        self.polls += 1
+        return ClusterSnapshot(
+            cluster=cfg.name, taken_at=self.clock(), poll_seconds=time.monotonic() - started,
+            partitions=MappingProxyType(partitions), groups=tuple(groups), facts=facts,
+            open_transactions=None if open_txns is None else tuple(open_txns),
+            hanging=tuple(hanging), hanging_method=method,
+            epoch_bumps=MappingProxyType(dict(self._epoch_bumps)),
+            capabilities=MappingProxyType(dict(self._capabilities)), findings=tuple(findings))
+
+    def _refresh_lso_timestamps(self, partitions: dict[tuple[str, int], PartitionState], now: float) -> None:
+        # Keep only entries for LSOs still stalled; fetch the new ones (one fetch per new LSO).
+        live = {(s.topic, s.partition, s.last_stable_offset) for s in partitions.values()
+                if s.stalled_since is not None}
+        self._lso_ts = {k: v for k, v in self._lso_ts.items() if k in live}
+        wanted = derive.lso_timestamps_needed(partitions, self._lso_ts)
+        if not wanted:
+            return
+        try:
+            got = self.io.record_timestamps(wanted[:1000], timeout=min(2.0, self.cfg.poll_timeout_seconds))
+        except Exception as exc:  # noqa: BLE001 - the stall clock falls back to observation time
+            self.health.count_error("lso_timestamp_" + classify(exc))
+            return
+        self._lso_ts.update(got)
+        for k in wanted[:1000]:
+            self._lso_ts.setdefault(k, now)  # no record readable: remember first observation
+
+    def _transactions(self, partitions, facts: ClusterFacts, now: float):
+        """KIP-664 open and hanging transactions, or (None, [], 'lso_stall') without them."""
+        try:
+            if not self._capabilities or self.polls % CAPABILITY_RECHECK_POLLS == 0:
+                self._capabilities = self.txn_api.detect()
+        except PollError as exc:
+            self._kip664_error = str(exc)
+            self.health.count_error(exc.cause)
+            return None, [], "lso_stall"
+        if not self.txn_api.available:
+            return None, [], "lso_stall"
+        now_ms = int(now * 1000)
+        try:
+            listings = self.txn_api.list_transactions()
+            open_ids = [t.transactional_id for t in listings if t.state in derive.OPEN_STATES]
+            descriptions = self.txn_api.describe_transactions(open_ids)
+            open_txns = derive.open_transactions(descriptions.values(), self.resolver, now_ms)
+            for tid in derive.epoch_bumps(self._prev_epochs, descriptions.values()):
+                app = self.resolver(tid)
+                self._epoch_bumps[app] = self._epoch_bumps.get(app, 0) + 1
+            self._prev_epochs.update({d.transactional_id: (d.producer_id, d.producer_epoch)
+                                      for d in descriptions.values()})
+            if len(self._prev_epochs) > 200_000:
+                self._prev_epochs = {d.transactional_id: (d.producer_id, d.producer_epoch)
+                                     for d in descriptions.values()}
+            # Only partitions with LSO < HWM can hold a hanging transaction.
+            stalled = sorted(tp for tp, s in partitions.items() if s.stalled_since is not None)
+            max_ms = facts.transaction_max_timeout_ms or self.cfg.default_transaction_max_timeout_ms
+            candidates = derive.hanging_candidates(self.txn_api.describe_producers(stalled), max_ms, now_ms)
+            hanging = []
+            if candidates:
+                pid_map = self.txn_api.pids_to_ids(c.producer_id for c in candidates)
+                cand_desc = self.txn_api.describe_transactions(set(pid_map.values()))
+                hanging = derive.find_hanging(candidates, pid_map, cand_desc, now_ms)
+            self._kip664_error = None
+            return open_txns, hanging, "producer_state"
+        except PollError as exc:
+            self._kip664_error = str(exc)
+            self.health.count_error(exc.cause)
+            log.warning("cluster %s: KIP-664 poll failed (%s); falling back to LSO-based detection",
+                        self.cfg.name, exc)
+            return None, [], "lso_stall"
+
+    @property
+    def kip664_error(self) -> str | None:
+        return self._kip664_error
+
+    # ------------------------------------------------------------------ schedule
+    def run_cycle(self) -> None:
+        t0 = time.monotonic()
+        try:
+            snap = self.poll_once()
+        except Exception as exc:  # noqa: BLE001 - a poll never kills the poller
+            self._on_failure(exc, time.monotonic() - t0)
+            return
+        self.snapshot = snap
+        self.health.success(snap.poll_seconds, now=snap.taken_at)
+        if self._failing_since is not None:
+            log.warning("cluster %s: polls recovered after %.0fs (%d failed)", self.cfg.name,
+                        self.clock() - self._failing_since, self._consecutive_failures)
+        self._failing_since, self._consecutive_failures = None, 0
+
+    def _on_failure(self, exc: BaseException, duration: float) -> None:
+        cause, message = classify(exc), one_line(exc)
+        self.health.failure(cause, message, duration)
+        self._consecutive_failures += 1
+        if self._failing_since is None:
+            self._failing_since = self.clock()
+            log.warning("cluster %s: poll failed (%s): %s; serving the last snapshot",
+                        self.cfg.name, cause, message)
+        elif self._consecutive_failures % 20 == 0:
+            log.warning("cluster %s: still failing after %d polls (%s)", self.cfg.name,
+                        self._consecutive_failures, cause)
+        if cause == "unexpected":
+            log.debug("unexpected poll error", exc_info=exc)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            self.run_cycle()
+            self._stop.wait(max(0.0, self.cfg.poll_interval_seconds - (time.monotonic() - started)))
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name=f"poller-{self.cfg.name}", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=self.cfg.poll_timeout_seconds * 4)
+        self.io.close()
+        self.txn_api.close()

@@ -1,0 +1,38 @@
+"""Logging: one line per event, chatty client libraries quietened, secrets scrubbed."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Iterable
+
+
+class SecretFilter(logging.Filter):
+    """Replaces any known secret value in a log line with ***."""
+
+    def __init__(self, secrets: Iterable[str]) -> None:
+        super().__init__()
+        self.secrets = sorted({s for s in secrets if s and len(s) >= 3}, key=len, reverse=True)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not self.secrets:
+            return True
+        msg = record.getMessage()
+        if any(s in msg for s in self.secrets):
+            for s in self.secrets:
+                msg = msg.replace(s, "***")
+            record.msg, record.args = msg, None
+        return True
+
+
+def setup_logging(level: str = "INFO", secrets: Iterable[str] = ()) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(SecretFilter(secrets))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    # kafka-python logs its whole configuration (passwords included) at DEBUG and every
+    # reconnect at INFO; librdkafka and waitress are chatty too.
+    for name in ("kafka", "txnwatch.librdkafka", "waitress.queue"):
+        logging.getLogger(name).setLevel(logging.ERROR if name == "kafka" else logging.WARNING)
