@@ -1,0 +1,561 @@
+"""Prometheus alerting and recording rules for txnwatch, generated from a small config.
+
+`AlertConfig` plays the role of a monitoring mixin's `_config`: thresholds, `for`
+durations, label selectors (including a cluster selector for a Prometheus that holds
+many clusters) and the base URLs of Grafana and the runbooks. `rule_groups(config)`
+builds the rule groups; `generate_alerts(out_dir, config)` writes
+
+- `rules.yml`: a Prometheus rule file (`rule_files:`), and
+- `prometheusrule.yaml`: the same groups as a prometheus-operator PrometheusRule.
+
+Every alert carries `severity`, a `summary`, a `description` quoting the value,
+`runbook_url` (docs/runbooks/<AlertName>.md) and `dashboard_url` (the Grafana panel that
+explains it, `viewPanel=<id>`, with the alert's cluster/query as dashboard variables).
+
+Which series each alert can use, and the limits of what they express, are written
+next to each rule; docs/runbooks/<AlertName>.md says what to do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import textwrap
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from txnwatch.dashboards import ids
+from txnwatch.dashboards.ids import DashboardRef
+
+QUANTILES = ("0.5", "0.95", "0.99")
+FENCING_ERRORS = "PRODUCER_FENCED|_FENCED|INVALID_PRODUCER_EPOCH"
+ABORTED = 'outcome="aborted"'
+COMMITTED = 'outcome="committed"'
+FENCED = f'error=~"{FENCING_ERRORS}"'
+STAT_LAST = 'stat="last"'
+INVALID_TIMEOUT = 'error="INVALID_TRANSACTION_TIMEOUT"'
+READ_UNCOMMITTED = 'isolation="read_uncommitted"'
+FAILED = 'error_class!="none"'
+
+
+@dataclass(frozen=True)
+class AlertConfig:
+    """Thresholds, durations and selectors of the generated rules (a mixin's `_config`).
+
+    Selectors are PromQL label matchers without braces, e.g. `cluster=~"prod-.*"`.
+    Durations are Prometheus duration strings.
+    """
+
+    # -- selectors
+    cluster_selector: str = ""                 # Kafka-side and txnwatch_* series (they carry `cluster`)
+    exporter_job_selector: str = 'job="txnwatch"'   # the scrape job(s) of the exporter, for `up`
+    client_selector: str = ""                  # kafka_producer_* (instrumented producers, Spark sink)
+    spark_selector: str = ""                   # spark_streaming_*
+    # -- links
+    dashboard_base_url: str = "http://localhost:3000"
+    runbook_base_url: str = "https://github.com/txnwatch/txnwatch/blob/main/docs/runbooks"
+    extra_labels: Mapping[str, str] = field(default_factory=dict)   # added to every alert
+    # -- prometheus-operator manifest
+    prometheus_rule_name: str = "txnwatch"
+    prometheus_rule_namespace: str = ""
+    prometheus_rule_labels: Mapping[str, str] = field(
+        default_factory=lambda: {"app.kubernetes.io/name": "txnwatch", "role": "alert-rules"})
+
+    # -- KafkaTransactionHanging
+    hanging_for: str = "2m"
+    lso_stalled_hanging_seconds: float = 600    # LSO stalled this long while the HWM grows
+    hwm_growth_window: str = "10m"
+    # -- KafkaTransactionTimeoutHeadroomLow
+    headroom_low_seconds: float = 5
+    headroom_window: str = "5m"                 # min_over_time window; `for` must exceed it
+    headroom_for: str = "15m"
+    # -- KafkaTransactionAbortRatioHigh (recording window: 5m)
+    abort_ratio: float = 0.10
+    abort_ratio_min_transactions: float = 10    # completed transactions in the 5m window
+    abort_ratio_for: str = "15m"
+    # -- KafkaTransactionFencingPersistent (recording window: 15m)
+    fencing_per_minute: float = 0.1
+    fencing_for: str = "30m"
+    # -- KafkaTransactionCommitLatencyHigh (recording window: 5m)
+    commit_latency_quantile: str = "0.99"       # one of QUANTILES
+    commit_latency_seconds: float = 2.5
+    commit_latency_for: str = "15m"
+    # -- KafkaTransactionalIdNearExpiration
+    id_expiration_headroom_seconds: float = 86400
+    id_expiration_for: str = "15m"
+    # -- KafkaReadCommittedConsumerBlocked
+    blocked_lso_stalled_seconds: float = 300
+    blocked_committed_window: str = "10m"
+    blocked_for: str = "5m"
+    # -- KafkaTransactionStateLogBelowMinIsr
+    min_isr_for: str = "5m"
+    # -- KafkaProducerTransactionTimeoutAboveBrokerCap
+    cap_tolerance_seconds: float = 5            # clock skew between broker and exporter
+    cap_window: str = "15m"
+    cap_for: str = "5m"
+    # -- SparkStreamingQueryStalled
+    spark_stalled_seconds: float = 600
+    spark_stalled_for: str = "2m"
+    spark_idle_window: str = "5m"              # idle queries (QueryIdleEvents) are not stalled
+    # -- SparkStreamingQueryFallingBehind
+    spark_trigger_interval_seconds: float = 60  # default trigger interval of the queries
+    spark_trigger_intervals: Mapping[str, float] = field(default_factory=dict)  # query -> seconds
+    spark_behind_factor: float = 1.0            # mean batch duration > factor * trigger
+    spark_behind_window: str = "10m"
+    spark_behind_for: str = "15m"
+    # -- SparkStreamingQueryFailed
+    spark_failure_window: str = "15m"
+    spark_failed_for: str = "1m"
+    # -- exporter
+    exporter_down_for: str = "5m"
+    source_failing_for: str = "5m"
+
+    def __post_init__(self) -> None:
+        if self.commit_latency_quantile not in QUANTILES:
+            raise ValueError(f"commit_latency_quantile must be one of {QUANTILES}")
+
+    def replace(self, **changes: Any) -> AlertConfig:
+        return dataclasses.replace(self, **changes)
+
+
+# ---------------------------------------------------------------- helpers
+def sel(*matchers: str) -> str:
+    """`{a, b}` from non-empty matchers (and `` when there are none)."""
+    parts = [m for m in matchers if m]
+    return "{" + ", ".join(parts) + "}" if parts else ""
+
+
+def _num(x: float) -> str:
+    return f"{x:g}"
+
+
+def _expr(text: str) -> str:
+    return textwrap.dedent(text).strip()
+
+
+def _signal(expr: str, signal: str) -> str:
+    """Tag one branch of an `or` with a `signal` label (empty-regex label_replace)."""
+    body = textwrap.indent(expr, "  ")
+    return f'label_replace(\n{body},\n  "signal", "{signal}", "__name__", ".*"\n)'
+
+
+def _new_or_increased(metric: str, by: str, window: str) -> str:
+    """A counter that increased within `window`, or appeared within it already above 0
+    (increase() needs two samples, so a series born at 1 would otherwise never count)."""
+    return (f"(sum by ({by}) (increase({metric}[{window}])) > 0)\n"
+            f"or\n"
+            f"((sum by ({by}) ({metric}) > 0) unless sum by ({by}) ({metric} offset {window}))")
+
+
+VAR_CLUSTER = "{{ with $labels.cluster }}&var-cluster={{ . }}{{ end }}"
+VAR_APP = "{{ with $labels.app }}&var-app={{ . }}{{ end }}"
+VAR_QUERY = "{{ with $labels.query }}&var-query={{ . }}{{ end }}"
+
+
+def dashboard_url(cfg: AlertConfig, dash: DashboardRef, key: str, variables: str = VAR_CLUSTER) -> str:
+    return (f"{cfg.dashboard_base_url.rstrip('/')}/d/{dash.uid}/{dash.slug}"
+            f"?viewPanel={ids.panel_id(dash, key)}{variables}")
+
+
+def runbook_url(cfg: AlertConfig, name: str) -> str:
+    return f"{cfg.runbook_base_url.rstrip('/')}/{name}.md"
+
+
+@dataclass(frozen=True)
+class Alert:
+    name: str
+    expr: str
+    for_: str
+    severity: str
+    summary: str
+    description: str
+    dashboard: DashboardRef
+    panel: str
+    variables: str = VAR_CLUSTER
+
+    def rule(self, cfg: AlertConfig) -> dict[str, Any]:
+        return {
+            "alert": self.name,
+            "expr": self.expr,
+            "for": self.for_,
+            "labels": {"severity": self.severity, **dict(cfg.extra_labels)},
+            "annotations": {
+                "summary": self.summary,
+                "description": self.description,
+                "runbook_url": runbook_url(cfg, self.name),
+                "dashboard_url": dashboard_url(cfg, self.dashboard, self.panel, self.variables),
+            },
+        }
+
+
+# ---------------------------------------------------------------- recording rules
+def recording_rules(cfg: AlertConfig) -> dict[str, list[dict[str, Any]]]:
+    """Recording rules per group name (they live in the group of the alerts using them,
+    so an alert sees the value recorded in the same evaluation)."""
+    c = cfg.cluster_selector
+    cl = cfg.client_selector
+    tx = []
+    tx.append({"record": "cluster_app:kafka_transactions:rate5m",
+               "expr": f"sum by (cluster, app) (rate(kafka_transactions_total{sel(c)}[5m]))"})
+    tx.append({"record": "cluster_app:kafka_transactions_abort_ratio:rate5m", "expr": _expr(f"""
+        (
+          sum by (cluster, app) (rate(kafka_transactions_total{sel(ABORTED, c)}[5m]))
+          or
+          0 * sum by (cluster, app) (rate(kafka_transactions_total{sel(c)}[5m]))
+        )
+        / sum by (cluster, app) (rate(kafka_transactions_total{sel(c)}[5m]))""")})
+    tx.append({"record": "app:kafka_producer_transactions:rate5m",
+               "expr": f"sum by (app) (rate(kafka_producer_transactions_total{sel(cl)}[5m]))"})
+    tx.append({"record": "app:kafka_producer_transactions_abort_ratio:rate5m", "expr": _expr(f"""
+        (
+          sum by (app) (rate(kafka_producer_transactions_total{sel(ABORTED, cl)}[5m]))
+          or
+          0 * sum by (app) (rate(kafka_producer_transactions_total{sel(cl)}[5m]))
+        )
+        / sum by (app) (rate(kafka_producer_transactions_total{sel(cl)}[5m]))""")})
+    tx.append({"record": "cluster_app_reason:kafka_transaction_fencing_events:rate15m",
+               "expr": "sum by (cluster, app, reason) "
+                       f"(rate(kafka_transaction_fencing_events_total{sel(c)}[15m]))"})
+    tx.append({"record": "app:kafka_producer_transaction_fencing_errors:rate15m",
+               "expr": "sum by (app) (rate(kafka_producer_transaction_errors_total"
+                       f"{sel(FENCED, cl)}[15m]))"})
+    for q in QUANTILES:
+        tx.append({"record": "cluster_app:kafka_transaction_completion_seconds:histogram_quantile_rate5m",
+                   "expr": f"histogram_quantile({q}, sum by (cluster, app, le) (rate("
+                           f"kafka_transaction_completion_seconds_bucket{sel(COMMITTED, c)}[5m])))",
+                   "labels": {"quantile": q}})
+    for q in QUANTILES:
+        tx.append({"record": "app:kafka_producer_transaction_commit_seconds:histogram_quantile_rate5m",
+                   "expr": f"histogram_quantile({q}, sum by (app, le) (rate("
+                           f"kafka_producer_transaction_commit_seconds_bucket{sel(cl)}[5m])))",
+                   "labels": {"quantile": q}})
+    return {"txnwatch.transactions": tx}
+
+
+# ---------------------------------------------------------------- alerts
+def transaction_alerts(cfg: AlertConfig) -> list[Alert]:
+    c, cl = cfg.cluster_selector, cfg.client_selector
+    T, P = ids.TRANSACTIONS, ids.PARTITIONS
+    out: list[Alert] = []
+
+    # Hanging: three independent signals, tagged with `signal`.
+    past = _signal(f"(min by (cluster, app, transactional_id) "
+                   f"(kafka_transaction_timeout_headroom_seconds{sel(c)}) < 0) * -1", "past_timeout")
+    hanging = _signal(f"sum by (cluster, topic, partition) (kafka_transaction_hanging{sel(c)}) > 0",
+                      "hanging")
+    stalled = _signal(
+        f"(max by (cluster, topic, partition) (kafka_partition_lso_stalled_seconds{sel(c)}) "
+        f"> {_num(cfg.lso_stalled_hanging_seconds)})\n"
+        f"  and on (cluster, topic, partition)\n"
+        f"  (max by (cluster, topic, partition) "
+        f"(delta(kafka_partition_high_watermark{sel(c)}[{cfg.hwm_growth_window}])) > 0)",
+        "lso_stalled")
+    out.append(Alert(
+        "KafkaTransactionHanging", f"{past}\nor\n{hanging}\nor\n{stalled}", cfg.hanging_for, "critical",
+        "A Kafka transaction is hanging on cluster {{ $labels.cluster }}",
+        '{{ if eq $labels.signal "past_timeout" }}'
+        "Transaction {{ $labels.transactional_id }} (app {{ $labels.app }}) has been open "
+        "{{ $value | humanizeDuration }} past its transaction.timeout.ms and the coordinator has not aborted it."
+        '{{ else if eq $labels.signal "hanging" }}'
+        "{{ $value }} hanging transaction(s) on {{ $labels.topic }}-{{ $labels.partition }}: open past "
+        "transaction.max.timeout.ms with no live coordinator state, holding back the last stable offset."
+        "{{ else }}"
+        "The last stable offset of {{ $labels.topic }}-{{ $labels.partition }} has not moved for "
+        "{{ $value | humanizeDuration }} while its high watermark keeps growing: read_committed consumers "
+        "cannot read past an open transaction."
+        "{{ end }}",
+        P, "hanging_table"))
+
+    out.append(Alert(
+        "KafkaTransactionTimeoutHeadroomLow", _expr(f"""
+            min by (cluster, app, transactional_id) (
+              min_over_time(kafka_transaction_timeout_headroom_seconds{sel(c)}[{cfg.headroom_window}])
+            ) < {_num(cfg.headroom_low_seconds)}
+            or
+            min by (app, transactional_id) (
+              min_over_time(kafka_producer_transaction_timeout_headroom_seconds{sel(STAT_LAST, cl)}[{cfg.headroom_window}])
+            ) < {_num(cfg.headroom_low_seconds)}"""),
+        cfg.headroom_for, "warning",
+        "Transactions of {{ $labels.transactional_id }} keep running close to their timeout",
+        "Transactional id {{ $labels.transactional_id }} (app {{ $labels.app }}) came within "
+        "{{ $value | humanizeDuration }} of its transaction.timeout.ms in every "
+        f"{cfg.headroom_window} window for {cfg.headroom_for} "
+        f"(threshold {_num(cfg.headroom_low_seconds)}s). Transactions that reach the timeout are aborted "
+        "and the producer is fenced.",
+        T, "headroom", VAR_CLUSTER + VAR_APP))
+
+    min_tx = _num(cfg.abort_ratio_min_transactions)
+    ratio = _num(cfg.abort_ratio)
+    out.append(Alert(
+        "KafkaTransactionAbortRatioHigh", _expr(f"""
+            (
+              cluster_app:kafka_transactions_abort_ratio:rate5m > {ratio}
+              and on (cluster, app) cluster_app:kafka_transactions:rate5m * 300 >= {min_tx}
+            )
+            or
+            (
+              app:kafka_producer_transactions_abort_ratio:rate5m > {ratio}
+              and on (app) app:kafka_producer_transactions:rate5m * 300 >= {min_tx}
+            )"""),
+        cfg.abort_ratio_for, "warning",
+        "App {{ $labels.app }} aborts {{ $value | humanizePercentage }} of its transactions",
+        "{{ $value | humanizePercentage }} of the transactions of app {{ $labels.app }} "
+        "{{ with $labels.cluster }}on cluster {{ . }} {{ end }}were aborted over the last 5m "
+        f"(threshold {_num(cfg.abort_ratio * 100)}%, at least {min_tx} transactions in 5m).",
+        T, "abort_ratio", VAR_CLUSTER + VAR_APP))
+
+    fpm = _num(cfg.fencing_per_minute)
+    out.append(Alert(
+        "KafkaTransactionFencingPersistent", _expr(f"""
+            cluster_app_reason:kafka_transaction_fencing_events:rate15m * 60 > {fpm}
+            or
+            app:kafka_producer_transaction_fencing_errors:rate15m * 60 > {fpm}"""),
+        cfg.fencing_for, "warning",
+        "Producers of app {{ $labels.app }} are fenced again and again",
+        "App {{ $labels.app }} has been fenced at {{ printf \"%.2f\" $value }} per minute "
+        "{{ with $labels.reason }}(reason {{ . }}) {{ end }}over every 15m window for "
+        f"{cfg.fencing_for} (threshold {fpm}/min). An occasional fence is normal (a restart, a rebalance); "
+        "a steady rate means zombie instances or transactions timing out.",
+        T, "fencing", VAR_CLUSTER + VAR_APP))
+
+    q, lat = cfg.commit_latency_quantile, _num(cfg.commit_latency_seconds)
+    out.append(Alert(
+        "KafkaTransactionCommitLatencyHigh", _expr(f"""
+            cluster_app:kafka_transaction_completion_seconds:histogram_quantile_rate5m{{quantile="{q}"}} > {lat}
+            or
+            app:kafka_producer_transaction_commit_seconds:histogram_quantile_rate5m{{quantile="{q}"}} > {lat}"""),
+        cfg.commit_latency_for, "warning",
+        "Transaction commits of app {{ $labels.app }} are slow",
+        f"p{_num(float(q) * 100)} commit latency of app {{{{ $labels.app }}}} is "
+        "{{ $value | humanizeDuration }} "
+        "({{ if $labels.cluster }}coordinator PrepareCommit to CompleteCommit{{ else }}"
+        "producer commit_transaction() call{{ end }}; "
+        f"threshold {lat}s).",
+        T, "commit_latency", VAR_CLUSTER + VAR_APP))
+
+    out.append(Alert(
+        "KafkaTransactionalIdNearExpiration",
+        f"min by (cluster, app, transactional_id) (kafka_transactional_id_expiration_headroom_seconds{sel(c)})"
+        f" < {_num(cfg.id_expiration_headroom_seconds)}",
+        cfg.id_expiration_for, "warning",
+        "Transactional id {{ $labels.transactional_id }} is close to expiring",
+        "Transactional id {{ $labels.transactional_id }} (app {{ $labels.app }}) has been idle so long that "
+        "it expires in {{ $value | humanizeDuration }} (transactional.id.expiration.ms). The next "
+        "transaction of that producer will fail with InvalidPidMappingException.",
+        T, "expiration_headroom", VAR_CLUSTER + VAR_APP))
+
+    # Cap: the broker rejects a transaction.timeout.ms above transaction.max.timeout.ms at
+    # InitProducerId (INVALID_TRANSACTION_TIMEOUT), so an accepted open transaction normally
+    # never exceeds the cap. What series can show it:
+    #  - rejected: the instrumented producer's INVALID_TRANSACTION_TIMEOUT errors;
+    #  - open_above_cap: an open transaction whose remaining headroom is above the cap
+    #    (headroom <= timeout, so timeout > cap), e.g. after the cap was lowered;
+    #  - client_above_cap: the instrumented producer's timeout - duration above the cap.
+    tol = _num(cfg.cap_tolerance_seconds)
+    rejected = _signal(_new_or_increased(
+        f"kafka_producer_transaction_errors_total{sel(INVALID_TIMEOUT, cl)}",
+        "app, transactional_id", cfg.cap_window), "rejected")
+    open_above = _signal(
+        f"max by (cluster, app, transactional_id) "
+        f"(max_over_time(kafka_transaction_timeout_headroom_seconds{sel(c)}[{cfg.cap_window}]))\n"
+        f"  > on (cluster) group_left ()\n"
+        f"  (max by (cluster) (kafka_broker_transaction_max_timeout_seconds{sel(c)}) + {tol})",
+        "open_above_cap")
+    client_above = _signal(
+        f"max by (app, transactional_id) (max_over_time("
+        f"kafka_producer_transaction_timeout_headroom_seconds{sel(STAT_LAST, cl)}[{cfg.cap_window}]))\n"
+        f"  > scalar(min(kafka_broker_transaction_max_timeout_seconds{sel(c)})) + {tol}",
+        "client_above_cap")
+    out.append(Alert(
+        "KafkaProducerTransactionTimeoutAboveBrokerCap",
+        f"{rejected}\nor\n{open_above}\nor\n{client_above}", cfg.cap_for, "warning",
+        "A producer's transaction.timeout.ms exceeds the broker's transaction.max.timeout.ms",
+        '{{ if eq $labels.signal "rejected" }}'
+        "The broker rejected InitProducerId of {{ $labels.transactional_id }} (app {{ $labels.app }}) "
+        "with INVALID_TRANSACTION_TIMEOUT {{ printf \"%.0f\" $value }} time(s): its transaction.timeout.ms "
+        "is above transaction.max.timeout.ms and the producer cannot start."
+        "{{ else }}"
+        "Transactional id {{ $labels.transactional_id }} (app {{ $labels.app }}) had "
+        "{{ $value | humanizeDuration }} of timeout headroom, more than the broker's "
+        "transaction.max.timeout.ms allows: its transaction.timeout.ms is above the cap."
+        "{{ end }}",
+        T, "timeout_vs_cap", VAR_CLUSTER + VAR_APP))
+    return out
+
+
+def partition_alerts(cfg: AlertConfig) -> list[Alert]:
+    c = cfg.cluster_selector
+    P = ids.PARTITIONS
+    # A read_committed consumer blocked behind a stalled LSO has read everything up to the
+    # LSO (its lag against the LSO is usually 0); what it cannot work off is HWM - committed
+    # (isolation="read_uncommitted" lag). Blocked = that lag > 0, the committed offset not
+    # moving, and the partition's LSO stalled. A read_uncommitted consumer keeps committing
+    # and is not matched.
+    blocked = _expr(f"""
+        max by (cluster, group, topic, partition) (
+          kafka_consumergroup_lag_messages{sel(READ_UNCOMMITTED, c)}
+        ) > 0
+        and on (cluster, group, topic, partition)
+        (
+          max by (cluster, group, topic, partition) (
+            changes(kafka_consumergroup_committed_offset{sel(c)}[{cfg.blocked_committed_window}])
+          ) == 0
+        )
+        and on (cluster, topic, partition)
+        (
+          max by (cluster, topic, partition) (kafka_partition_lso_stalled_seconds{sel(c)})
+          >= {_num(cfg.blocked_lso_stalled_seconds)}
+        )""")
+    return [
+        Alert("KafkaReadCommittedConsumerBlocked", blocked, cfg.blocked_for, "warning",
+              "Group {{ $labels.group }} is blocked behind a stalled last stable offset",
+              "Consumer group {{ $labels.group }} has not committed on {{ $labels.topic }}-{{ $labels.partition }} "
+              f"for {cfg.blocked_committed_window} while the partition's last stable offset has been stalled "
+              f"for at least {_num(cfg.blocked_lso_stalled_seconds)}s; {{{{ printf \"%.0f\" $value }}}} "
+              "message(s) past its position are held back by an open transaction.",
+              P, "blocked_groups"),
+        Alert("KafkaTransactionStateLogBelowMinIsr",
+              f"max by (cluster) (kafka_brokers{sel(c)})\n"
+              f"  < max by (cluster) (kafka_transaction_state_log_min_isr{sel(c)})",
+              cfg.min_isr_for, "critical",
+              "Cluster {{ $labels.cluster }} has fewer brokers than transaction.state.log.min.isr",
+              "Only {{ $value }} live broker(s) on cluster {{ $labels.cluster }}, fewer than "
+              "transaction.state.log.min.isr: the coordinator cannot write __transaction_state, "
+              "initTransactions blocks and commits fail.",
+              P, "brokers_min_isr"),
+    ]
+
+
+def spark_alerts(cfg: AlertConfig) -> list[Alert]:
+    s = cfg.spark_selector
+    S = ids.SPARK
+    stalled = _expr(f"""
+        (
+          time() - max by (query, query_id) (spark_streaming_last_progress_timestamp_seconds{sel(s)})
+          > {_num(cfg.spark_stalled_seconds)}
+        )
+        and on (query, query_id) (max by (query, query_id) (spark_streaming_query_active{sel(s)}) == 1)
+        unless on (query, query_id)
+        (sum by (query, query_id) (increase(spark_streaming_idle_events_total{sel(s)}[{cfg.spark_idle_window}])) > 0)""")
+
+    def mean_batch(extra: str) -> str:
+        w = cfg.spark_behind_window
+        return (f"sum by (query, query_id) (rate(spark_streaming_batch_duration_seconds_sum{sel(s, extra)}[{w}]))\n"
+                f"  / sum by (query, query_id) (rate(spark_streaming_batch_duration_seconds_count{sel(s, extra)}[{w}]))")
+
+    branches = []
+    for name, secs in sorted(cfg.spark_trigger_intervals.items()):
+        branches.append((f'query="{name}"', secs))
+    default_matchers = ", ".join(f'query!="{n}"' for n in sorted(cfg.spark_trigger_intervals))
+    branches.append((default_matchers, cfg.spark_trigger_interval_seconds))
+    behind = "\nor\n".join(
+        f'label_replace(\n  ({mean_batch(m)})\n  > {_num(secs * cfg.spark_behind_factor)},\n'
+        f'  "trigger_interval_seconds", "{_num(secs)}", "__name__", ".*"\n)'
+        for m, secs in branches)
+
+    failed = _new_or_increased(
+        f"spark_streaming_query_terminations_total{sel(FAILED, s)}",
+        "query, query_id, error_class", cfg.spark_failure_window)
+    return [
+        Alert("SparkStreamingQueryStalled", stalled, cfg.spark_stalled_for, "critical",
+              "Spark query {{ $labels.query }} makes no progress",
+              "Active Spark query {{ $labels.query }} ({{ $labels.query_id }}) reported no progress for "
+              "{{ $value | humanizeDuration }} and no idle events either: a micro-batch is stuck "
+              "(a blocked sink, a hanging transaction, lost executors).",
+              S, "last_progress", VAR_QUERY),
+        Alert("SparkStreamingQueryFallingBehind", behind, cfg.spark_behind_for, "warning",
+              "Spark query {{ $labels.query }} is slower than its trigger",
+              "Micro-batches of {{ $labels.query }} take {{ $value | humanizeDuration }} on average over "
+              f"{cfg.spark_behind_window}, longer than its trigger interval of "
+              "{{ $labels.trigger_interval_seconds }}s: the query falls further behind its sources.",
+              S, "batch_vs_trigger", VAR_QUERY),
+        Alert("SparkStreamingQueryFailed", failed, cfg.spark_failed_for, "critical",
+              "Spark query {{ $labels.query }} terminated with an error",
+              "Spark query {{ $labels.query }} ({{ $labels.query_id }}) terminated with error class "
+              "{{ $labels.error_class }} ({{ printf \"%.0f\" $value }} time(s) in the last "
+              f"{cfg.spark_failure_window}).",
+              S, "terminations", VAR_QUERY),
+    ]
+
+
+def exporter_alerts(cfg: AlertConfig) -> list[Alert]:
+    E = ids.EXPORTER
+    job = sel(cfg.exporter_job_selector)
+    return [
+        Alert("TxnwatchExporterDown", f"up{job} == 0\nor\nabsent(up{job})", cfg.exporter_down_for, "critical",
+              "txnwatch exporter is down",
+              "{{ if $labels.instance }}Prometheus has failed to scrape the txnwatch exporter at "
+              "{{ $labels.instance }}{{ else }}Prometheus has no txnwatch scrape target "
+              f"({cfg.exporter_job_selector}){{{{ end }}}} for {cfg.exporter_down_for}: transaction, LSO and "
+              "consumer alerts cannot fire.",
+              E, "scrape_up", ""),
+        Alert("TxnwatchSourceFailing", f"txnwatch_up{sel(cfg.cluster_selector)} == 0",
+              cfg.source_failing_for, "warning",
+              "txnwatch {{ $labels.source }} cannot poll cluster {{ $labels.cluster }}",
+              "The txnwatch {{ $labels.source }} source of cluster {{ $labels.cluster }} "
+              "({{ $labels.instance }}) has failed every poll for "
+              f"{cfg.source_failing_for}; its series are stale. See txnwatch_poll_errors_total by cause.",
+              E, "sources_up"),
+    ]
+
+
+def alerts(cfg: AlertConfig | None = None) -> list[Alert]:
+    cfg = cfg or AlertConfig()
+    return transaction_alerts(cfg) + partition_alerts(cfg) + spark_alerts(cfg) + exporter_alerts(cfg)
+
+
+def rule_groups(cfg: AlertConfig | None = None) -> list[dict[str, Any]]:
+    cfg = cfg or AlertConfig()
+    rec = recording_rules(cfg)
+    groups = [
+        ("txnwatch.transactions", transaction_alerts(cfg)),
+        ("txnwatch.partitions", partition_alerts(cfg)),
+        ("txnwatch.spark", spark_alerts(cfg)),
+        ("txnwatch.exporter", exporter_alerts(cfg)),
+    ]
+    return [{"name": name, "rules": rec.get(name, []) + [a.rule(cfg) for a in alist]}
+            for name, alist in groups]
+
+
+def prometheus_rule(cfg: AlertConfig | None = None) -> dict[str, Any]:
+    cfg = cfg or AlertConfig()
+    meta: dict[str, Any] = {"name": cfg.prometheus_rule_name, "labels": dict(cfg.prometheus_rule_labels)}
+    if cfg.prometheus_rule_namespace:
+        meta["namespace"] = cfg.prometheus_rule_namespace
+    return {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule", "metadata": meta,
+            "spec": {"groups": rule_groups(cfg)}}
+
+
+# ---------------------------------------------------------------- output
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+def _str_rep(dumper: yaml.SafeDumper, data: str) -> yaml.Node:
+    style = "|" if "\n" in data else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+
+_Dumper.add_representer(str, _str_rep)
+
+HEADER = ("# Generated by txnwatch (txnwatch.alerts.rules.generate_alerts); do not edit.\n"
+          "# Regenerate with scripts/regenerate.py.\n")
+
+
+def dump_yaml(obj: Any) -> str:
+    return HEADER + yaml.dump(obj, Dumper=_Dumper, sort_keys=False, width=120, allow_unicode=True)
+
+
+def generate_alerts(out_dir: str | Path, config: AlertConfig | None = None) -> list[Path]:
+    """Write rules.yml (Prometheus rule file) and prometheusrule.yaml into out_dir."""
+    cfg = config or AlertConfig()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rules_path = out / "rules.yml"
+    rules_path.write_text(dump_yaml({"groups": rule_groups(cfg)}))
+    manifest_path = out / "prometheusrule.yaml"
+    manifest_path.write_text(dump_yaml(prometheus_rule(cfg)))
+    return [rules_path, manifest_path]
