@@ -1,0 +1,347 @@
+"""The tap's per-id state machine and its rendering: pure, no I/O, explicit clocks."""
+
+from __future__ import annotations
+
+import gc
+import tracemalloc
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from txnwatch.apps import AppResolver
+from txnwatch.exporter.tap.decoder import TxnLogValue, TxnStatus
+from txnwatch.exporter.tap.render import render_tap
+from txnwatch.exporter.tap.state import TxnLogState
+
+E, ON, PC, PA, CC, CA, DEAD, PEF = range(8)
+T0 = 1_700_000_000_000  # ms
+
+
+def v(status, epoch, *, start=-1, last, timeout=60_000, pid=1000, tv=0, parts=None):
+    version = 1 if tv else 0
+    partitions = parts if parts is not None else ((("orders", (0,)),) if status in (ON, PC, PA) else None)
+    return TxnLogValue(version, pid, epoch, timeout, TxnStatus(status), partitions, last, start,
+                       client_transaction_version=tv)
+
+
+def new_state(**kw):
+    return TxnLogState(AppResolver(), **kw)
+
+
+def play(state, tid, records, counting=True):
+    for value in records:
+        ts = value.last_update_ms if value is not None else T0
+        state.apply(tid, value, ts, ts, counting)
+
+
+def commit_history(epoch=0, start=T0, tv=0, prepare_after=1500, complete_after=1520):
+    bump = 1 if tv >= 2 else 0
+    return [
+        v(E, epoch, last=start - 100, tv=tv),
+        v(ON, epoch, start=start, last=start, tv=tv),
+        v(ON, epoch, start=start, last=start + 10, tv=tv),
+        v(PC, epoch + bump, start=start, last=start + prepare_after, tv=tv),
+        v(CC, epoch + bump, start=start, last=start + complete_after, tv=tv),
+    ]
+
+
+def metrics(state, now_ms, cap=500, idle=True):
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.registry import Collector
+
+    from txnwatch.metrics import FamilyWriter
+
+    view = state.view(state.idle_scan(cap, now_ms) if idle else None, cap=cap)
+    w = FamilyWriter()
+    folded = render_tap(w, "c1", view, now=now_ms / 1000.0)
+    assert not w.invalid
+
+    class _C(Collector):
+        def collect(self):
+            return w.families()
+
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(_C())
+    text = generate_latest(reg).decode()
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out, folded
+
+
+def sample(ms, name, **labels):
+    return ms.get((name, tuple(sorted({"cluster": "c1", **labels}.items()))))
+
+
+def test_commit():
+    st = new_state()
+    play(st, "orders-producer-1", commit_history())
+    ms, _ = metrics(st, T0 + 5000)
+    app = "orders-producer"
+    assert sample(ms, "kafka_transactions_total", app=app, outcome="committed") == 1
+    assert sample(ms, "kafka_transactions_total", app=app, outcome="aborted") == 0
+    assert sample(ms, "kafka_transaction_duration_seconds_count", app=app, outcome="committed") == 1
+    assert sample(ms, "kafka_transaction_duration_seconds_sum", app=app, outcome="committed") == \
+        pytest.approx(1.52)
+    assert sample(ms, "kafka_transaction_duration_seconds_bucket", app=app, outcome="committed",
+                  le="2.5") == 1
+    assert sample(ms, "kafka_transaction_duration_seconds_bucket", app=app, outcome="committed",
+                  le="1.0") == 0
+    assert sample(ms, "kafka_transaction_completion_seconds_sum", app=app, outcome="committed") == \
+        pytest.approx(0.02)
+    assert sample(ms, "kafka_transaction_completion_seconds_bucket", app=app, outcome="committed",
+                  le="0.025") == 1
+    assert sample(ms, "kafka_transaction_fencing_events_total", app=app, reason="timeout") == 0
+    assert sample(ms, "kafka_transaction_fencing_events_total", app=app, reason="new_instance") == 0
+    assert sample(ms, "kafka_transaction_open", app=app) == 0
+    assert sample(ms, "kafka_transactional_ids", app=app) == 1
+
+
+def test_client_abort_is_not_a_fence():
+    st = new_state()
+    play(st, "p-1", [v(E, 3, last=T0), v(ON, 3, start=T0, last=T0),
+                     v(PA, 3, start=T0, last=T0 + 200), v(CA, 3, start=T0, last=T0 + 210)])
+    ms, _ = metrics(st, T0 + 1000)
+    assert sample(ms, "kafka_transactions_total", app="p", outcome="aborted") == 1
+    assert sample(ms, "kafka_transaction_completion_seconds_sum", app="p", outcome="aborted") == \
+        pytest.approx(0.01)
+    assert sample(ms, "kafka_transaction_fencing_events_total", app="p", reason="new_instance") == 0
+    assert sample(ms, "kafka_transaction_timeouts_total", app="p") == 0
+
+
+@pytest.mark.parametrize("tv", [0, 1, 2])
+def test_timeout_abort(tv):
+    st = new_state()
+    fence_bump = 2 if tv >= 2 else 1
+    play(st, "p-1", [v(E, 3, last=T0, tv=tv), v(ON, 3, start=T0, last=T0, timeout=10_000, tv=tv),
+                     # coordinator's check runs after start + timeout
+                     v(PA, 3 + fence_bump, start=T0, last=T0 + 14_000, timeout=10_000, tv=tv),
+                     v(CA, 3 + fence_bump, start=T0, last=T0 + 14_050, timeout=10_000, tv=tv)])
+    ms, _ = metrics(st, T0 + 20_000)
+    assert sample(ms, "kafka_transaction_fencing_events_total", app="p", reason="timeout") == 1
+    assert sample(ms, "kafka_transaction_fencing_events_total", app="p", reason="new_instance") == 0
+    assert sample(ms, "kafka_transaction_timeouts_total", app="p") == 1
+    assert sample(ms, "kafka_transactions_total", app="p", outcome="aborted") == 1
+    assert sample(ms, "kafka_transaction_duration_seconds_sum", app="p", outcome="aborted") == \
+        pytest.approx(14.05)
+
+
+@pytest.mark.parametrize("tv", [0, 1])
+def test_fence_by_new_instance_tv0_tv1(tv):
+    st = new_state()
+    play(st, "p-1", [v(E, 3, last=T0, tv=tv), v(ON, 3, start=T0, last=T0, tv=tv),
+                     # InitProducerId from a new instance 5 s later (timeout 60 s not reached)
+                     v(PA, 4, start=T0, last=T0 + 5000, tv=tv),
+                     v(CA, 4, start=T0, last=T0 + 5010, tv=tv),
+                     v(E, 5, last=T0 + 5100, tv=tv)])   # the new instance's retry
+    ms, _ = metrics(st, T0 + 6000)
+    assert sample(ms, "kafka_transaction_fencing_events_total", app="p", reason="new_instance") == 1
+    assert sample(ms, "kafka_transaction_fencing_events_total", app="p", reason="timeout") == 0
+    assert sample(ms, "kafka_transaction_timeouts_total", app="p") == 0
+    assert sample(ms, "kafka_transactions_total", app="p", outcome="aborted") == 1
+
+
+def test_fence_by_new_instance_tv2_and_no_false_fence_on_completion_bumps():
+    st = new_state()
+    tid = "p-1"
+    history = [v(E, 0, last=T0, tv=2)]
+    e = 0
+    t = T0
+    for _ in range(3):   # three commits and an abort: the epoch bumps each time
+        history += [v(ON, e, start=t, last=t, tv=2), v(PC, e + 1, start=t, last=t + 50, tv=2),
+                    v(CC, e + 1, start=t, last=t + 60, tv=2)]
+        e += 1
+        t += 1000
+    history += [v(ON, e, start=t, last=t, tv=2), v(PA, e + 1, start=t, last=t + 30, tv=2),
+                v(CA, e + 1, start=t, last=t + 40, tv=2)]
+    e += 1
+    t += 1000
+    # empty abort (TV2 allows PrepareAbort from CompleteAbort without partitions)
+    history += [v(PA, e + 1, start=t, last=t, tv=2), v(CA, e + 1, start=t, last=t + 5, tv=2)]
+    e += 1
+    t += 1000
+    play(st, tid, history)
+    ms, _ = metrics(st, t)
+    assert sample(ms, "kafka_transaction_fencing_events_total", app="p", reason="new_instance") == 0
+    assert sample(ms, "kafka_transaction_fencing_events_total", app="p", reason="timeout") == 0
+    assert sample(ms, "kafka_transactions_total", app="p", outcome="committed") == 3
+    assert sample(ms, "kafka_transactions_total", app="p", outcome="aborted") == 2
+    # now a new instance fences an open transaction: fence bump + TV2 completion bump
+    play(st, tid, [v(ON, e, start=t, last=t, tv=2), v(PA, e + 2, start=t, last=t + 3000, tv=2),
+                   v(CA, e + 2, start=t, last=t + 3010, tv=2)])
+    ms, _ = metrics(st, t + 4000)
+    assert sample(ms, "kafka_transaction_fencing_events_total", app="p", reason="new_instance") == 1
+    assert sample(ms, "kafka_transaction_fencing_events_total", app="p", reason="timeout") == 0
+    assert sample(ms, "kafka_transactions_total", app="p", outcome="aborted") == 3
+
+
+def test_prepare_epoch_fence_record_counts_once():
+    st = new_state()
+    play(st, "p-1", [v(ON, 3, start=T0, last=T0), v(PEF, 4, start=T0, last=T0 + 100),
+                     v(PA, 4, start=T0, last=T0 + 100), v(CA, 4, start=T0, last=T0 + 110)])
+    ms, _ = metrics(st, T0 + 1000)
+    assert sample(ms, "kafka_transaction_fencing_events_total", app="p", reason="new_instance") == 1
+    assert sample(ms, "kafka_transactions_total", app="p", outcome="aborted") == 1
+
+
+def test_open_transactions_headroom_and_age():
+    st = new_state()
+    play(st, "a-1", [v(E, 0, last=T0), v(ON, 0, start=T0, last=T0, timeout=60_000)])
+    play(st, "a-2", [v(E, 0, last=T0), v(ON, 0, start=T0 + 10_000, last=T0 + 10_000, timeout=30_000)])
+    play(st, "b-1", [v(E, 0, last=T0), v(ON, 0, start=T0 + 1000, last=T0 + 1000),
+                     v(PC, 0, start=T0 + 1000, last=T0 + 2000)])
+    now = T0 + 25_000
+    ms, folded = metrics(st, now)
+    assert sample(ms, "kafka_transaction_open", app="a") == 2
+    assert sample(ms, "kafka_transaction_open", app="b") == 1
+    assert sample(ms, "kafka_transaction_oldest_open_age_seconds", app="a") == pytest.approx(25.0)
+    assert sample(ms, "kafka_transaction_oldest_open_age_seconds", app="b") == pytest.approx(24.0)
+    assert sample(ms, "kafka_transaction_timeout_headroom_seconds", app="a", transactional_id="a-1") == \
+        pytest.approx(35.0)
+    assert sample(ms, "kafka_transaction_timeout_headroom_seconds", app="a", transactional_id="a-2") == \
+        pytest.approx(15.0)
+    assert folded["kafka_transaction_timeout_headroom_seconds"] == 0
+    # past the timeout: negative headroom
+    ms, _ = metrics(st, T0 + 70_000)
+    assert sample(ms, "kafka_transaction_timeout_headroom_seconds", app="a", transactional_id="a-1") == \
+        pytest.approx(-10.0)
+
+
+def test_cap_folds_per_app_into_other():
+    st = new_state()
+    for i in range(10):
+        play(st, f"a-{i}", [v(ON, 0, start=T0 + i * 1000, last=T0 + i * 1000)])
+    ms, folded = metrics(st, T0 + 20_000, cap=3)
+    ids = {dict(k[1]).get("transactional_id") for k in ms if k[0] == "kafka_transaction_timeout_headroom_seconds"}
+    assert ids == {"a-0", "a-1", "a-2", "__other__"}
+    assert folded["kafka_transaction_timeout_headroom_seconds"] == 7
+    # __other__ carries the minimum headroom of the folded ids (a-3)
+    assert sample(ms, "kafka_transaction_timeout_headroom_seconds", app="a", transactional_id="__other__") \
+        == pytest.approx((T0 + 3000 + 60_000 - (T0 + 20_000)) / 1000)
+
+
+def test_expiration_and_idle_headroom():
+    st = new_state(expiration_ms=3_600_000)
+    play(st, "x-1", commit_history(start=T0))
+    play(st, "x-2", commit_history(start=T0 + 60_000))
+    now = T0 + 600_000
+    ms, _ = metrics(st, now)
+    # x-1 idle since T0 + 1520
+    assert sample(ms, "kafka_transactional_id_expiration_headroom_seconds", app="x", transactional_id="x-1") \
+        == pytest.approx(3600 - (600_000 - 1520) / 1000)
+    assert sample(ms, "kafka_transactional_ids", app="x") == 2
+    play(st, "x-1", [None])
+    ms, _ = metrics(st, now)
+    assert sample(ms, "kafka_transactional_id_expirations_total", app="x") == 1
+    assert sample(ms, "kafka_transactional_ids", app="x") == 1
+    assert "x-1" not in st
+    assert sample(ms, "kafka_transactional_id_expiration_headroom_seconds", app="x", transactional_id="x-1") \
+        is None
+    # a tombstone for an unknown id (or a repeated one) is not counted
+    play(st, "x-1", [None])
+    play(st, "never-seen", [None])
+    ms, _ = metrics(st, now)
+    assert sample(ms, "kafka_transactional_id_expirations_total", app="x") == 1
+
+
+def test_idle_cap_folds():
+    st = new_state()
+    for i in range(6):
+        play(st, f"x-{i}", [v(E, 0, last=T0 + i)])
+    play(st, "y-1", [v(E, 0, last=T0 + 100)])
+    play(st, "z-1", [v(ON, 0, start=T0, last=T0)])   # open: not idle
+    idle = st.idle_scan(2, T0)
+    assert [k[0] for k in idle.kept] == ["x-0", "x-1"]
+    assert idle.folded == 5
+    assert dict(idle.folded_min) == {"x": T0 + 2, "y": T0 + 100}
+
+
+def test_rebuild_does_not_count_history_but_later_records_count():
+    st = new_state()
+    # history, as found in the log at start
+    play(st, "r-1", commit_history(start=T0), counting=False)
+    play(st, "r-2", [v(E, 1, last=T0), v(ON, 1, start=T0, last=T0), v(PA, 2, start=T0, last=T0 + 5000)],
+         counting=False)
+    play(st, "r-3", [v(E, 0, last=T0), None], counting=False)
+    play(st, "r-4", [v(E, 0, last=T0), v(ON, 0, start=T0, last=T0 + 1)], counting=False)
+    ms, _ = metrics(st, T0 + 6000)
+    assert sample(ms, "kafka_transactions_total", app="r", outcome="committed") == 0
+    assert sample(ms, "kafka_transaction_fencing_events_total", app="r", reason="new_instance") == 0
+    assert sample(ms, "kafka_transactional_id_expirations_total", app="r") == 0
+    assert sample(ms, "kafka_transaction_open", app="r") == 2       # r-2 (PrepareAbort), r-4
+    assert sample(ms, "kafka_transactional_ids", app="r") == 3
+    assert ("kafka_transaction_duration_seconds_count",
+            (("app", "r"), ("cluster", "c1"), ("outcome", "committed"))) not in ms
+    # after the rebuild: r-2's completion is counted (it happened after start), r-4 commits
+    play(st, "r-2", [v(CA, 2, start=T0, last=T0 + 5100)])
+    play(st, "r-4", [v(PC, 0, start=T0, last=T0 + 7000), v(CC, 0, start=T0, last=T0 + 7010)])
+    ms, _ = metrics(st, T0 + 8000)
+    assert sample(ms, "kafka_transactions_total", app="r", outcome="aborted") == 1
+    assert sample(ms, "kafka_transactions_total", app="r", outcome="committed") == 1
+    assert sample(ms, "kafka_transaction_completion_seconds_sum", app="r", outcome="aborted") == \
+        pytest.approx(0.1)
+    assert sample(ms, "kafka_transaction_open", app="r") == 0
+
+
+def test_repeated_completion_record_counts_once():
+    st = new_state()
+    h = commit_history()
+    play(st, "d-1", h + [h[-1]])
+    ms, _ = metrics(st, T0 + 5000)
+    assert sample(ms, "kafka_transactions_total", app="d", outcome="committed") == 1
+
+
+def test_dead_record_frees_like_a_tombstone():
+    st = new_state()
+    play(st, "d-1", [v(E, 0, last=T0), v(DEAD, 0, last=T0 + 1)])
+    assert "d-1" not in st and len(st) == 0
+
+
+def test_skipped_and_position_render():
+    st = new_state()
+    st.skip("truncated")
+    st.skip("truncated")
+    st.skip("unknown_value_version")
+    play(st, "a-1", [v(E, 0, last=T0)])
+    ms, _ = metrics(st, T0)
+    assert sample(ms, "txnwatch_tap_records_skipped_total", reason="truncated") == 2
+    assert sample(ms, "txnwatch_tap_records_skipped_total", reason="unknown_value_version") == 1
+    assert sample(ms, "txnwatch_tap_records_applied_total") == 1
+    assert sample(ms, "txnwatch_tap_rebuilt") == 0
+    assert sample(ms, "txnwatch_tap_last_record_timestamp_seconds") == pytest.approx(T0 / 1000)
+
+
+def test_view_is_a_snapshot():
+    st = new_state()
+    play(st, "s-1", commit_history())
+    view = st.view()
+    play(st, "s-1", commit_history(start=T0 + 10_000))
+    assert view.transactions[("s", "committed")] == 1
+    assert view.duration[("s", "committed")].count == 1
+    assert st.view().transactions[("s", "committed")] == 2
+
+
+def test_expired_ids_free_memory():
+    """Churn: ids that expire release their memory (slots are reused). The resolver is a
+    plain function here: AppResolver memoises ids itself (a cache bounded by its size)."""
+    from txnwatch.apps import fallback_app
+
+    st = TxnLogState(fallback_app)
+
+    def churn(n, base):
+        for i in range(n):
+            tid = f"churn-{base + i}"
+            st.apply(tid, v(E, 0, last=T0 + i), T0, T0, True)
+            st.apply(tid, None, T0, T0, True)
+
+    churn(2000, 0)
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    churn(20_000, 10_000)
+    gc.collect()
+    after = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    assert len(st) == 0
+    assert after - before < 50_000, after - before

@@ -1,0 +1,345 @@
+"""Per-transactional-id state machine over the records of __transaction_state (pure).
+
+All time comes in as arguments (record timestamps from the log, `now_ms` from the
+caller); nothing here does I/O or reads a clock, so every history is unit-testable.
+
+What the coordinator writes (checked against Apache Kafka's TransactionMetadata and
+TransactionCoordinator, Kafka 3.x/4.x). Each line is one record, `e` the producer
+epoch, TV the ClientTransactionVersion carried by v1 values (0 for v0 values):
+
+* InitProducerId on an idle id: ``Empty(e+1)`` (start -1, no partitions). Under TV0/1
+  this epoch bump is how a new instance takes over an idle id (no transaction to fence).
+* AddPartitionsToTxn: ``Ongoing(e)`` with start = the update time of the first add
+  (the transaction's start); further adds repeat ``Ongoing`` with the same start.
+* EndTxn from the client: ``PrepareCommit``/``PrepareAbort`` then, once the markers
+  are written, ``CompleteCommit``/``CompleteAbort`` (start kept, last update = the
+  completion time). Under TV0/1 the epoch stays ``e`` throughout. Under TV2 (KIP-890)
+  ``prepareAbortOrCommit`` bumps it: ``Prepare*(e+1)`` and ``Complete*(e+1)`` (or a new
+  producer id with epoch 0 when the epoch is exhausted). So under TV2 an epoch change of
+  one at Prepare* is the normal completion, *not* a fence. TV2 also allows an abort with
+  no partitions added: ``PrepareAbort(e+1)`` straight from Empty/Complete* with
+  start = update time; it is counted as an aborted transaction, never as a fence.
+* Fencing: both the timeout path (``abortTimedOutTransactions``: an Ongoing transaction
+  whose start + timeout < now, checked every 10 s) and InitProducerId from a new
+  instance while a transaction is Ongoing call ``prepareFenceProducerEpoch`` (epoch+1,
+  pending state ``PrepareEpochFence``, which ``completeTransitionTo`` never writes), then
+  end the transaction with an abort that is not from the client. The log shows
+  ``Ongoing(e) -> PrepareAbort(e+1) -> CompleteAbort(e+1)`` under TV0/1, and under TV2
+  ``Ongoing(e) -> PrepareAbort(e+2) -> CompleteAbort(e+2)`` (the fence bump plus the
+  TV2 completion bump; the timeout path uses the server's transaction version).
+  Hence: an Ongoing followed by a PrepareAbort is a fence when the epoch grew by >= 1
+  (TV < 2) or by >= 2 (TV >= 2, the PrepareAbort's version decides, since it is the
+  one the coordinator used for the bump). The fence is a ``timeout`` when the Ongoing
+  transaction's start + timeout was already before the PrepareAbort's update time
+  (strictly: the coordinator needs start + timeout < its clock), otherwise a
+  ``new_instance``. A new instance arriving after the deadline but before the
+  coordinator's 10 s check is counted as a timeout: the transaction had timed out.
+* ``PrepareEpochFence`` (7) and ``Dead`` (6) should never be in the log. If a
+  PrepareEpochFence record shows up after Ongoing, it counts as the fence (with the
+  same timeout rule) and the PrepareAbort that follows is not counted again. Dead is
+  treated like a tombstone.
+* Expiration: the coordinator writes a tombstone (null value) for ids idle (Empty or
+  Complete*) longer than transactional.id.expiration.ms. The id's state is freed.
+
+Counting: while the tap rebuilds state from the compacted log (``counting=False``) only
+current state is built. With ``counting=True`` completions (Complete* after Prepare*),
+their durations (start -> completion) and completion latencies (Prepare* -> Complete*,
+both from the records' last-update timestamps), fences, timeouts and expirations are
+counted. A completion whose Prepare* was seen during the rebuild is still counted when
+its Complete* arrives later: it happened after the tap started.
+
+Memory: per id, one dict entry (id -> slot) and a slot in typed arrays (columns);
+freed slots are reused, so churning ids keeps memory bounded by the peak number of
+live ids.
+"""
+
+from __future__ import annotations
+
+import heapq
+from array import array
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from ...metrics import CATALOG, Histogram
+from .decoder import TxnLogKey, TxnLogValue, TxnStatus
+
+DEFAULT_EXPIRATION_MS = 604_800_000  # transactional.id.expiration.ms default (7 days)
+
+EMPTY, ONGOING, PREPARE_COMMIT, PREPARE_ABORT, COMPLETE_COMMIT, COMPLETE_ABORT, DEAD, \
+    PREPARE_EPOCH_FENCE = range(8)
+_OPEN = frozenset((ONGOING, PREPARE_COMMIT, PREPARE_ABORT, PREPARE_EPOCH_FENCE))
+_PREPARE = frozenset((PREPARE_COMMIT, PREPARE_ABORT, PREPARE_EPOCH_FENCE))
+
+_DURATION_BUCKETS = CATALOG["kafka_transaction_duration_seconds"].buckets
+_COMPLETION_BUCKETS = CATALOG["kafka_transaction_completion_seconds"].buckets
+
+COMMITTED, ABORTED = "committed", "aborted"
+TIMEOUT, NEW_INSTANCE = "timeout", "new_instance"
+
+
+@dataclass(frozen=True, slots=True)
+class OpenTxn:
+    transactional_id: str
+    app: str
+    status: TxnStatus
+    start_ms: int
+    timeout_ms: int
+    producer_id: int
+    producer_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class IdleSummary:
+    """The idle ids with the least expiration headroom (oldest last update), at most
+    `cap`, and per app the oldest last update among the rest (folded)."""
+
+    kept: tuple[tuple[str, str, int], ...] = ()          # (transactional id, app, last update ms)
+    folded_min: Mapping[str, int] = field(default_factory=dict)   # app -> oldest last update
+    folded: int = 0
+    scanned_at_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class TapView:
+    """An immutable snapshot of the tap for rendering (safe to read from any thread)."""
+
+    expiration_ms: int = DEFAULT_EXPIRATION_MS
+    cap: int = 500                       # per-id series cap (the rest fold into __other__)
+    ids_per_app: Mapping[str, int] = field(default_factory=dict)
+    open_txns: tuple[OpenTxn, ...] = ()
+    transactions: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (app, outcome)
+    duration: Mapping[tuple[str, str], Histogram] = field(default_factory=dict)
+    completion: Mapping[tuple[str, str], Histogram] = field(default_factory=dict)
+    fencing: Mapping[tuple[str, str], int] = field(default_factory=dict)       # (app, reason)
+    timeouts: Mapping[str, int] = field(default_factory=dict)
+    expirations: Mapping[str, int] = field(default_factory=dict)
+    idle: IdleSummary = IdleSummary()
+    applied: int = 0
+    skipped: Mapping[str, int] = field(default_factory=dict)                    # reason -> count
+    last_record_timestamp_ms: int | None = None
+    # filled by the source
+    rebuilt: bool = False
+    lag_records: int | None = None
+    partitions: int = 0
+    topic_found: bool = False
+
+
+def _freeze(d: dict) -> Mapping:
+    return MappingProxyType(dict(d))
+
+
+class TxnLogState:
+    """Current state of every transactional id, and the counters derived from changes."""
+
+    def __init__(self, resolver: Callable[[str], str], expiration_ms: int | None = None) -> None:
+        self.resolver = resolver
+        self.expiration_ms = DEFAULT_EXPIRATION_MS if expiration_ms is None else int(expiration_ms)
+        self._slots: dict[str, int] = {}
+        self._tids: list[str | None] = []
+        self._free: list[int] = []
+        # columns, one entry per slot
+        self._status = array("b")
+        self._tv = array("b")
+        self._epoch = array("h")
+        self._timeout = array("i")
+        self._app = array("i")
+        self._pid = array("q")
+        self._start = array("q")
+        self._last = array("q")
+        self._apps: list[str] = []
+        self._app_index: dict[str, int] = {}
+        self._ids_per_app: list[int] = []
+        self._open: dict[int, None] = {}
+        # counters (keys use app names: they outlive the ids)
+        self._transactions: dict[tuple[str, str], int] = {}
+        self._duration: dict[tuple[str, str], Histogram] = {}
+        self._completion: dict[tuple[str, str], Histogram] = {}
+        self._fencing: dict[tuple[str, str], int] = {}
+        self._timeouts: dict[str, int] = {}
+        self._expirations: dict[str, int] = {}
+        self._skipped: dict[str, int] = {}
+        self.applied = 0
+        self.last_record_timestamp_ms: int | None = None
+
+    # ------------------------------------------------------------------ queries
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    def __contains__(self, transactional_id: str) -> bool:
+        return transactional_id in self._slots
+
+    def status_of(self, transactional_id: str) -> TxnStatus | None:
+        s = self._slots.get(transactional_id)
+        return None if s is None else TxnStatus(self._status[s])
+
+    @property
+    def open_count(self) -> int:
+        return len(self._open)
+
+    # ------------------------------------------------------------------ updates
+    def skip(self, reason: str) -> None:
+        """Count a record that could not be decoded."""
+        self._skipped[reason] = self._skipped.get(reason, 0) + 1
+
+    def _app_of(self, tid: str) -> int:
+        name = self.resolver(tid)
+        idx = self._app_index.get(name)
+        if idx is None:
+            idx = len(self._apps)
+            self._apps.append(name)
+            self._app_index[name] = idx
+            self._ids_per_app.append(0)
+        return idx
+
+    def _alloc(self, tid: str) -> int:
+        app = self._app_of(tid)
+        self._ids_per_app[app] += 1
+        if self._free:
+            s = self._free.pop()
+            self._tids[s] = tid
+            self._app[s] = app
+        else:
+            s = len(self._tids)
+            self._tids.append(tid)
+            for col in (self._status, self._tv, self._epoch, self._timeout, self._pid,
+                        self._start, self._last):
+                col.append(0)
+            self._app.append(app)
+        self._slots[tid] = s
+        return s
+
+    def _release(self, tid: str, s: int) -> None:
+        del self._slots[tid]
+        self._tids[s] = None
+        self._open.pop(s, None)
+        self._ids_per_app[self._app[s]] -= 1
+        self._free.append(s)
+
+    def apply(self, key: TxnLogKey | str, value: TxnLogValue | None, record_timestamp_ms: int | None,
+              now_ms: int, counting: bool) -> None:
+        """Apply one record (value None = tombstone). `now_ms` is accepted for symmetry with
+        the rest of the tap; derivations use the records' own timestamps."""
+        tid = key if isinstance(key, str) else key.transactional_id
+        self.applied += 1
+        if record_timestamp_ms is not None:
+            self.last_record_timestamp_ms = record_timestamp_ms
+        s = self._slots.get(tid)
+        if value is None or value.status == DEAD:
+            if s is not None:
+                if counting:
+                    app = self._apps[self._app[s]]
+                    self._expirations[app] = self._expirations.get(app, 0) + 1
+                self._release(tid, s)
+            return
+
+        status = int(value.status)
+        if s is None:
+            s = self._alloc(tid)
+            prev = -1
+        else:
+            prev = self._status[s]
+            if counting:
+                self._derive(s, prev, value, status)
+
+        self._status[s] = status
+        self._tv[s] = max(-128, min(127, value.client_transaction_version))
+        self._epoch[s] = value.producer_epoch
+        self._timeout[s] = value.timeout_ms
+        self._pid[s] = value.producer_id
+        self._start[s] = value.start_ms
+        self._last[s] = value.last_update_ms
+        if status in _OPEN:
+            self._open[s] = None
+        else:
+            self._open.pop(s, None)
+
+    def _derive(self, s: int, prev: int, value: TxnLogValue, status: int) -> None:
+        if status == PREPARE_ABORT or status == PREPARE_EPOCH_FENCE:
+            if prev == ONGOING and value.producer_id == self._pid[s]:
+                bump = value.producer_epoch - self._epoch[s]
+                tv = value.client_transaction_version
+                fenced = status == PREPARE_EPOCH_FENCE or (bump >= 2 if tv >= 2 else bump >= 1)
+                if fenced:
+                    app = self._apps[self._app[s]]
+                    start, timeout = self._start[s], self._timeout[s]
+                    if start >= 0 and start + timeout < value.last_update_ms:
+                        reason = TIMEOUT
+                        self._timeouts[app] = self._timeouts.get(app, 0) + 1
+                    else:
+                        reason = NEW_INSTANCE
+                    k = (app, reason)
+                    self._fencing[k] = self._fencing.get(k, 0) + 1
+            return
+        if status == COMPLETE_COMMIT or status == COMPLETE_ABORT:
+            if prev == status and self._start[s] == value.start_ms:
+                return  # the same completion written again
+            app = self._apps[self._app[s]]
+            k = (app, COMMITTED if status == COMPLETE_COMMIT else ABORTED)
+            self._transactions[k] = self._transactions.get(k, 0) + 1
+            end = value.last_update_ms
+            if value.start_ms >= 0:
+                h = self._duration.get(k)
+                if h is None:
+                    h = self._duration[k] = Histogram(_DURATION_BUCKETS)
+                h.observe(max(0.0, (end - value.start_ms) / 1000.0))
+            if prev in _PREPARE:
+                h = self._completion.get(k)
+                if h is None:
+                    h = self._completion[k] = Histogram(_COMPLETION_BUCKETS)
+                h.observe(max(0.0, (end - self._last[s]) / 1000.0))
+
+    # ------------------------------------------------------------------ snapshots
+    def open_transactions(self) -> tuple[OpenTxn, ...]:
+        out = []
+        for s in self._open:
+            out.append(OpenTxn(self._tids[s], self._apps[self._app[s]], TxnStatus(self._status[s]),
+                               self._start[s], self._timeout[s], self._pid[s], self._epoch[s]))
+        return tuple(out)
+
+    def idle_scan(self, cap: int, now_ms: int | None = None) -> IdleSummary:
+        """The `cap` idle ids closest to expiration, and per app the oldest of the rest.
+
+        O(ids): the source runs it on its own schedule, never per scrape."""
+        last, open_ = self._last, self._open
+        idle = (s for s in self._slots.values() if s not in open_)
+        cap = max(0, cap)
+        kept_slots = heapq.nsmallest(cap, idle, key=last.__getitem__)
+        kept = tuple((self._tids[s], self._apps[self._app[s]], last[s]) for s in kept_slots)
+        folded_min: dict[str, int] = {}
+        folded = 0
+        idle_total = len(self._slots) - len(open_)
+        if idle_total > len(kept_slots):
+            ks = set(kept_slots)
+            mins: dict[int, int] = {}
+            for s in self._slots.values():
+                if s in open_ or s in ks:
+                    continue
+                folded += 1
+                a = self._app[s]
+                v = last[s]
+                m = mins.get(a)
+                if m is None or v < m:
+                    mins[a] = v
+            folded_min = {self._apps[a]: v for a, v in mins.items()}
+        return IdleSummary(kept, MappingProxyType(folded_min), folded, now_ms)
+
+    def view(self, idle: IdleSummary | None = None, cap: int = 500) -> TapView:
+        """An immutable snapshot (counters copied, histograms copied)."""
+        ids_per_app = {self._apps[i]: n for i, n in enumerate(self._ids_per_app) if n > 0}
+        return TapView(
+            expiration_ms=self.expiration_ms,
+            cap=cap,
+            ids_per_app=_freeze(ids_per_app),
+            open_txns=self.open_transactions(),
+            transactions=_freeze(self._transactions),
+            duration=MappingProxyType({k: h.copy() for k, h in self._duration.items()}),
+            completion=MappingProxyType({k: h.copy() for k, h in self._completion.items()}),
+            fencing=_freeze(self._fencing),
+            timeouts=_freeze(self._timeouts),
+            expirations=_freeze(self._expirations),
+            idle=idle if idle is not None else IdleSummary(),
+            applied=self.applied,
+            skipped=_freeze(self._skipped),
+            last_record_timestamp_ms=self.last_record_timestamp_ms,
+        )
