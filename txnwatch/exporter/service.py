@@ -31,7 +31,9 @@ class ClusterRuntime:
             yield self.tap.health()
 
     def ready(self) -> bool:
-        if self.poller.health.view().last_success is None:
+        # Ready after a first successful poll, and not while the cluster is unreachable:
+        # what this exporter would serve then is stale.
+        if not self.poller.health.view().up:
             return False
         return self.tap is None or bool(getattr(self.tap, "rebuilt", True))
 

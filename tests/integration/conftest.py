@@ -1,0 +1,28 @@
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def exporter_factory(tmp_path):
+    """Start `txnwatch serve` child processes; all are stopped at teardown."""
+    from txnwatch.devtools.exporter_proc import ExporterProcess
+
+    started = []
+
+    def start(config: dict, **kwargs) -> ExporterProcess:
+        e = ExporterProcess(config, log_path=tmp_path / f"exporter-{len(started)}.log", **kwargs).start()
+        started.append(e)
+        return e
+
+    yield start
+    for e in started:
+        e.stop()
+
+
+def cluster_config(bootstrap: str, topics: list[str] | None = None, **extra) -> dict:
+    c = {"name": "test", "bootstrap_servers": bootstrap, "poll_interval_seconds": 0.5,
+         "poll_timeout_seconds": 5, **extra}
+    if topics:
+        c["topics"] = {"include": [t.replace(".", r"\.") for t in topics]}
+    return {"clusters": [c]}

@@ -1,0 +1,113 @@
+"""Run `txnwatch serve` as a child process and read its /metrics (tests, demo, benchmarks)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from .net import free_port, wait_for
+
+
+def parse_metrics(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """{(sample name, sorted label items): value} from Prometheus text format."""
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+class Metrics(dict):
+    """Parsed samples with a small query helper."""
+
+    def get_value(self, name: str, **labels) -> float | None:
+        want = {k: str(v) for k, v in labels.items()}
+        for (n, lbls), v in self.items():
+            if n == name and all(dict(lbls).get(k) == val for k, val in want.items()):
+                return v
+        return None
+
+    def select(self, name: str, **labels) -> list[tuple[dict, float]]:
+        want = {k: str(v) for k, v in labels.items()}
+        return [(dict(lbls), v) for (n, lbls), v in self.items()
+                if n == name and all(dict(lbls).get(k) == val for k, val in want.items())]
+
+
+class ExporterProcess:
+    def __init__(self, config: dict, port: int | None = None, env: dict | None = None,
+                 log_path: str | os.PathLike | None = None, extra_args: list[str] | None = None) -> None:
+        self.port = port or free_port()
+        config = {**config, "http": {**config.get("http", {}), "host": "127.0.0.1", "port": self.port}}
+        self._dir = tempfile.mkdtemp(prefix="txnwatch-exporter-")
+        self.config_path = Path(self._dir) / "txnwatch.yaml"
+        self.config_path.write_text(yaml.safe_dump(config))
+        self.log_path = Path(log_path) if log_path else Path(self._dir) / "exporter.log"
+        self._env = {**os.environ, **(env or {})}
+        self._extra = extra_args or []
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 30) -> ExporterProcess:
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "txnwatch.cli", "serve", "--config",
+                                      str(self.config_path), *self._extra],
+                                     stdout=log, stderr=subprocess.STDOUT, env=self._env,
+                                     start_new_session=True)
+        wait_for(lambda: self.proc.poll() is not None or self.get("/healthz")[0] == 200, timeout,
+                 what=f"exporter /healthz on {self.url}")
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"exporter exited {self.proc.returncode}: {self.log()[-3000:]}")
+        return self
+
+    def get(self, path: str, headers: dict | None = None, timeout: float = 5) -> tuple[int, str]:
+        req = urllib.request.Request(self.url + path, headers=headers or {})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+        except OSError:
+            return 0, ""
+
+    def metrics(self) -> Metrics:
+        status, body = self.get("/metrics")
+        if status != 200:
+            raise RuntimeError(f"/metrics answered {status}")
+        return Metrics(parse_metrics(body))
+
+    def wait_metric(self, predicate, timeout: float = 30, what: str = "metric condition") -> Metrics:
+        """Wait until predicate(metrics) is truthy; returns those metrics."""
+        box: list[Metrics] = []
+
+        def cond():
+            m = self.metrics()
+            if predicate(m):
+                box.append(m)
+                return True
+            return False
+
+        wait_for(cond, timeout, interval=0.2, what=what)
+        return box[0]
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, sig)
+            self.proc.wait(15)
+
+    def stop(self) -> None:
+        self.kill(signal.SIGTERM)
