@@ -69,3 +69,12 @@ def serve(port: int, host: str = "0.0.0.0", state: SparkQueryState | None = None
     registry.register(SparkStateCollector(state))
     server, thread = start_http_server(port, addr=host, registry=registry)
     return MetricsServer(server, thread, state, registry)
+
+
+def render_text(state: SparkQueryState, include_self: bool = True) -> str:
+    """The Prometheus text exposition of `state` (what a scrape of serve() returns)."""
+    from prometheus_client import generate_latest
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SparkStateCollector(state, include_self=include_self))
+    return generate_latest(registry).decode()
