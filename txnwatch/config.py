@@ -216,7 +216,10 @@ class _Parser:
                 raise self.err(f"{key}.{k}", "librdkafka properties are scalar values")
             out[k] = str(v).lower() if isinstance(v, bool) else str(v)
             if _REF_RE.match(out[k]):
-                resolve_secret(out[k])  # fail early if the env var/file is missing
+                try:
+                    resolve_secret(out[k])  # fail early if the env var/file is missing
+                except ConfigError as exc:
+                    raise self.err(f"{key}.{k}", str(exc).split(": ", 2)[-1]) from None
         if "bootstrap.servers" in out:
             raise self.err(f"{key}.bootstrap.servers", "set bootstrap_servers on the cluster instead")
         return out

@@ -129,8 +129,9 @@ def test_broker_down_at_start_then_dies_mid_run_is_survived(tmp_path, unique, ex
             assert exp.get("/healthz")[0] == 200
             status, page = exp.get("/")
             assert status == 200 and "down" in page and "stale since" in page
-            m = exp.wait_metric(lambda m: (m.get_value("txnwatch_poll_errors_total", source="poller") or 0)
-                                > before, what="errors to be counted")
+            m = exp.wait_metric(lambda m, before=before: (m.get_value("txnwatch_poll_errors_total",
+                                                                      source="poller") or 0) > before,
+                                what="errors to be counted")
             b.start()
             create_topics(b.bootstrap, [topic])
             exp.wait_metric(lambda m: m.get_value("txnwatch_up", source="poller") == 1

@@ -1,0 +1,69 @@
+from types import MappingProxyType
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+from txnwatch.apps import AppResolver, fold_ids
+from txnwatch.devtools.exporter_proc import Metrics, parse_metrics
+from txnwatch.exporter import derive
+from txnwatch.exporter.collector import ExporterCollector, render_snapshot
+from txnwatch.exporter.derive import TxnDescription
+from txnwatch.exporter.model import ClusterFacts, ClusterSnapshot, HangingTransaction, PartitionState
+
+
+def scrape(parts) -> Metrics:
+    reg = CollectorRegistry()
+    reg.register(ExporterCollector(parts))
+    return Metrics(parse_metrics(generate_latest(reg).decode()))
+
+
+def snapshot(n_txns=3):
+    parts = {("t", 0): PartitionState("t", 0, 10, 4, 0.0, 50.0), ("t", 1): PartitionState("t", 1, 7, 7)}
+    descs = [TxnDescription(f"app-x-{i}", "Ongoing", i, 0, 60_000, 1000 * i, frozenset()) for i in range(n_txns)]
+    txns = derive.open_transactions(descs, AppResolver(), now_ms=100_000)
+    return ClusterSnapshot("c1", 1.0, 0.1, MappingProxyType(parts), (), ClusterFacts(brokers=3),
+                           tuple(txns), (HangingTransaction("t", 0, 1, 0, 4, 50.0, None, "lso_stalled"),))
+
+
+def test_render_partitions_and_transactions():
+    m = scrape([("s", lambda w: render_snapshot(w, snapshot(), "partition", 500))])
+    assert m.get_value("kafka_partition_lso_lag_messages", cluster="c1", topic="t", partition=0) == 6
+    assert m.get_value("kafka_partition_lso_stalled_seconds", partition=0) == 50
+    assert m.get_value("kafka_transaction_hanging", partition=0) == 1
+    assert m.get_value("kafka_transaction_hanging", partition=1) == 0
+    assert m.get_value("kafka_transaction_open", app="app-x") == 3
+    assert m.get_value("kafka_transaction_oldest_open_age_seconds", app="app-x") == 100
+    assert m.get_value("kafka_transaction_timeout_headroom_seconds", transactional_id="app-x-0") == -40
+    assert m.get_value("kafka_brokers") == 3
+
+
+def test_id_cap_folds_into_other_and_topic_granularity():
+    snap = snapshot(n_txns=5)
+    folded = []
+    m = scrape([("s", lambda w: folded.append(render_snapshot(w, snap, "topic", 2)))])
+    ids = sorted(lbl["transactional_id"] for lbl, _ in m.select("kafka_transaction_timeout_headroom_seconds"))
+    assert ids == ["__other__", "app-x-0", "app-x-1"] and folded == [3]
+    assert m.get_value("kafka_transaction_timeout_headroom_seconds", transactional_id="__other__") == -38
+    assert m.get_value("kafka_partition_lso_lag_messages", topic="t", partition="all") == 6
+    assert m.get_value("kafka_partition_high_watermark", topic="t", partition="all") == 17
+
+
+def test_a_broken_part_or_value_never_fails_the_scrape():
+    def broken(w):
+        raise RuntimeError("boom")
+
+    def bad_value(w):
+        w.add("kafka_brokers", {"cluster": "c"}, float("nan"))
+        w.add("kafka_brokers", {"cluster": "d"}, "many")
+        w.add("kafka_brokers", {}, 1)  # missing label
+        w.add("kafka_brokers", {"cluster": "ok"}, 2)
+
+    m = scrape([("broken", broken), ("bad", bad_value)])
+    assert m.get_value("kafka_brokers", cluster="ok") == 2
+    assert m.get_value("txnwatch_series_dropped_total", metric="broken", reason="render_error") == 1
+    assert m.get_value("txnwatch_series_dropped_total", metric="kafka_brokers", reason="invalid_value") == 3
+    assert m.get_value("txnwatch_build_info") == 1
+
+
+def test_fold_ids_keeps_lowest_values():
+    kept, n = fold_ids([("a", "1", 5.0), ("a", "2", 1.0), ("b", "3", 3.0), ("b", "4", 4.0)], cap=1)
+    assert n == 3 and kept == [("a", "2", 1.0), ("b", "__other__", 3.0), ("a", "__other__", 5.0)]

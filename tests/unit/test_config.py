@@ -1,0 +1,117 @@
+import subprocess
+import sys
+
+import pytest
+
+from txnwatch.config import ConfigError, load_config, redacted
+
+
+def write(tmp_path, text, name="txnwatch.yaml"):
+    p = tmp_path / name
+    p.write_text(text)
+    return str(p)
+
+
+def test_precedence_flags_over_env_over_file(tmp_path):
+    path = write(tmp_path, """
+clusters:
+  - name: prod
+    bootstrap_servers: file:9092
+    poll_interval_seconds: 30
+http: {port: 9999}
+""")
+    cfg = load_config({"config": path}, env={})
+    assert cfg.clusters[0].bootstrap_servers == "file:9092" and cfg.http.port == 9999
+    cfg = load_config({"config": path}, env={"TXNWATCH_BOOTSTRAP_SERVERS": "env:9092", "TXNWATCH_PORT": "8000"})
+    assert cfg.clusters[0].bootstrap_servers == "env:9092" and cfg.http.port == 8000
+    assert cfg.clusters[0].poll_interval_seconds == 30  # untouched file value survives
+    cfg = load_config({"config": path, "bootstrap_servers": "flag:9092", "port": 7000},
+                      env={"TXNWATCH_BOOTSTRAP_SERVERS": "env:9092", "TXNWATCH_PORT": "8000"})
+    assert cfg.clusters[0].bootstrap_servers == "flag:9092" and cfg.http.port == 7000
+    assert [c.name for c in cfg.clusters] == ["prod"]
+
+
+def test_flags_add_a_named_cluster_to_a_multi_cluster_file(tmp_path):
+    path = write(tmp_path, """
+clusters:
+  - {name: a, bootstrap_servers: "a:1"}
+  - {name: b, bootstrap_servers: ["b:1", "b:2"]}
+""")
+    cfg = load_config({"config": path, "bootstrap_servers": "c:1", "cluster_name": "c"}, env={})
+    assert [(c.name, c.bootstrap_servers) for c in cfg.clusters] == [("a", "a:1"), ("b", "b:1,b:2"), ("c", "c:1")]
+
+
+def test_defaults():
+    cfg = load_config({"bootstrap_servers": "x:1"}, env={})
+    c = cfg.clusters[0]
+    assert (c.name, c.poll_interval_seconds, c.max_transactional_id_series, c.granularity) == \
+        ("default", 15.0, 500, "partition")
+    assert cfg.http.port == 10129
+    assert not c.topics("__consumer_offsets") and c.topics("orders")
+
+
+@pytest.mark.parametrize("text,key", [
+    ("clusters: [{name: a, bootstrap_servers: x, pol_interval: 3}]", "clusters[0].pol_interval"),
+    ("clusters: [{name: a, bootstrap_servers: x, poll_interval_seconds: abc}]", "clusters[0].poll_interval_seconds"),
+    ("clusters: [{name: a, bootstrap_servers: x, poll_interval_seconds: -1}]", "clusters[0].poll_interval_seconds"),
+    ("clusters: [{name: a, bootstrap_servers: x, app_rules: [{match: '(', app: x}]}]",
+     "clusters[0].app_rules[0].match"),
+    ("clusters: [{name: a, bootstrap_servers: x, app_rules: [{match: 'a', app: '\\\\2'}]}]",
+     "clusters[0].app_rules[0].app"),
+    ("clusters: [{name: a, bootstrap_servers: x, topics: {include: ['[']}}]", "clusters[0].topics.include[0]"),
+    ("clusters: [{name: a, bootstrap_servers: x, granularity: broker}]", "clusters[0].granularity"),
+    ("clusters: [{name: a, bootstrap_servers: x, transaction_log_tap: maybe}]", "clusters[0].transaction_log_tap"),
+    ("clusters: [{name: a, bootstrap_servers: x, client: {sasl.password: '${env:NOPE_NOT_SET}'}}]",
+     "clusters[0].client.sasl.password"),
+    ("clusters: [{name: a, bootstrap_servers: x}, {name: a, bootstrap_servers: y}]", "clusters"),
+    ("clusters: [{name: a}]", "clusters[0].bootstrap_servers"),
+    ("http: {port: 70000}", "http.port"),
+    ("clusters: {a: 1}", "clusters"),
+    ("log_level: LOUD", "log_level"),
+    ("surprise: 1", "surprise"),
+    ("clusters: [1", "(yaml)"),
+])
+def test_bad_config_names_key_and_file(tmp_path, text, key):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as exc:
+        load_config({"config": path}, env={})
+    assert exc.value.key == key
+    assert path in str(exc.value) and key in str(exc.value)
+
+
+def test_bad_config_exits_2_from_the_cli(tmp_path):
+    path = write(tmp_path, "clusters: [{name: a, bootstrap_servers: x, poll_interval_seconds: soon}]")
+    out = subprocess.run([sys.executable, "-m", "txnwatch.cli", "serve", "--config", path],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2
+    assert "clusters[0].poll_interval_seconds" in out.stderr and path in out.stderr
+
+
+def test_no_cluster_is_an_error():
+    with pytest.raises(ConfigError) as exc:
+        load_config({}, env={})
+    assert exc.value.key == "clusters"
+
+
+def test_secret_references_resolve_and_are_redacted(tmp_path, monkeypatch):
+    secret_file = tmp_path / "pw"
+    secret_file.write_text("s3cr3t-from-file\n")
+    monkeypatch.setenv("KAFKA_PW", "s3cr3t-from-env")
+    path = write(tmp_path, f"""
+clusters:
+  - name: a
+    bootstrap_servers: x:1
+    client:
+      security.protocol: SASL_SSL
+      sasl.mechanism: SCRAM-SHA-512
+      sasl.username: svc
+      sasl.password: ${{env:KAFKA_PW}}
+      ssl.key.password: ${{file:{secret_file}}}
+""")
+    c = load_config({"config": path}, env={}).clusters[0]
+    props = c.client_properties()
+    assert props["sasl.password"] == "s3cr3t-from-env" and props["ssl.key.password"] == "s3cr3t-from-file"
+    shown = c.redacted_client()
+    assert shown["sasl.password"] == "***" and shown["ssl.key.password"] == "***" and shown["sasl.username"] == "svc"
+    assert "s3cr3t" not in repr(c)  # references, not values, live in the config object
+    assert redacted({"sasl.oauthbearer.client.secret": "x"}) == {"sasl.oauthbearer.client.secret": "***"}

@@ -1,0 +1,71 @@
+"""The KIP-664 path on the parsed responses' shapes (kafka-python's own result types)."""
+
+from kafka.admin._transactions import (
+    PartitionProducerState,
+    ProducerState,
+    TransactionDescription,
+    TransactionListing,
+    TransactionState,
+)
+from kafka.structs import TopicPartition
+
+from txnwatch.apps import AppResolver
+from txnwatch.exporter import derive
+from txnwatch.exporter.kip664 import (
+    capabilities_from_api_versions,
+    descriptions_from_response,
+    kafka_python_config,
+    listings_from_response,
+    producers_from_response,
+)
+
+
+def test_capabilities():
+    assert capabilities_from_api_versions({0: (0, 9), 61: (0, 0), 65: (0, 0), 66: (0, 1)}) == \
+        {"list_transactions": True, "describe_transactions": True, "describe_producers": True}
+    assert capabilities_from_api_versions({0: (0, 9), 3: (0, 12)}) == \
+        {"list_transactions": False, "describe_transactions": False, "describe_producers": False}
+
+
+def test_end_to_end_derivation_from_response_shapes():
+    now = 10_000_000
+    listings = listings_from_response({
+        1: [TransactionListing("orders-7f3a2c1e-1111-2222-3333-444455556666-0", 1001, TransactionState.ONGOING),
+            TransactionListing("idle-writer", 1002, TransactionState.COMPLETE_COMMIT)],
+        2: [TransactionListing("flink-sink-3-77", 1003, TransactionState.PREPARE_COMMIT)]})
+    assert {(t.transactional_id, t.state) for t in listings} == {
+        ("orders-7f3a2c1e-1111-2222-3333-444455556666-0", "Ongoing"), ("idle-writer", "CompleteCommit"),
+        ("flink-sink-3-77", "PrepareCommit")}
+    descs = descriptions_from_response({
+        "orders-7f3a2c1e-1111-2222-3333-444455556666-0": TransactionDescription(
+            1, TransactionState.ONGOING, 1001, 4, 60_000, now - 75_000,
+            {TopicPartition("orders", 0), TopicPartition("orders", 3)}),
+        "flink-sink-3-77": TransactionDescription(2, TransactionState.PREPARE_COMMIT, 1003, 0, 900_000, now - 1_000,
+                                                  {TopicPartition("out", 1)})})
+    txns = derive.open_transactions(descs.values(), AppResolver(), now)
+    assert [(t.app, t.age_seconds, t.headroom_seconds) for t in txns] == [("orders", 75, -15), ("flink-sink", 1, 899)]
+    assert txns[0].partitions == (("orders", 0), ("orders", 3))
+
+    producers = producers_from_response({
+        TopicPartition("orders", 0): PartitionProducerState([ProducerState(1001, 4, 10, now - 1_200_000, 3, 500)]),
+        TopicPartition("orders", 1): PartitionProducerState([ProducerState(4242, 0, 3, now - 1_200_000, 3, 77),
+                                                             ProducerState(5, 0, 3, now - 1_200_000, 3, -1)])})
+    cands = derive.hanging_candidates(producers, 900_000, now)
+    assert {(c.topic, c.partition, c.producer_id) for c in cands} == {("orders", 0, 1001), ("orders", 1, 4242)}
+    hanging = derive.find_hanging(cands, {1001: "orders-7f3a2c1e-1111-2222-3333-444455556666-0"}, descs, now)
+    assert [(h.topic, h.partition, h.start_offset, h.reason) for h in hanging] == [
+        ("orders", 1, 77, "no_transactional_id")]
+
+
+def test_kafka_python_config_maps_security_settings():
+    cfg = kafka_python_config({"bootstrap.servers": "a:1,b:2", "security.protocol": "SASL_SSL",
+                               "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "u", "sasl.password": "p",
+                               "ssl.ca.location": "/ca.pem", "linger.ms": "5"}, timeout=5)
+    assert cfg["bootstrap_servers"] == ["a:1", "b:2"]
+    assert (cfg["security_protocol"], cfg["sasl_mechanism"], cfg["sasl_plain_username"],
+            cfg["sasl_plain_password"], cfg["ssl_cafile"]) == ("SASL_SSL", "SCRAM-SHA-256", "u", "p", "/ca.pem")
+    assert "linger.ms" not in cfg and "linger_ms" not in cfg
+    oauth = kafka_python_config({"bootstrap.servers": "a:1", "sasl.mechanism": "OAUTHBEARER",
+                                 "sasl.oauthbearer.token": "tok123"}, timeout=5)
+    assert oauth["sasl_oauth_token_provider"].token() == "tok123"
+    assert "tok123" not in repr(oauth)
