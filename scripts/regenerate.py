@@ -1,0 +1,54 @@
+#!/usr/bin/env python
+"""Regenerate the committed deployment files under deploy/ (or --out DIR):
+
+deploy/grafana/dashboards/*.json             txnwatch.dashboards.generate_dashboards
+deploy/grafana/provisioning/{datasources,dashboards}/txnwatch.yaml
+deploy/prometheus/rules.yml, prometheusrule.yaml   txnwatch.alerts.generate_alerts
+deploy/prometheus/prometheus.yml             a sample scrape config loading rules.yml
+
+tests/unit/test_deploy_drift.py regenerates into a temporary directory and fails when
+the committed files differ.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+SAMPLE_HEADER = ("# Sample Prometheus config for txnwatch (scripts/regenerate.py); adapt targets and\n"
+                 "# alertmanagers. The job name must match AlertConfig.exporter_job_selector.\n")
+
+
+def regenerate(deploy_dir: str | Path) -> list[Path]:
+    from txnwatch.alerts import generate_alerts
+    from txnwatch.alerts.rules import dump_yaml, prometheus_config
+    from txnwatch.dashboards import generate_dashboards
+    from txnwatch.dashboards.build import generate_provisioning
+
+    out = Path(deploy_dir)
+    paths = generate_dashboards(out / "grafana" / "dashboards")
+    paths += generate_provisioning(out / "grafana" / "provisioning")
+    paths += generate_alerts(out / "prometheus")
+    sample = out / "prometheus" / "prometheus.yml"
+    sample.write_text(dump_yaml(prometheus_config(), header=SAMPLE_HEADER))
+    paths.append(sample)
+    return paths
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(ROOT / "deploy"), help="deploy directory (default: %(default)s)")
+    args = ap.parse_args(argv)
+    for p in regenerate(args.out):
+        print(p)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,726 @@
+"""Grafana dashboards for txnwatch, defined with grafanalib.
+
+Five dashboards (see `ids.DASHBOARDS`): an overview for 3 a.m., transactions,
+partitions & consumers, Spark queries and the exporter's own health. Every panel has a
+description, a unit and thresholds; panel ids are fixed in `ids.PANEL_IDS` because
+alerts link to them (`viewPanel=<id>`). Queries only use series of the metric
+catalogue (`txnwatch.metrics.CATALOG`) and `up`, never recording rules, so the
+dashboards work against a Prometheus that does not load txnwatch's rules.
+
+Template variables on every dashboard: datasource, cluster, app, transactional_id,
+query (plus topic/group on partitions & consumers and job on exporter health); all are
+multi-value with an "All" of `.*`, used as `label=~"$var"`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grafanalib._gen import DashboardEncoder
+from grafanalib.core import (
+    Dashboard,
+    DashboardLink,
+    Heatmap,
+    Stat,
+    Table,
+    Target,
+    Template,
+    Templating,
+    Time,
+    TimeSeries,
+    YAxis,
+)
+
+from txnwatch.alerts.rules import AlertConfig
+from txnwatch.dashboards import ids
+from txnwatch.dashboards.ids import DashboardRef
+
+CFG = AlertConfig()          # thresholds shown on panels follow the alerts' defaults
+DS = {"type": "prometheus", "uid": "${datasource}"}
+RI = "$__rate_interval"
+
+C = 'cluster=~"$cluster"'
+A = 'app=~"$app"'
+TID = 'transactional_id=~"$transactional_id"'
+Q = 'query=~"$query"'
+TOPIC = 'topic=~"$topic"'
+GROUP = 'group=~"$group"'
+JOB = 'job=~"$job"'
+COMMITTED = 'outcome="committed"'
+ABORTED = 'outcome="aborted"'
+RU = 'isolation="read_uncommitted"'
+FENCED = 'error=~"PRODUCER_FENCED|_FENCED|INVALID_PRODUCER_EPOCH"'
+STAT_LAST = 'stat="last"'
+NOT_TRIGGER = 'phase!="triggerExecution"'
+
+
+def s(*matchers: str) -> str:
+    return "{" + ", ".join(m for m in matchers if m) + "}"
+
+
+# ---------------------------------------------------------------- thresholds
+GREEN, YELLOW, ORANGE, RED, BLUE = "green", "yellow", "orange", "red", "blue"
+
+
+def steps(base: str, *pairs: tuple[float, str]) -> list[dict[str, Any]]:
+    """Grafana threshold steps: a base colour, then (value, colour) in ascending order."""
+    return [{"color": base, "value": None}] + [{"color": c, "value": v} for v, c in pairs]
+
+
+# ---------------------------------------------------------------- panels
+@dataclass
+class P:
+    """A panel spec: rendered to a grafanalib panel by `render()`."""
+
+    key: str
+    title: str
+    description: str
+    unit: str
+    targets: list[tuple[str, str]]          # (expr, legend)
+    kind: str = "ts"                       # ts | stat | table | heatmap
+    thresholds: list[dict[str, Any]] = field(default_factory=lambda: steps(GREEN))
+    w: int = 12
+    h: int = 8
+    stack: bool = False
+    links: list[dict[str, Any]] = field(default_factory=list)
+    threshold_style: str = "off"            # ts: off | line | area | line+area
+    instant: bool = False
+
+
+def _targets(p: P, fmt: str = "time_series", instant: bool = False) -> list[Target]:
+    return [Target(expr=e, legendFormat=lg, refId=chr(ord("A") + i), format=fmt, instant=instant,
+                   datasource=DS, intervalFactor=1)
+            for i, (e, lg) in enumerate(p.targets)]
+
+
+def render(p: P, panel_id: int, x: int, y: int) -> Any:
+    grid = {"h": p.h, "w": p.w, "x": x, "y": y}
+    common = dict(title=p.title, description=p.description, dataSource=DS, id=panel_id, gridPos=grid,
+                  links=p.links, thresholds=p.thresholds)
+    if p.kind == "ts":
+        return TimeSeries(targets=_targets(p), unit=p.unit, fillOpacity=20 if p.stack else 0,
+                          stacking={"mode": "normal", "group": "A"} if p.stack else {},
+                          legendDisplayMode="table", legendPlacement="bottom",
+                          legendCalcs=["lastNotNull", "max"], tooltipMode="multi",
+                          thresholdsStyleMode=p.threshold_style, **common)
+    if p.kind == "stat":
+        return Stat(targets=_targets(p, instant=p.instant), format=p.unit, reduceCalc="lastNotNull",
+                    colorMode="background", graphMode="area", textMode="value_and_name", **common)
+    if p.kind == "table":
+        return Table(targets=_targets(p, fmt="table", instant=True), unit=p.unit,
+                     displayMode="color-background", filterable=True,
+                     transformations=[{"id": "merge", "options": {}},
+                                      {"id": "organize", "options": {"excludeByName": {"Time": True}}}],
+                     extraJson={"fieldConfig": {"defaults": {"thresholds": {"mode": "absolute",
+                                                                            "steps": p.thresholds}}}},
+                     **common)
+    if p.kind == "heatmap":
+        return Heatmap(targets=_targets(p, fmt="heatmap"), dataFormat="tsbuckets", yAxis=YAxis(format=p.unit),
+                       yBucketBound="upper", hideZeroBuckets=True,
+                       extraJson={
+                           "options": {"calculate": False, "yAxis": {"unit": p.unit, "decimals": 0},
+                                       "color": {"mode": "scheme", "scheme": "Oranges", "exponent": 0.5,
+                                                 "fill": "dark-orange", "steps": 64},
+                                       "cellValues": {"unit": "short"}, "rowsFrame": {"layout": "le"},
+                                       "legend": {"show": True},
+                                       "tooltip": {"show": True, "yHistogram": True}},
+                           "fieldConfig": {"defaults": {"unit": p.unit}},
+                       },
+                       **common)
+    raise ValueError(p.kind)
+
+
+def link_to(dash: DashboardRef, title: str | None = None) -> dict[str, Any]:
+    return {"title": title or f"Open {dash.title}", "targetBlank": False,
+            "url": f"/d/{dash.uid}/{dash.slug}?${{__url_time_range}}&${{__all_variables}}"}
+
+
+# ---------------------------------------------------------------- template variables
+def _var(name: str, label: str, query: str) -> Template:
+    return Template(name=name, label=label, query={"query": query, "refId": f"{name}-var"},
+                    dataSource=DS, includeAll=True, multi=True, allValue=".*", default="$__all",
+                    refresh=2, sort=1)
+
+
+def variables(extra: Iterable[Template] = ()) -> Templating:
+    return Templating(list=[
+        Template(name="datasource", label="Data source", query="prometheus", type="datasource",
+                 default="default"),
+        _var("cluster", "Cluster", "label_values(txnwatch_up, cluster)"),
+        _var("app", "App", 'label_values({__name__=~"kafka_transactions_total|kafka_transaction_open|'
+                           'kafka_producer_transactions_total|kafka_transaction_timeout_headroom_seconds"}, app)'),
+        _var("transactional_id", "Transactional id",
+             'label_values({__name__=~"kafka_transaction_timeout_headroom_seconds|'
+             'kafka_transactional_id_expiration_headroom_seconds|kafka_producer_transactions_total", '
+             'app=~"$app"}, transactional_id)'),
+        _var("query", "Spark query", "label_values(spark_streaming_query_active, query)"),
+        *extra,
+    ])
+
+
+def quantiles(metric: str, by: str, matchers: str, legend: str,
+              qs: tuple[str, ...] = ("0.5", "0.95", "0.99")) -> list[tuple[str, str]]:
+    return [(f"histogram_quantile({q}, sum by ({by}, le) (rate({metric}_bucket{matchers}[{RI}])))",
+             f"p{float(q) * 100:g} {legend}") for q in qs]
+
+
+def ratio(metric: str, by: str, matchers: tuple[str, ...], num: str = ABORTED) -> str:
+    """Share of `metric` with `num` among all, 0 (not empty) when none matched `num`."""
+    numm, matchers = s(*matchers, num), s(*matchers)
+    return (f"(sum by ({by}) (rate({metric}{numm}[{RI}])) or 0 * sum by ({by}) (rate({metric}{matchers}[{RI}])))"
+            f" / sum by ({by}) (rate({metric}{matchers}[{RI}]))")
+
+
+# ---------------------------------------------------------------- dashboards
+def overview() -> list[P]:
+    T, PA, SP, EX = ids.TRANSACTIONS, ids.PARTITIONS, ids.SPARK, ids.EXPORTER
+    return [
+        P("open", "Open transactions",
+          "Transactions open right now (Ongoing or Prepare*) across the selected clusters and apps. "
+          "From the KIP-664 poller (ListTransactions/DescribeTransactions).", "short",
+          [(f"sum(kafka_transaction_open{s(C, A)})", "open")], kind="stat",
+          thresholds=steps(GREEN, (1000, YELLOW)), w=4, h=5, links=[link_to(T)]),
+        P("hanging", "Hanging transactions",
+          "Partitions' hanging transactions: open past transaction.max.timeout.ms (+5 min) with no live "
+          "coordinator state (kafka-transactions.sh find-hanging), or, without KIP-664, an LSO stalled below the "
+          "HWM longer than the hanging threshold. Anything above 0 blocks read_committed consumers.", "short",
+          [(f"sum(kafka_transaction_hanging{s(C)})", "hanging")], kind="stat",
+          thresholds=steps(GREEN, (1, RED)), w=4, h=5, links=[link_to(PA)]),
+        P("stalled_partitions", "Stalled partitions",
+          "Partitions whose last stable offset has been stuck below the high watermark for more than a minute.",
+          "short", [(f"sum(kafka_partition_lso_stalled_seconds{s(C)} > bool 60)", "stalled")], kind="stat",
+          thresholds=steps(GREEN, (1, ORANGE)), w=4, h=5, links=[link_to(PA)]),
+        P("blocked_groups", "Groups behind a stalled LSO",
+          "Consumer group partitions with messages past their position on a partition whose LSO is stalled: "
+          "read_committed consumers there cannot progress.", "short",
+          [(f"count(max by (cluster, group, topic, partition) "
+            f"(kafka_consumergroup_lag_messages{s(C, RU)}) > 0 "
+            f"and on (cluster, topic, partition) (kafka_partition_lso_stalled_seconds{s(C)} > 0))", "blocked")],
+          kind="stat", thresholds=steps(GREEN, (1, ORANGE)), w=4, h=5, links=[link_to(PA)]),
+        P("sources_up", "Exporter sources up",
+          "Sources (poller, tap) whose last poll succeeded, out of all sources. Red when any is failing: the "
+          "other panels then show stale data.", "percentunit",
+          [(f"avg(txnwatch_up{s(C)})", "up")], kind="stat",
+          thresholds=steps(RED, (0.999, GREEN)), w=4, h=5, links=[link_to(EX)]),
+        P("spark_active", "Active Spark queries",
+          "Spark Structured Streaming queries currently running (spark_streaming_query_active).", "short",
+          [(f"sum(spark_streaming_query_active{s(Q)})", "active")], kind="stat",
+          thresholds=steps(BLUE), w=4, h=5, links=[link_to(SP)]),
+        P("oldest_age", "Oldest open transaction vs its timeout",
+          "Age of the oldest open transaction per app, the smallest remaining timeout headroom of any open "
+          "transaction (start + transaction.timeout.ms - now; negative = past its timeout) and the broker's "
+          "transaction.max.timeout.ms.", "s",
+          [(f"max by (cluster, app) (kafka_transaction_oldest_open_age_seconds{s(C, A)})", "oldest {{cluster}}/{{app}}"),
+           (f"min by (cluster, app) (kafka_transaction_timeout_headroom_seconds{s(C, A)})",
+            "min headroom {{cluster}}/{{app}}"),
+           (f"max by (cluster) (kafka_broker_transaction_max_timeout_seconds{s(C)})", "max timeout {{cluster}}")],
+          thresholds=steps(GREEN, (CFG.headroom_low_seconds, YELLOW)), links=[link_to(T)]),
+        P("abort_ratio", "Abort ratio",
+          "Share of transactions that aborted, from the coordinator's log (tap, per cluster/app) and from "
+          f"instrumented producers (client, per app). The alert fires above {CFG.abort_ratio:.0%}.", "percentunit",
+          [(ratio("kafka_transactions_total", "cluster, app", (C, A)), "{{cluster}}/{{app}} (broker)"),
+           (ratio("kafka_producer_transactions_total", "app", (A,)), "{{app}} (client)")],
+          thresholds=steps(GREEN, (CFG.abort_ratio, RED)), threshold_style="line", links=[link_to(T)]),
+        P("fencing_rate", "Fencing rate",
+          "Producers fenced per minute: by the coordinator (tap: reason new_instance or timeout) and as "
+          "PRODUCER_FENCED / INVALID_PRODUCER_EPOCH errors seen by instrumented producers. An occasional fence is "
+          f"normal; the alert fires on a steady rate above {CFG.fencing_per_minute:g}/min.", "cpm",
+          [(f"sum by (cluster, app, reason) (rate(kafka_transaction_fencing_events_total{s(C, A)}[{RI}])) * 60",
+            "{{cluster}}/{{app}} {{reason}}"),
+           (f"sum by (app) (rate(kafka_producer_transaction_errors_total"
+            f"{s(A, FENCED)}[{RI}])) * 60", "{{app}} (client)")],
+          thresholds=steps(GREEN, (CFG.fencing_per_minute, RED)), threshold_style="line", links=[link_to(T)]),
+        P("commit_latency", "Commit latency p99",
+          "p99 commit latency: coordinator PrepareCommit to CompleteCommit (tap) and the producer's "
+          "commit_transaction() call (client).", "s",
+          quantiles("kafka_transaction_completion_seconds", "cluster, app", s(C, A, COMMITTED),
+                    "{{cluster}}/{{app}} (broker)", ("0.99",))
+          + quantiles("kafka_producer_transaction_commit_seconds", "app", s(A), "{{app}} (client)", ("0.99",)),
+          thresholds=steps(GREEN, (CFG.commit_latency_seconds, RED)), threshold_style="line", links=[link_to(T)]),
+        P("spark_behind", "Spark queries behind their sources",
+          "Offsets each Spark query is behind the latest offsets of its sources (max over partitions when the "
+          "source reports it), and seconds since its last progress.", "short",
+          [(f"max by (query, source, topic) (spark_streaming_source_offsets_behind_latest{s(Q)})",
+            "{{query}} {{topic}}")],
+          thresholds=steps(GREEN), w=24, links=[link_to(SP)]),
+    ]
+
+
+def transactions() -> list[P]:
+    CA, CAT = s(C, A), s(C, A, TID)
+    committed = s(C, A, COMMITTED)
+    return [
+        P("commit_latency", "Commit latency (coordinator)",
+          "PrepareCommit to CompleteCommit: how long the coordinator takes to write commit markers to every "
+          "partition of a transaction (transaction-log tap), quantiles per app.", "s",
+          quantiles("kafka_transaction_completion_seconds", "cluster, app", committed, "{{cluster}}/{{app}}"),
+          thresholds=steps(GREEN, (CFG.commit_latency_seconds, RED)), threshold_style="line"),
+        P("client_commit_latency", "Commit latency (producer)",
+          "commit_transaction() call latency of instrumented producers and the Spark sink, quantiles per app; "
+          "includes flushing the transaction's outstanding messages.", "s",
+          quantiles("kafka_producer_transaction_commit_seconds", "app", s(A), "{{app}}"),
+          thresholds=steps(GREEN, (CFG.commit_latency_seconds, RED)), threshold_style="line"),
+        P("duration", "Transaction duration",
+          "Start to completion of transactions: coordinator view (tap, by outcome) and producer view "
+          "(begin_transaction() to commit/abort). Compare with transaction.timeout.ms.", "s",
+          quantiles("kafka_transaction_duration_seconds", "cluster, app, outcome", CA,
+                    "{{cluster}}/{{app}} {{outcome}} (broker)", ("0.5", "0.99"))
+          + quantiles("kafka_producer_transaction_duration_seconds", "app, outcome", s(A),
+                      "{{app}} {{outcome}} (client)", ("0.5", "0.99")),
+          thresholds=steps(GREEN), w=24),
+        P("completion_heatmap", "Commit latency heatmap (coordinator)",
+          "Distribution of PrepareCommit to CompleteCommit latency over time.", "s",
+          [(f"sum by (le) (increase(kafka_transaction_completion_seconds_bucket{committed}[{RI}]))", "{{le}}")],
+          kind="heatmap", w=8),
+        P("client_commit_heatmap", "Commit latency heatmap (producer)",
+          "Distribution of commit_transaction() call latency over time.", "s",
+          [(f"sum by (le) (increase(kafka_producer_transaction_commit_seconds_bucket{s(A)}[{RI}]))", "{{le}}")],
+          kind="heatmap", w=8),
+        P("duration_heatmap", "Transaction duration heatmap",
+          "Distribution of transaction durations (producer view) over time.", "s",
+          [(f"sum by (le) (increase(kafka_producer_transaction_duration_seconds_bucket{s(A)}[{RI}]))", "{{le}}")],
+          kind="heatmap", w=8),
+        P("outcomes", "Commits and aborts",
+          "Completed transactions per second by outcome: coordinator's log (tap) per cluster/app and "
+          "instrumented producers per app.", "ops",
+          [(f"sum by (cluster, app, outcome) (rate(kafka_transactions_total{CA}[{RI}]))",
+            "{{cluster}}/{{app}} {{outcome}} (broker)"),
+           (f"sum by (app, outcome) (rate(kafka_producer_transactions_total{s(A, TID)}[{RI}]))",
+            "{{app}} {{outcome}} (client)")],
+          thresholds=steps(GREEN), stack=False),
+        P("abort_ratio", "Abort ratio",
+          f"Share of aborted transactions per app. The alert fires above {CFG.abort_ratio:.0%} with at least "
+          f"{CFG.abort_ratio_min_transactions:g} transactions in 5 minutes.", "percentunit",
+          [(ratio("kafka_transactions_total", "cluster, app", (C, A)), "{{cluster}}/{{app}} (broker)"),
+           (ratio("kafka_producer_transactions_total", "app", (A,)), "{{app}} (client)")],
+          thresholds=steps(GREEN, (CFG.abort_ratio, RED)), threshold_style="line"),
+        P("client_outcomes_by_id", "Transactions by transactional id (top 20)",
+          "Transactions per second per transactional id and outcome, from instrumented producers.", "ops",
+          [(f"topk(20, sum by (app, transactional_id, outcome) "
+            f"(rate(kafka_producer_transactions_total{s(A, TID)}[{RI}])))", "{{transactional_id}} {{outcome}}")],
+          thresholds=steps(GREEN), w=24),
+        P("timeouts", "Timeouts",
+          "Transactions the coordinator aborted because start + transaction.timeout.ms passed (tap).", "short",
+          [(f"sum by (cluster, app) (increase(kafka_transaction_timeouts_total{CA}[{RI}]))", "{{cluster}}/{{app}}")],
+          thresholds=steps(GREEN, (1, RED)), w=8),
+        P("fencing", "Fencing events",
+          "Producers fenced per minute by reason: new_instance (another producer with the same "
+          "transactional.id) or timeout (the coordinator aborted it), and fencing errors seen by producers. "
+          f"The alert fires on more than {CFG.fencing_per_minute:g}/min sustained for {CFG.fencing_for}.", "cpm",
+          [(f"sum by (cluster, app, reason) (rate(kafka_transaction_fencing_events_total{CA}[{RI}])) * 60",
+            "{{cluster}}/{{app}} {{reason}}"),
+           (f"sum by (app, transactional_id) (rate(kafka_producer_transaction_errors_total"
+            f"{s(A, TID, FENCED)}[{RI}])) * 60",
+            "{{transactional_id}} (client)")],
+          thresholds=steps(GREEN, (CFG.fencing_per_minute, RED)), threshold_style="line", w=8),
+        P("producer_errors", "Producer transaction errors",
+          "Transaction errors of instrumented producers by librdkafka error name (PRODUCER_FENCED, "
+          "INVALID_PRODUCER_EPOCH, INVALID_TRANSACTION_TIMEOUT, ...).", "short",
+          [(f"sum by (app, transactional_id, error) "
+            f"(increase(kafka_producer_transaction_errors_total{s(A, TID)}[{RI}]))", "{{transactional_id}} {{error}}")],
+          thresholds=steps(GREEN, (1, RED)), w=8),
+        P("open", "Open transactions",
+          "Open transactions per app and the age of the oldest (KIP-664 poller).", "short",
+          [(f"sum by (cluster, app) (kafka_transaction_open{CA})", "{{cluster}}/{{app}}")],
+          thresholds=steps(GREEN)),
+        P("headroom", "Timeout headroom of open transactions",
+          "start + transaction.timeout.ms - now for open transactions, the minimum per transactional id "
+          f"(ids past the cap fold into __other__). Yellow below {CFG.headroom_low_seconds:g}s, red below 0: "
+          "past its timeout and not aborted means the transaction hangs.", "s",
+          [(f"min by (cluster, app, transactional_id) (kafka_transaction_timeout_headroom_seconds{CAT})",
+            "{{cluster}}/{{transactional_id}}")],
+          thresholds=steps(RED, (0, YELLOW), (CFG.headroom_low_seconds, GREEN)), threshold_style="line"),
+        P("client_headroom", "Timeout headroom of completed transactions (producer)",
+          "transaction.timeout.ms - duration of each instrumented producer's last and smallest transaction: "
+          "how close real transactions come to their timeout.", "s",
+          [(f"min by (app, transactional_id, stat) (kafka_producer_transaction_timeout_headroom_seconds{s(A, TID)})",
+            "{{transactional_id}} {{stat}}")],
+          thresholds=steps(RED, (0, YELLOW), (CFG.headroom_low_seconds, GREEN)), threshold_style="line"),
+        P("timeout_vs_cap", "Producer timeout vs broker cap",
+          "The broker's transaction.max.timeout.ms against the largest timeout headroom seen per transactional id "
+          "(open transactions and instrumented producers; headroom is a lower bound of the producer's "
+          "transaction.timeout.ms). A producer above the cap is rejected with INVALID_TRANSACTION_TIMEOUT "
+          "(Producer transaction errors panel).", "s",
+          [(f"max by (cluster) (kafka_broker_transaction_max_timeout_seconds{s(C)})", "cap {{cluster}}"),
+           (f"max by (cluster, app, transactional_id) (kafka_transaction_timeout_headroom_seconds{CAT})",
+            "open {{transactional_id}}"),
+           (f"max by (app, transactional_id) (kafka_producer_transaction_timeout_headroom_seconds"
+            f"{s(A, TID, STAT_LAST)})", "client {{transactional_id}}")],
+          thresholds=steps(GREEN)),
+        P("expiration_headroom", "Transactional id expiration headroom",
+          "transactional.id.expiration.ms - idle time of idle transactional ids (tap). At 0 the coordinator "
+          "expires the id and its producer fails with InvalidPidMappingException.", "s",
+          [(f"min by (cluster, app, transactional_id) (kafka_transactional_id_expiration_headroom_seconds{CAT})",
+            "{{cluster}}/{{transactional_id}}")],
+          thresholds=steps(RED, (CFG.id_expiration_headroom_seconds, GREEN))),
+        P("transactional_ids", "Transactional ids and expirations",
+          "Transactional ids in the coordinator's log per app and how many expired (tap).", "short",
+          [(f"sum by (cluster, app) (kafka_transactional_ids{CA})", "{{cluster}}/{{app}} ids"),
+           (f"sum by (cluster, app) (increase(kafka_transactional_id_expirations_total{CA}[{RI}]))",
+            "{{cluster}}/{{app}} expired")],
+          thresholds=steps(GREEN), w=8),
+        P("epoch_bumps", "Producer epoch bumps",
+          "Producer epoch changes seen between polls (KIP-664 poller). Under transaction version 2 every "
+          "commit bumps the epoch, so this is not a fencing rate there.", "ops",
+          [(f"sum by (cluster, app) (rate(kafka_transaction_epoch_bumps_total{CA}[{RI}]))", "{{cluster}}/{{app}}")],
+          thresholds=steps(GREEN), w=8),
+        P("broker_configs", "Broker transaction configs",
+          "transaction.max.timeout.ms, transactional.id.expiration.ms and producer.id.expiration.ms as the "
+          "brokers report them.", "s",
+          [(f"max by (cluster) (kafka_broker_transaction_max_timeout_seconds{s(C)})", "max timeout {{cluster}}"),
+           (f"max by (cluster) (kafka_broker_transactional_id_expiration_seconds{s(C)})",
+            "id expiration {{cluster}}"),
+           (f"max by (cluster) (kafka_broker_producer_id_expiration_seconds{s(C)})",
+            "producer id expiration {{cluster}}")],
+          kind="stat", thresholds=steps(BLUE), w=8),
+    ]
+
+
+def partitions() -> list[P]:
+    CT = s(C, TOPIC)
+    return [
+        P("hanging_table", "Hanging transactions and stalled LSOs",
+          "Partitions with a hanging transaction or a stalled last stable offset: hanging count, how long the "
+          "LSO has been stalled, HWM - LSO and the offsets. Confirm with `txnwatch check`; the hanging "
+          "transaction starts at the LSO.", "short",
+          [(f"sum by (cluster, topic, partition) (kafka_transaction_hanging{CT})", "hanging"),
+           (f"max by (cluster, topic, partition) (kafka_partition_lso_stalled_seconds{CT}) > 0", "stalled s"),
+           (f"max by (cluster, topic, partition) (kafka_partition_lso_lag_messages{CT}) > 0", "lso lag"),
+           (f"max by (cluster, topic, partition) (kafka_partition_last_stable_offset{CT})"
+            f" and on (cluster, topic, partition) (kafka_partition_lso_lag_messages{CT} > 0)", "lso"),
+           (f"max by (cluster, topic, partition) (kafka_partition_high_watermark{CT})"
+            f" and on (cluster, topic, partition) (kafka_partition_lso_lag_messages{CT} > 0)", "hwm")],
+          kind="table", thresholds=steps(GREEN, (1, RED)), w=24),
+        P("lso_lag", "LSO lag (HWM - LSO), top 20",
+          "Offsets held back by open transactions per partition. Commit/abort markers make this briefly 1; "
+          "a value that stays up is an open or hanging transaction.", "short",
+          [(f"topk(20, max by (cluster, topic, partition) (kafka_partition_lso_lag_messages{CT}))",
+            "{{topic}}-{{partition}}")],
+          thresholds=steps(GREEN)),
+        P("lso_stalled", "LSO stalled time, top 20",
+          "How long each partition's LSO has stayed below its HWM without advancing. Orange from "
+          f"{CFG.blocked_lso_stalled_seconds:g}s (consumers blocked), red from {CFG.lso_stalled_hanging_seconds:g}s "
+          "(hanging).", "s",
+          [(f"topk(20, max by (cluster, topic, partition) (kafka_partition_lso_stalled_seconds{CT}))",
+            "{{topic}}-{{partition}}")],
+          thresholds=steps(GREEN, (CFG.blocked_lso_stalled_seconds, ORANGE), (CFG.lso_stalled_hanging_seconds, RED)),
+          threshold_style="line"),
+        P("group_lag", "Consumer lag: read_committed vs HWM",
+          "Group lag against the last stable offset (isolation=read_committed: what a read_committed consumer "
+          "can still read) and against the high watermark (read_uncommitted). A gap between the two that does not "
+          "close is an open transaction holding the group back.", "short",
+          [(f"sum by (cluster, group, isolation) (kafka_consumergroup_lag_messages{s(C, GROUP, TOPIC)})",
+            "{{group}} {{isolation}}")],
+          thresholds=steps(GREEN)),
+        P("blocked_groups", "Groups blocked behind a stalled LSO",
+          "Group partitions with messages past their position (lag against the HWM) on a partition whose LSO is "
+          "stalled: the group cannot read past the open transaction.", "short",
+          [(f"max by (cluster, group, topic, partition) "
+            f"(kafka_consumergroup_lag_messages{s(C, GROUP, TOPIC, RU)}) "
+            f"and on (cluster, topic, partition) (kafka_partition_lso_stalled_seconds{CT} > 0)",
+            "{{group}} {{topic}}-{{partition}}")],
+          thresholds=steps(GREEN, (1, ORANGE))),
+        P("committed_rate", "Committed offset progress",
+          "Per-second advance of each group's committed offsets. Flat at 0 while lag > 0 means the group is "
+          "stuck.", "ops",
+          [(f"sum by (cluster, group, topic) (deriv(kafka_consumergroup_committed_offset{s(C, GROUP, TOPIC)}[{RI}]))",
+            "{{group}} {{topic}}")],
+          thresholds=steps(GREEN)),
+        P("brokers_min_isr", "Brokers vs transaction.state.log.min.isr",
+          "Live brokers against transaction.state.log.min.isr and replication factor. Fewer live brokers than "
+          "min ISR blocks initTransactions and commits.", "short",
+          [(f"max by (cluster) (kafka_brokers{s(C)})", "brokers {{cluster}}"),
+           (f"max by (cluster) (kafka_transaction_state_log_min_isr{s(C)})", "min ISR {{cluster}}"),
+           (f"max by (cluster) (kafka_transaction_state_log_replication_factor{s(C)})", "RF {{cluster}}")],
+          thresholds=steps(GREEN)),
+        P("hwm_rate", "Write rate (HWM growth), top 20",
+          "Offsets appended per second per partition. An LSO stalled while this is above 0 means new data is "
+          "invisible to read_committed consumers.", "ops",
+          [(f"topk(20, sum by (cluster, topic, partition) (deriv(kafka_partition_high_watermark{CT}[{RI}])))",
+            "{{topic}}-{{partition}}")],
+          thresholds=steps(GREEN)),
+    ]
+
+
+def spark() -> list[P]:
+    SQ = s(Q)
+    trig = CFG.spark_trigger_interval_seconds
+    return [
+        P("active", "Active queries", "Running streaming queries (1) and terminated ones still known (0).", "short",
+          [(f"sum(spark_streaming_query_active{SQ})", "active")], kind="stat", thresholds=steps(BLUE), w=6, h=5),
+        P("batch_id", "Last batch id", "Last completed micro-batch id per query.", "short",
+          [(f"max by (query) (spark_streaming_batch_id{SQ})", "{{query}}")], kind="stat",
+          thresholds=steps(BLUE), w=6, h=5),
+        P("last_progress", "Time since last progress",
+          "Seconds since each query's last progress event. Idle queries report QueryIdleEvents instead; the "
+          f"stalled alert fires above {CFG.spark_stalled_seconds:g}s for an active, non-idle query.", "s",
+          [(f"time() - max by (query) (spark_streaming_last_progress_timestamp_seconds{SQ})", "{{query}}")],
+          kind="stat", thresholds=steps(GREEN, (trig, YELLOW), (CFG.spark_stalled_seconds, RED)), w=12, h=5),
+        P("batch_vs_trigger", "Micro-batch duration vs trigger",
+          "Mean and p99 micro-batch duration per query. Above the trigger interval "
+          f"(default {trig:g}s, the line) the query falls behind its sources.", "s",
+          [(f"sum by (query) (rate(spark_streaming_batch_duration_seconds_sum{SQ}[{RI}])) / "
+            f"sum by (query) (rate(spark_streaming_batch_duration_seconds_count{SQ}[{RI}]))", "mean {{query}}")]
+          + quantiles("spark_streaming_batch_duration_seconds", "query", SQ, "{{query}}", ("0.99",)),
+          thresholds=steps(GREEN, (trig, RED)), threshold_style="line"),
+        P("phases", "Micro-batch phases (mean per batch)",
+          "Mean time per micro-batch in each durationMs phase (addBatch, getBatch, latestOffset, walCommit, "
+          "commitOffsets, queryPlanning, ...), stacked. triggerExecution is the whole batch and is left out.", "s",
+          [(f"sum by (query, phase) (rate(spark_streaming_batch_phase_seconds_sum{s(Q, NOT_TRIGGER)}[{RI}]))"
+            f" / sum by (query, phase) (rate(spark_streaming_batch_phase_seconds_count"
+            f"{s(Q, NOT_TRIGGER)}[{RI}]))", "{{query}} {{phase}}")],
+          thresholds=steps(GREEN), stack=True),
+        P("commit", "Batch commit time",
+          "walCommit + commitOffsets per micro-batch: the checkpoint's cost, quantiles per query.", "s",
+          quantiles("spark_streaming_commit_seconds", "query", SQ, "{{query}}", ("0.5", "0.99")),
+          thresholds=steps(GREEN)),
+        P("rates", "Input vs processed rate",
+          "Rows per second arriving (input) and processed by the last micro-batch. Processed below input for "
+          "long means the query falls behind.", "rowsps",
+          [(f"sum by (query) (spark_streaming_input_rows_per_second{SQ})", "input {{query}}"),
+           (f"sum by (query) (spark_streaming_processed_rows_per_second{SQ})", "processed {{query}}"),
+           (f"sum by (query) (rate(spark_streaming_input_rows_total{SQ}[{RI}]))", "rows/s counted {{query}}")],
+          thresholds=steps(GREEN)),
+        P("source_lag", "Source offsets behind latest",
+          "Offsets behind the latest available per source and topic (stat min/max/avg from the Kafka source, or "
+          "total from start/end/latest offsets).", "short",
+          [(f"max by (query, source, topic, stat) (spark_streaming_source_offsets_behind_latest{SQ})",
+            "{{query}} {{topic}} {{stat}}")],
+          thresholds=steps(GREEN)),
+        P("state_rows", "State store rows",
+          "Rows in each stateful operator's state store (stateful queries only).", "short",
+          [(f"sum by (query, operator) (spark_streaming_state_rows{SQ})", "{{query}} {{operator}}")],
+          thresholds=steps(GREEN), w=8),
+        P("state_memory", "State store memory",
+          "Memory used by each stateful operator's state store (stateful queries only).", "bytes",
+          [(f"sum by (query, operator) (spark_streaming_state_memory_bytes{SQ})", "{{query}} {{operator}}")],
+          thresholds=steps(GREEN), w=8),
+        P("watermark", "Watermark delay",
+          "Progress timestamp - event-time watermark (queries with a watermark only): how far event time lags.",
+          "s", [(f"max by (query) (spark_streaming_watermark_delay_seconds{SQ})", "{{query}}")],
+          thresholds=steps(GREEN), w=8),
+        P("terminations", "Terminations by error class",
+          "Query terminations in the interval by error class (none = clean stop). Any other class fires "
+          "SparkStreamingQueryFailed.", "short",
+          [(f"sum by (query, error_class) (increase(spark_streaming_query_terminations_total{SQ}[{RI}]))",
+            "{{query}} {{error_class}}")],
+          thresholds=steps(GREEN, (1, RED))),
+        P("sink_commit", "Kafka sink transactions (producer)",
+          "What the queries' Kafka transactions cost: commit_transaction() p99 and transactions per second of the "
+          "exactly-once sink, per app (the sink name).", "s",
+          quantiles("kafka_producer_transaction_commit_seconds", "app", s(A), "{{app}}", ("0.99",))
+          + quantiles("kafka_producer_transaction_duration_seconds", "app", s(A), "duration {{app}}", ("0.99",)),
+          thresholds=steps(GREEN, (CFG.commit_latency_seconds, RED)), threshold_style="line"),
+        P("idle", "Idle events",
+          "QueryIdleEvents per minute: the query is running but its sources have no new data.", "cpm",
+          [(f"sum by (query) (rate(spark_streaming_idle_events_total{SQ}[{RI}])) * 60", "{{query}}")],
+          thresholds=steps(GREEN), w=24),
+    ]
+
+
+def exporter() -> list[P]:
+    return [
+        P("scrape_up", "Exporter scrape up",
+          "1 when Prometheus could scrape the exporter (up). 0 pages as TxnwatchExporterDown.", "short",
+          [(f"up{s(JOB)}", "{{instance}}")], thresholds=steps(RED, (1, GREEN)), w=8),
+        P("sources_up", "Sources up",
+          "1 when the source's last poll succeeded (poller: admin API; tap: transaction-log reader). 0 for "
+          f"{CFG.source_failing_for} fires TxnwatchSourceFailing.", "short",
+          [(f"min by (cluster, source) (txnwatch_up{s(C, JOB)})", "{{cluster}} {{source}}")],
+          thresholds=steps(RED, (1, GREEN)), w=8),
+        P("since_success", "Time since last successful poll",
+          "Seconds since each source's last successful poll: how stale the data is.", "s",
+          [(f"time() - max by (cluster, source) (txnwatch_last_success_timestamp_seconds{s(C, JOB)})",
+            "{{cluster}} {{source}}")],
+          thresholds=steps(GREEN, (60, YELLOW), (300, RED)), w=8),
+        P("poll_duration", "Poll duration",
+          "Duration of each source's last poll. Near the poll interval means polls run back to back.", "s",
+          [(f"max by (cluster, source) (txnwatch_poll_duration_seconds{s(C, JOB)})", "{{cluster}} {{source}}")],
+          thresholds=steps(GREEN, (10, YELLOW), (30, RED))),
+        P("poll_errors", "Poll errors by cause",
+          "Poll errors per source and cause in the interval (timeouts, authentication, unknown topics, ...).",
+          "short",
+          [(f"sum by (cluster, source, cause) (increase(txnwatch_poll_errors_total{s(C, JOB)}[{RI}]))",
+            "{{cluster}} {{source}} {{cause}}")],
+          thresholds=steps(GREEN, (1, RED))),
+        P("capabilities", "Capabilities",
+          "APIs each cluster supports (1) or lacks (0): without KIP-664 the poller falls back to LSO-based "
+          "hanging detection and has no open-transaction or headroom series.", "short",
+          [(f"max by (cluster, api) (txnwatch_capability{s(C, JOB)})", "{{cluster}} {{api}}")],
+          kind="stat", thresholds=steps(ORANGE, (1, GREEN))),
+        P("series_dropped", "Series folded or dropped",
+          "Series folded into transactional_id=\"__other__\" by the per-id cap, or dropped as invalid, per "
+          "second.", "ops",
+          [(f"sum by (cluster, metric, reason) (rate(txnwatch_series_dropped_total{s(C, JOB)}[{RI}]))",
+            "{{metric}} {{reason}}")],
+          thresholds=steps(GREEN)),
+        P("build", "Build", "txnwatch version and Python version of each exporter.", "short",
+          [(f"max by (instance, version, python) (txnwatch_build_info{s(JOB)})", "{{instance}} {{version}}")],
+          kind="stat", thresholds=steps(BLUE), instant=True),
+    ]
+
+
+DEFINITIONS = {
+    ids.OVERVIEW.uid: (overview, "At a glance: open and hanging transactions, stalled partitions, abort ratio, "
+                                 "fencing, commit latency and Spark queries.", ()),
+    ids.TRANSACTIONS.uid: (transactions, "Transaction latency, durations, outcomes, fencing, timeouts and "
+                                         "headroom per app and transactional id.", ()),
+    ids.PARTITIONS.uid: (partitions, "Last stable offsets, stalls, hanging transactions and the read_committed "
+                                     "consumers behind them.",
+                         (_var("topic", "Topic", 'label_values(kafka_partition_last_stable_offset{cluster=~"$cluster"}, topic)'),
+                          _var("group", "Consumer group",
+                               'label_values(kafka_consumergroup_lag_messages{cluster=~"$cluster"}, group)'))),
+    ids.SPARK.uid: (spark, "Spark Structured Streaming queries: batch phases, commit time, rates, source lag, state "
+                           "and the cost of their Kafka transactions.", ()),
+    ids.EXPORTER.uid: (exporter, "txnwatch's own health: scrapes, sources, poll errors, capabilities and caps.",
+                       (_var("job", "Job", "label_values(txnwatch_up, job)"),)),
+}
+
+
+def _layout(panels: list[P], dash: DashboardRef) -> list[Any]:
+    out, x, y, row_h = [], 0, 0, 0
+    known = ids.PANEL_IDS[dash.uid]
+    if {p.key for p in panels} != set(known):
+        raise ValueError(f"{dash.uid}: panels {sorted(p.key for p in panels)} != ids {sorted(known)}")
+    for p in panels:
+        if x + p.w > 24:
+            x, y, row_h = 0, y + row_h, 0
+        out.append(render(p, known[p.key], x, y))
+        x += p.w
+        row_h = max(row_h, p.h)
+    return out
+
+
+def dashboard(dash: DashboardRef) -> Dashboard:
+    build, description, extra = DEFINITIONS[dash.uid]
+    return Dashboard(
+        title=dash.title, uid=dash.uid, description=description, tags=["txnwatch"],
+        timezone="browser", time=Time("now-1h", "now"), refresh="30s", schemaVersion=39,
+        graphTooltip=1, editable=True,
+        templating=variables(extra),
+        links=[DashboardLink(title="txnwatch", type="dashboards", tags=["txnwatch"], asDropdown=True,
+                             includeVars=True, keepTime=True)],
+        panels=_layout(build(), dash),
+    )
+
+
+def dashboard_json(dash: DashboardRef) -> dict[str, Any]:
+    out = json.loads(json.dumps(dashboard(dash).to_json_data(), cls=DashboardEncoder))
+    for var in out["templating"]["list"]:
+        if var.get("includeAll"):
+            var["current"] = {"selected": True, "text": ["All"], "value": ["$__all"]}
+    return out
+
+
+PROMETHEUS_URL = "http://localhost:9090"
+
+
+def generate_provisioning(out_dir: str | Path, prometheus_url: str = PROMETHEUS_URL,
+                          dashboards_path: str = "/var/lib/grafana/dashboards/txnwatch") -> list[Path]:
+    """Grafana provisioning: a Prometheus datasource and a dashboard provider reading the
+    generated JSON from `dashboards_path` (copy deploy/grafana/dashboards there)."""
+    import yaml
+
+    out = Path(out_dir)
+    (out / "datasources").mkdir(parents=True, exist_ok=True)
+    (out / "dashboards").mkdir(parents=True, exist_ok=True)
+    header = "# Generated by txnwatch (scripts/regenerate.py); do not edit.\n"
+    ds = {"apiVersion": 1, "datasources": [{
+        "name": "Prometheus", "type": "prometheus", "uid": "prometheus", "access": "proxy",
+        "url": prometheus_url, "isDefault": True, "editable": True,
+        "jsonData": {"timeInterval": "15s"}}]}
+    provider = {"apiVersion": 1, "providers": [{
+        "name": "txnwatch", "orgId": 1, "folder": "txnwatch", "folderUid": "txnwatch", "type": "file",
+        "disableDeletion": False, "allowUiUpdates": False, "updateIntervalSeconds": 60,
+        "options": {"path": dashboards_path, "foldersFromFilesStructure": False}}]}
+    paths = [out / "datasources" / "txnwatch.yaml", out / "dashboards" / "txnwatch.yaml"]
+    for path, obj in zip(paths, (ds, provider), strict=True):
+        path.write_text(header + yaml.safe_dump(obj, sort_keys=False))
+    return paths
+
+
+def generate_dashboards(out_dir: str | Path) -> list[Path]:
+    """Write one Grafana dashboard JSON file per dashboard into out_dir."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for dash in ids.DASHBOARDS:
+        path = out / dash.file
+        path.write_text(json.dumps(dashboard_json(dash), indent=2, sort_keys=True) + "\n")
+        paths.append(path)
+    return paths
+
+
+# ---------------------------------------------------------------- for tests and e2e checks
+# Panels that only have data while something is wrong (dashboard title, panel title).
+FAULT_ONLY_PANELS: list[tuple[str, str]] = [
+    (ids.OVERVIEW.title, "Hanging transactions"),            # kafka_transaction_hanging exists per hanging partition
+    (ids.OVERVIEW.title, "Groups behind a stalled LSO"),
+    (ids.OVERVIEW.title, "Fencing rate"),
+    (ids.TRANSACTIONS.title, "Timeouts"),
+    (ids.TRANSACTIONS.title, "Fencing events"),
+    (ids.TRANSACTIONS.title, "Producer transaction errors"),
+    (ids.TRANSACTIONS.title, "Transactional ids and expirations"),
+    (ids.PARTITIONS.title, "Hanging transactions and stalled LSOs"),
+    (ids.PARTITIONS.title, "Groups blocked behind a stalled LSO"),
+    (ids.SPARK.title, "Terminations by error class"),
+    (ids.EXPORTER.title, "Poll errors by cause"),
+    (ids.EXPORTER.title, "Series folded or dropped"),
+]
+
+# Panels that need something a given setup may lack (not a fault): reason per panel.
+CONDITIONAL_PANELS: dict[tuple[str, str], str] = {
+    (ids.OVERVIEW.title, "Open transactions"): "kip664",
+    (ids.OVERVIEW.title, "Oldest open transaction vs its timeout"): "kip664",
+    (ids.TRANSACTIONS.title, "Open transactions"): "kip664",
+    (ids.TRANSACTIONS.title, "Timeout headroom of open transactions"): "kip664",
+    (ids.TRANSACTIONS.title, "Producer epoch bumps"): "kip664",
+    (ids.TRANSACTIONS.title, "Transactional id expiration headroom"): "idle transactional ids (tap)",
+    (ids.SPARK.title, "State store rows"): "stateful query",
+    (ids.SPARK.title, "State store memory"): "stateful query",
+    (ids.SPARK.title, "Watermark delay"): "query with a watermark",
+    (ids.SPARK.title, "Idle events"): "idle query",
+}
+
+VAR_RE = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
+
+
+def substitute_variables(expr: str, rate_interval: str = "1m") -> str:
+    """Grafana variables -> match-all values, so an expr can be sent to Prometheus directly."""
+    def sub(m: re.Match) -> str:
+        name = m.group(1) or m.group(2)
+        if name in ("__rate_interval", "__interval", "__range"):
+            return rate_interval
+        return ".*"
+    return VAR_RE.sub(sub, expr)
+
+
+def iter_panels(dash_json: dict[str, Any]) -> Iterable[dict[str, Any]]:
+    for p in dash_json.get("panels", []):
+        yield p
+        yield from p.get("panels", []) or []
+
+
+def dashboard_queries(rate_interval: str = "1m") -> list[tuple[str, str, str]]:
+    """(dashboard title, panel title, expr) for every target of every panel, with template
+    variables replaced by match-all (`=~".*"`) and $__rate_interval by `rate_interval`."""
+    out = []
+    for dash in ids.DASHBOARDS:
+        dj = dashboard_json(dash)
+        for p in iter_panels(dj):
+            for t in p.get("targets", []):
+                out.append((dj["title"], p["title"], substitute_variables(t["expr"], rate_interval)))
+    return out
+
+
+def expr_sources(expr: str) -> set[str]:
+    """Catalogue sources (exporter, tap, client, spark, self) of the series an expr reads;
+    `up` counts as "prometheus"."""
+    from txnwatch.dashboards.names import metric_names, source_of
+
+    return {source_of(n) for n in metric_names(expr)}
