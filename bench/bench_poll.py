@@ -1,0 +1,102 @@
+"""Poll-cycle benchmark: txnwatch's full poll vs the bare requests it needs.
+
+    .venv/bin/python bench/bench_poll.py [--partitions 10000] [--topics 100] [--groups 500] [--rounds 5]
+
+Starts its own Tansu broker, creates `--topics` topics sharing `--partitions`
+partitions, commits offsets for `--groups` consumer groups, then times
+  floor: ListOffsets in both isolation levels + list groups + each group's offsets,
+         issued bare with confluent-kafka (the same batched futures), and
+  poll:  ClusterPoller.poll_once() (the same requests plus derivations and snapshot)
+in the same run, alternating, and prints medians and the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import resource
+import statistics
+import time
+
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, IsolationLevel, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+
+from txnwatch.config import load_config
+from txnwatch.devtools.broker import TansuBroker
+from txnwatch.exporter.poller import ClusterPoller
+
+
+def setup(bootstrap: str, topics: int, partitions: int, groups: int) -> list[str]:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    per = max(partitions // topics, 1)
+    names = [f"bench-{i:04d}" for i in range(topics)]
+    for i in range(0, len(names), 50):
+        for f in admin.create_topics([NewTopic(n, per, 1) for n in names[i:i + 50]],
+                                     operation_timeout=60).values():
+            f.result()
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-setup", "enable.auto.commit": False})
+    for g in range(groups):
+        c2 = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-group-{g:04d}",
+                       "enable.auto.commit": False})
+        t = names[g % len(names)]
+        c2.commit(offsets=[TopicPartition(t, p, 0) for p in range(min(per, 20))], asynchronous=False)
+        c2.close()
+    c.close()
+    return names
+
+
+def floor_cycle(admin: AdminClient, topics: dict[str, int], timeout: float) -> float:
+    t0 = time.perf_counter()
+    md = admin.list_topics(timeout=timeout)
+    tps = [TopicPartition(t, p) for t, n in topics.items() for p in range(n)]
+    futs = []
+    for iso in (IsolationLevel.READ_UNCOMMITTED, IsolationLevel.READ_COMMITTED):
+        futs += list(admin.list_offsets({tp: OffsetSpec.latest() for tp in tps}, isolation_level=iso,
+                                        request_timeout=timeout).values())
+    groups = admin.list_consumer_groups(request_timeout=timeout).result().valid
+    for g in groups:
+        futs += list(admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g.group_id)],
+                                                       request_timeout=timeout).values())
+    for f in futs:
+        f.result()
+    del md
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--partitions", type=int, default=10_000)
+    ap.add_argument("--topics", type=int, default=100)
+    ap.add_argument("--groups", type=int, default=500)
+    ap.add_argument("--rounds", type=int, default=5)
+    a = ap.parse_args()
+    with TansuBroker() as broker:
+        t0 = time.perf_counter()
+        names = setup(broker.bootstrap, a.topics, a.partitions, a.groups)
+        print(f"setup: {a.topics} topics / {a.partitions} partitions / {a.groups} groups in "
+              f"{time.perf_counter() - t0:.1f}s")
+        cfg = load_config({"bootstrap_servers": broker.bootstrap, "poll_timeout": 60}, env={}).clusters[0]
+        poller = ClusterPoller(cfg)
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        md = admin.list_topics(timeout=30)
+        topics = {n: len(md.topics[n].partitions) for n in names}
+        poller.poll_once()          # warm-up: connections, capability probe, DescribeConfigs
+        floor_cycle(admin, topics, 60)
+        polls, floors = [], []
+        for _ in range(a.rounds):
+            floors.append(floor_cycle(admin, topics, 60))
+            t = time.perf_counter()
+            snap = poller.poll_once()
+            polls.append(time.perf_counter() - t)
+        fl, po = statistics.median(floors), statistics.median(polls)
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(f"partitions polled: {len(snap.partitions)}, group-partitions: {len(snap.groups)}")
+        print(f"floor (bare confluent-kafka) median: {fl * 1000:.0f} ms  (all: {[round(x * 1000) for x in floors]})")
+        print(f"txnwatch poll_once       median: {po * 1000:.0f} ms  (all: {[round(x * 1000) for x in polls]})")
+        print(f"ratio poll/floor: {po / fl:.2f}x")
+        print(f"bench process max RSS: {rss:.0f} MB; machine: {platform.machine()}, "
+              f"{platform.processor() or 'cpu'}, python {platform.python_version()}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,46 @@
+"""Generate docs/metrics.md from the metric catalogue (a test fails when they drift)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from .metrics import CATALOG
+
+SECTIONS = [
+    ("exporter", "Kafka side: admin poller"),
+    ("tap", "Kafka side: transaction-log tap (`transaction_log_tap: true`)"),
+    ("client", "Client side: instrumented transactional producer and Spark sink"),
+    ("spark", "Spark side: StreamingQueryListener"),
+    ("self", "txnwatch itself"),
+]
+
+
+def render() -> str:
+    out = ["# Metrics reference", "",
+           "Generated from `txnwatch/metrics.py` by `python -m txnwatch.docs_gen`; "
+           "`tests/unit/test_docs.py` fails when this file and the code drift.", "",
+           "Counters are exposed with the `_total` suffix; histograms as `_bucket`, `_sum`, `_count`.", ""]
+    for source, title in SECTIONS:
+        specs = sorted((s for s in CATALOG.values() if s.source == source), key=lambda s: s.name)
+        if not specs:
+            continue
+        out += [f"## {title}", "", "| metric | type | labels | description |", "|---|---|---|---|"]
+        for s in specs:
+            name = s.exposed_name if s.kind != "info" else s.name + "_info"
+            extra = f" Buckets: {', '.join(f'{b:g}' for b in s.buckets)}." if s.buckets else ""
+            out.append(f"| `{name}` | {s.kind} | {', '.join(f'`{label}`' for label in s.labels) or '-'} | "
+                       f"{s.help.replace('|', '/')}{extra} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def main() -> int:
+    target = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[1] / "docs" / "metrics.md"
+    target.write_text(render())
+    print(f"wrote {target}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
