@@ -484,6 +484,7 @@ def spark_alerts(cfg: AlertConfig) -> list[Alert]:
 def exporter_alerts(cfg: AlertConfig) -> list[Alert]:
     E = ids.EXPORTER
     job = sel(cfg.exporter_job_selector)
+    up_sel = sel(cfg.cluster_selector)
     return [
         Alert("TxnwatchExporterDown", f"up{job} == 0\nor\nabsent(up{job})", cfg.exporter_down_for, "critical",
               "txnwatch exporter is down",
@@ -492,12 +493,18 @@ def exporter_alerts(cfg: AlertConfig) -> list[Alert]:
               f"({cfg.exporter_job_selector}){{{{ end }}}} for {cfg.exporter_down_for}: transaction, LSO and "
               "consumer alerts cannot fire.",
               E, "scrape_up", ""),
-        Alert("TxnwatchSourceFailing", f"txnwatch_up{sel(cfg.cluster_selector)} == 0",
+        Alert("TxnwatchSourceFailing", _expr(f"""
+            (time() - txnwatch_last_success_timestamp_seconds{up_sel}) and (txnwatch_up{up_sel} == 0)
+            or
+            (txnwatch_up{up_sel} == 0) unless txnwatch_last_success_timestamp_seconds{up_sel}"""),
               cfg.source_failing_for, "warning",
               "txnwatch {{ $labels.source }} cannot poll cluster {{ $labels.cluster }}",
               "The txnwatch {{ $labels.source }} source of cluster {{ $labels.cluster }} "
               "({{ $labels.instance }}) has failed every poll for "
-              f"{cfg.source_failing_for}; its series are stale. See txnwatch_poll_errors_total by cause.",
+              f"{cfg.source_failing_for} "
+              "({{ if gt $value 0.0 }}last success {{ $value | humanizeDuration }} ago"
+              "{{ else }}no successful poll since the exporter started{{ end }}); its series are stale. "
+              "See txnwatch_poll_errors_total by cause.",
               E, "sources_up"),
     ]
 

@@ -1,0 +1,204 @@
+"""Generated Prometheus rules: structure, names, links, runbooks, config, and drift of deploy/."""
+
+from __future__ import annotations
+
+import filecmp
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from txnwatch.alerts import generate_alerts
+from txnwatch.alerts.rules import AlertConfig, alerts, prometheus_rule, rule_groups
+from txnwatch.dashboards import dashboard_json
+from txnwatch.dashboards import ids as dash_ids
+from txnwatch.dashboards.build import iter_panels
+from txnwatch.dashboards.names import metric_names, unknown_names
+
+ROOT = Path(__file__).resolve().parents[2]
+RUNBOOKS = ROOT / "docs" / "runbooks"
+DEPLOY = ROOT / "deploy"
+
+REQUIRED = {
+    "KafkaTransactionHanging", "KafkaTransactionTimeoutHeadroomLow", "KafkaTransactionAbortRatioHigh",
+    "KafkaTransactionFencingPersistent", "KafkaTransactionCommitLatencyHigh",
+    "KafkaTransactionalIdNearExpiration", "KafkaReadCommittedConsumerBlocked",
+    "KafkaTransactionStateLogBelowMinIsr", "KafkaProducerTransactionTimeoutAboveBrokerCap",
+    "SparkStreamingQueryStalled", "SparkStreamingQueryFallingBehind", "SparkStreamingQueryFailed",
+    "TxnwatchExporterDown", "TxnwatchSourceFailing",
+}
+DURATION = re.compile(r"^\d+[smhd]$")
+
+
+def all_rules(cfg: AlertConfig | None = None) -> list[dict]:
+    return [r for g in rule_groups(cfg) for r in g["rules"]]
+
+
+def alert_rules(cfg: AlertConfig | None = None) -> list[dict]:
+    return [r for r in all_rules(cfg) if "alert" in r]
+
+
+def recorded_names(cfg: AlertConfig | None = None) -> set[str]:
+    return {r["record"] for r in all_rules(cfg) if "record" in r}
+
+
+def test_required_alerts_exist_once():
+    names = [r["alert"] for r in alert_rules()]
+    assert len(names) == len(set(names))
+    assert REQUIRED <= set(names), REQUIRED - set(names)
+
+
+@pytest.mark.parametrize("rule", alert_rules(), ids=lambda r: r["alert"])
+def test_alert_has_severity_for_and_annotations(rule):
+    assert rule["labels"]["severity"] in {"critical", "warning", "info"}
+    assert DURATION.match(rule["for"]), rule["for"]
+    ann = rule["annotations"]
+    assert set(ann) >= {"summary", "description", "runbook_url", "dashboard_url"}
+    if rule["alert"] != "TxnwatchExporterDown":   # its value is just up (0) or absent()'s 1
+        assert "$value" in ann["description"], "the description must quote the value"
+
+
+@pytest.mark.parametrize("rule", alert_rules(), ids=lambda r: r["alert"])
+def test_alert_has_runbook(rule):
+    url = rule["annotations"]["runbook_url"]
+    assert url.endswith(f"/{rule['alert']}.md")
+    page = RUNBOOKS / f"{rule['alert']}.md"
+    assert page.is_file(), page
+    text = page.read_text()
+    assert text.startswith(f"# {rule['alert']}")
+    assert "txnwatch check" in text
+    for section in ("## What it means", "## Confirm", "## What to do"):
+        assert section in text, (page, section)
+
+
+@pytest.mark.parametrize("rule", alert_rules(), ids=lambda r: r["alert"])
+def test_dashboard_url_points_at_an_existing_panel(rule):
+    url = rule["annotations"]["dashboard_url"]
+    m = re.match(r"^http://localhost:3000/d/(?P<uid>[\w-]+)/(?P<slug>[\w-]+)\?viewPanel=(?P<id>\d+)", url)
+    assert m, url
+    dash = {d.uid: d for d in dash_ids.DASHBOARDS}[m["uid"]]
+    panels = {p["id"]: p for p in iter_panels(dashboard_json(dash))}
+    assert int(m["id"]) in panels, (rule["alert"], m["id"])
+    # the panel shows at least one series the alert's expression reads
+    panel_names = set().union(*(metric_names(t["expr"]) for t in panels[int(m["id"])]["targets"]))
+    alert_names = metric_names(rule["expr"])
+    recorded = {r["record"]: r["expr"] for r in all_rules() if "record" in r}
+    for name in list(alert_names):
+        if name in recorded:
+            alert_names |= metric_names(recorded[name])
+    base = {re.sub(r"_(bucket|sum|count)$", "", n) for n in panel_names}
+    alert_base = {re.sub(r"_(bucket|sum|count)$", "", n) for n in alert_names}
+    assert base & alert_base, (rule["alert"], panel_names, alert_names)
+
+
+@pytest.mark.parametrize("rule", all_rules(), ids=lambda r: r.get("alert") or r["record"])
+def test_exprs_use_catalogue_series_only(rule):
+    assert not unknown_names(rule["expr"], allowed=recorded_names()), rule["expr"]
+
+
+def test_recording_rules_cover_abort_ratio_fencing_and_latency_quantiles():
+    rec = recorded_names()
+    assert "cluster_app:kafka_transactions_abort_ratio:rate5m" in rec
+    assert "app:kafka_producer_transactions_abort_ratio:rate5m" in rec
+    assert "cluster_app_reason:kafka_transaction_fencing_events:rate15m" in rec
+    assert "app:kafka_producer_transaction_fencing_errors:rate15m" in rec
+    quantiles = {r["labels"]["quantile"] for r in all_rules() if "record" in r and "quantile" in r.get("labels", {})}
+    assert quantiles == {"0.5", "0.95", "0.99"}
+
+
+def test_recording_rules_come_before_the_alerts_using_them():
+    for group in rule_groups():
+        seen: set[str] = set()
+        for r in group["rules"]:
+            if "record" in r:
+                seen.add(r["record"])
+            else:
+                used = metric_names(r["expr"]) & recorded_names()
+                assert used <= seen, (group["name"], r["alert"], used - seen)
+
+
+def test_cluster_selector_reaches_every_kafka_and_self_series():
+    cfg = AlertConfig(cluster_selector='cluster=~"prod-.*"', spark_selector='namespace="spark"',
+                      client_selector='namespace="apps"', exporter_job_selector='job="tw"')
+    for r in all_rules(cfg):
+        expr = r["expr"]
+        for m in re.finditer(r"(?<![\w:])(kafka_(?!producer_)\w+|txnwatch_\w+)(\{[^}]*\})?(?!\w)", expr):
+            if m.group(1) in recorded_names(cfg):
+                continue
+            assert m.group(2) and 'cluster=~"prod-.*"' in m.group(2), (r.get("alert") or r["record"], m.group(0))
+        for m in re.finditer(r"(?<![\w:])(kafka_producer_\w+)(\{[^}]*\})?", expr):
+            assert m.group(2) and 'namespace="apps"' in m.group(2), m.group(0)
+        for m in re.finditer(r"\b(spark_streaming_\w+)(\{[^}]*\})?", expr):
+            assert m.group(2) and 'namespace="spark"' in m.group(2), m.group(0)
+        if r.get("alert") == "TxnwatchExporterDown":
+            assert 'up{job="tw"}' in expr
+
+
+def test_config_changes_thresholds_links_and_labels():
+    cfg = AlertConfig(abort_ratio=0.25, dashboard_base_url="https://grafana.example/",
+                      runbook_base_url="https://wiki.example/runbooks", extra_labels={"team": "data"},
+                      spark_trigger_intervals={"orders": 300}, hanging_for="7m")
+    rules = {r["alert"]: r for r in alert_rules(cfg)}
+    assert "> 0.25" in rules["KafkaTransactionAbortRatioHigh"]["expr"]
+    assert rules["KafkaTransactionHanging"]["for"] == "7m"
+    assert all(r["labels"]["team"] == "data" for r in rules.values())
+    assert rules["TxnwatchSourceFailing"]["annotations"]["dashboard_url"].startswith(
+        "https://grafana.example/d/txnwatch-exporter/")
+    assert rules["TxnwatchSourceFailing"]["annotations"]["runbook_url"] == \
+        "https://wiki.example/runbooks/TxnwatchSourceFailing.md"
+    behind = rules["SparkStreamingQueryFallingBehind"]["expr"]
+    assert 'query="orders"' in behind and '"trigger_interval_seconds", "300"' in behind
+    assert 'query!="orders"' in behind and '"trigger_interval_seconds", "60"' in behind
+
+
+def test_bad_quantile_is_rejected():
+    with pytest.raises(ValueError):
+        AlertConfig(commit_latency_quantile="0.9")
+
+
+def test_prometheus_rule_manifest_has_the_same_groups(tmp_path):
+    paths = generate_alerts(tmp_path)
+    assert [p.name for p in paths] == ["rules.yml", "prometheusrule.yaml"]
+    rules = yaml.safe_load(paths[0].read_text())
+    manifest = yaml.safe_load(paths[1].read_text())
+    assert manifest["apiVersion"] == "monitoring.coreos.com/v1"
+    assert manifest["kind"] == "PrometheusRule"
+    assert manifest["metadata"]["name"] == "txnwatch"
+    assert manifest["spec"]["groups"] == rules["groups"] == rule_groups()
+    assert prometheus_rule(AlertConfig(prometheus_rule_namespace="monitoring"))["metadata"]["namespace"] == \
+        "monitoring"
+
+
+def test_every_alert_has_a_promtool_test():
+    tests_text = "\n".join(p.read_text() for p in (ROOT / "tests" / "alerts").glob("*.yml"))
+    for a in alerts():
+        assert f"alertname: {a.name}" in tests_text, a.name
+        assert re.search(rf"alertname: {a.name}\n\s+exp_alerts:\n\s+- exp_labels", tests_text), \
+            f"{a.name}: no firing expectation"
+
+
+def _load_regenerate():
+    spec = importlib.util.spec_from_file_location("regenerate", ROOT / "scripts" / "regenerate.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_committed_deploy_files_match_the_generators(tmp_path):
+    """Fails on drift: run `python scripts/regenerate.py` and commit deploy/."""
+    written = _load_regenerate().regenerate(tmp_path)
+    assert written
+    drift = []
+    for path in written:
+        rel = path.relative_to(tmp_path)
+        committed = DEPLOY / rel
+        if not committed.is_file() or not filecmp.cmp(path, committed, shallow=False):
+            drift.append(str(rel))
+    generated = {p.relative_to(tmp_path) for p in written}
+    stale = [str(p.relative_to(DEPLOY)) for p in DEPLOY.rglob("*")
+             if p.is_file() and p.relative_to(DEPLOY) not in generated
+             and p.relative_to(DEPLOY).parts[0] in ("grafana", "prometheus")]
+    assert not drift, f"deploy/ is out of date, run scripts/regenerate.py: {drift}"
+    assert not stale, f"files in deploy/ no generator writes: {stale}"
