@@ -1,15 +1,18 @@
-"""The exporter process: pollers (and later taps and Spark ingest) wired to one Collector."""
+"""The exporter process: per-cluster sources (poller, optional transaction-log tap) and the
+Spark ingest state, wired to one Collector. Scrapes render the sources' last views."""
 
 from __future__ import annotations
 
 import logging
 import time
+from html import escape
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.process_collector import ProcessCollector
 
 from ..config import ClusterConfig, Config
 from ..metrics import FamilyWriter
+from ..spark_listener.state import SparkQueryState
 from .collector import ExporterCollector, render_health, render_snapshot
 from .poller import ClusterPoller
 
@@ -23,7 +26,15 @@ class ClusterRuntime:
         self.cfg = cfg
         self.poller = ClusterPoller(cfg)
         self.tap = None
+        if cfg.transaction_log_tap:
+            from .tap.source import TransactionLogTap
+
+            self.tap = TransactionLogTap(cfg.name, cfg.client_properties(), self.poller.resolver,
+                                         cfg.max_transactional_id_series,
+                                         expiration_ms=cfg.default_transactional_id_expiration_ms,
+                                         poll_timeout=min(1.0, cfg.poll_timeout_seconds))
         self._counted_snapshot = None
+        self._counted_view = None
 
     def sources(self):
         yield self.poller.health.view()
@@ -31,11 +42,34 @@ class ClusterRuntime:
             yield self.tap.health()
 
     def ready(self) -> bool:
-        # Ready after a first successful poll, and not while the cluster is unreachable:
-        # what this exporter would serve then is stale.
+        # Ready after a first successful poll (and, with the tap, once its state is rebuilt
+        # from the log), and not while the cluster is unreachable: data would be stale.
         if not self.poller.health.view().up:
             return False
-        return self.tap is None or bool(getattr(self.tap, "rebuilt", True))
+        return self.tap is None or self.tap.rebuilt
+
+    def render(self, w: FamilyWriter, collector: ExporterCollector) -> None:
+        for h in self.sources():
+            render_health(w, self.cfg.name, h)
+        snap = self.poller.snapshot
+        if snap is not None:
+            # With the tap on, it is the exact source of open transactions; the poller's
+            # KIP-664 view would report the same series.
+            folded = render_snapshot(w, snap, self.cfg.granularity, self.cfg.max_transactional_id_series,
+                                     render_open_transactions=self.tap is None)
+            if snap is not self._counted_snapshot:  # count folds once per poll, not per scrape
+                self._counted_snapshot = snap
+                collector.count_dropped(self.cfg.name, "kafka_transaction_timeout_headroom_seconds",
+                                        "id_cap", folded)
+        if self.tap is not None:
+            from .tap.render import render_tap
+
+            view = self.tap.view()
+            folded_by_metric = render_tap(w, self.cfg.name, view, cap=self.cfg.max_transactional_id_series)
+            if view is not self._counted_view:
+                self._counted_view = view
+                for metric, n in folded_by_metric.items():
+                    collector.count_dropped(self.cfg.name, metric, "id_cap", n)
 
 
 class Exporter:
@@ -43,29 +77,14 @@ class Exporter:
         self.config = config
         self.started_at = time.time()
         self.clusters = {c.name: ClusterRuntime(c) for c in config.clusters}
-        self.spark_state = None
-        self.collector = ExporterCollector(self._parts())
+        self.spark_state = SparkQueryState(ttl_seconds=config.http.spark_query_ttl_seconds)
+        parts = [(f"cluster:{name}", lambda w, rt=rt: rt.render(w, self.collector))
+                 for name, rt in self.clusters.items()]
+        parts.append(("spark", lambda w: self.spark_state.render(w)))
+        self.collector = ExporterCollector(parts)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.collector)
         ProcessCollector(registry=self.registry)
-
-    def _parts(self):
-        for name, rt in self.clusters.items():
-            yield f"cluster:{name}", self._render_cluster(rt)
-
-    def _render_cluster(self, rt: ClusterRuntime):
-        def part(w: FamilyWriter) -> None:
-            for h in rt.sources():
-                render_health(w, rt.cfg.name, h)
-            snap = rt.poller.snapshot
-            if snap is not None:
-                folded = render_snapshot(w, snap, rt.cfg.granularity, rt.cfg.max_transactional_id_series,
-                                         render_open_transactions=rt.tap is None)
-                if snap is not rt._counted_snapshot:  # count folds once per poll, not per scrape
-                    rt._counted_snapshot = snap
-                    self.collector.count_dropped(rt.cfg.name, "kafka_transaction_timeout_headroom_seconds",
-                                                 "id_cap", folded)
-        return part
 
     def start(self) -> None:
         for rt in self.clusters.values():
@@ -82,3 +101,25 @@ class Exporter:
     def ready(self) -> tuple[bool, dict[str, bool]]:
         status = {name: rt.ready() for name, rt in self.clusters.items()}
         return all(status.values()), status
+
+    def page_sections(self) -> list[str]:
+        """Extra sections of the human page: the tap and Spark queries."""
+        out = []
+        taps = [(n, rt.tap.view()) for n, rt in self.clusters.items() if rt.tap is not None]
+        if taps:
+            waiting = "<span class=warn>waiting for __transaction_state</span>"
+            rows = "".join(
+                f"<tr><td>{escape(n)}</td><td>{'yes' if v.topic_found else waiting}</td>"
+                f"<td>{'yes' if v.rebuilt else 'rebuilding'}</td>"
+                f"<td class=num>{'' if v.lag_records is None else v.lag_records}</td>"
+                f"<td class=num>{v.applied}</td><td class=num>{sum(v.ids_per_app.values())}</td></tr>"
+                for n, v in taps)
+            out.append("<section><h2>Transaction-log tap</h2><table><tr><th>cluster</th><th>topic found</th>"
+                       "<th>rebuilt</th><th>lag (records)</th><th>applied</th><th>transactional ids</th></tr>"
+                       + rows + "</table></section>")
+        queries = self.spark_state.queries()
+        if queries:
+            out.append("<section><h2>Spark queries (from the listener)</h2><p>"
+                       + ", ".join(f"<span class=pill>{escape(q)}</span>" for q in queries[:100])
+                       + "</p></section>")
+        return out
