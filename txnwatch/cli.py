@@ -38,11 +38,37 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--json", action="store_true", help="machine-readable output")
     check.add_argument("--sample-seconds", type=float, default=1.0,
                        help="time between the two samples that show whether an LSO moves")
+
+    dash = sub.add_parser("dashboards", help="write the Grafana dashboards (JSON) and provisioning files")
+    dash.add_argument("--out", required=True, metavar="DIR")
+    alerts = sub.add_parser("alerts", help="write the Prometheus rule file and a PrometheusRule manifest")
+    alerts.add_argument("--out", required=True, metavar="DIR")
+    alerts.add_argument("--cluster-selector", default=None, metavar="MATCHERS",
+                        help='label matchers added to every rule, e.g. \'cluster=~"prod-.*"\'')
+    pipeline = sub.add_parser("pipeline", help="run the reference exactly-once Spark pipeline", add_help=False)
+    pipeline.add_argument("args", nargs=argparse.REMAINDER)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["pipeline"]:
+        from .pipeline import main as pipeline_main
+
+        return pipeline_main(argv[1:])
     args = build_parser().parse_args(argv)
+    if args.command == "dashboards":
+        from .dashboards.build import generate_dashboards, generate_provisioning
+
+        paths = generate_dashboards(f"{args.out}/dashboards") + generate_provisioning(f"{args.out}/provisioning")
+        print("\n".join(map(str, paths)))
+        return 0
+    if args.command == "alerts":
+        from .alerts.rules import AlertConfig, generate_alerts
+
+        cfg = AlertConfig(cluster_selector=args.cluster_selector) if args.cluster_selector else AlertConfig()
+        print("\n".join(map(str, generate_alerts(args.out, cfg))))
+        return 0
     flags = {k: v for k, v in vars(args).items() if k not in ("command", "json", "sample_seconds")}
     try:
         config = load_config(flags)
