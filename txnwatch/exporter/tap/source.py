@@ -1,0 +1,351 @@
+"""The transaction-log tap: a consumer of `__transaction_state` feeding TxnLogState.
+
+One thread per cluster. It assigns every partition of the coordinator's log explicitly
+(no consumer group membership, no commits, read_uncommitted), and
+
+* waits patiently while the topic does not exist (reported in health as
+  `topic_not_found`; metadata is retried, never a crash);
+* rebuilds state from the log up to the end offsets as of the moment each partition
+  was first assigned, without counting (`counting=False`), then follows new records
+  with counting; partitions that appear later (or a topic created after the tap
+  started) hold only new records and are counted from their first offset;
+* keeps the next offset per partition and ignores records below it, so broker
+  outages, reconnects and offset resets never double-count;
+* counts undecodable records by reason and skips them;
+* publishes an immutable `TapView` (a reference swap) for the scrape to render.
+
+Client properties are passed to librdkafka as given and never logged (they may carry
+SASL passwords); only the cluster name appears in log lines.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+
+from ..health import HealthTracker, SourceHealth
+from .decoder import TxnLogDecodeError, decode_key, decode_value
+from .state import IdleSummary, TapView, TxnLogState
+
+log = logging.getLogger(__name__)
+
+TOPIC = "__transaction_state"
+SOURCE = "tap"
+
+
+class TransactionLogTap:
+    """Follows __transaction_state of one cluster. `start()`/`stop()`, `view()`, `health()`."""
+
+    def __init__(self, cluster_name: str, client_config: Mapping[str, object],
+                 resolver: Callable[[str], str], cap: int, expiration_ms: int | None = None,
+                 poll_timeout: float = 1.0, *, topic: str = TOPIC, metadata_interval: float = 10.0,
+                 view_interval: float = 0.5, idle_scan_interval: float = 10.0,
+                 batch_size: int = 2000) -> None:
+        self.cluster = cluster_name
+        self._client_config = dict(client_config)
+        self.cap = int(cap)
+        self.topic = topic
+        self.poll_timeout = poll_timeout
+        self.metadata_interval = metadata_interval
+        self.view_interval = view_interval
+        self.idle_scan_interval = idle_scan_interval
+        self.batch_size = batch_size
+        self._state = TxnLogState(resolver, expiration_ms)
+        self._health = HealthTracker(SOURCE)
+        self._view = TapView(expiration_ms=self._state.expiration_ms, cap=self.cap)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        # per partition: next offset to apply, and the end offset the rebuild reads up to
+        self._next: dict[int, int] = {}
+        self._rebuild_to: dict[int, int] = {}
+        self._topic_found = False
+        self._topic_absent_seen = False   # metadata said "no such topic" at least once
+        self._rebuilt = False
+        self._idle = IdleSummary()
+        self._idle_at = 0.0
+        self._idle_cost = 0.0
+        self._errors_logged: set[str] = set()
+        self._poll_error: str | None = None
+        self._down = False   # the client reported all brokers down / transport errors
+        self._short: set[int] = set()   # partitions whose log ends before our position
+
+    # ------------------------------------------------------------------ public API
+    def start(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name=f"txnwatch-tap-{self.cluster}", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float | None = None) -> None:
+        self._stop.set()
+        t = self._thread
+        if t is not None:
+            t.join(timeout if timeout is not None else self.poll_timeout + 15)
+        self._thread = None
+
+    def view(self) -> TapView:
+        """The last published snapshot (immutable; safe from any thread)."""
+        return self._view
+
+    def health(self) -> SourceHealth:
+        return self._health.view()
+
+    @property
+    def rebuilt(self) -> bool:
+        """True once state is rebuilt from the log as of start (or there was no log)."""
+        return self._rebuilt
+
+    # ------------------------------------------------------------------ internals
+    def _consumer_config(self) -> dict:
+        cfg = dict(self._client_config)
+        cfg.setdefault("group.id", f"txnwatch-tap-{self.cluster}")   # required by librdkafka; never joined
+        cfg.setdefault("client.id", f"txnwatch-tap-{self.cluster}")
+        cfg.update({
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "isolation.level": "read_uncommitted",
+            "enable.partition.eof": True,
+            # out-of-range positions surface as _AUTO_OFFSET_RESET and are handled in _resync
+            "auto.offset.reset": "error",
+            "allow.auto.create.topics": False,
+            "error_cb": self._on_client_error,
+        })
+        return cfg
+
+    def _on_client_error(self, err) -> None:
+        # Called from poll/consume in the tap thread. librdkafka messages carry no secrets.
+        name = (err.name() if hasattr(err, "name") else "error").lstrip("_").lower()
+        self._poll_error = name
+        if name in ("all_brokers_down", "transport", "resolve", "timed_out"):
+            self._down = True
+        self._health.failure(name, f"kafka client: {err.str() if hasattr(err, 'str') else err}")
+
+    def _log_once(self, key: str, msg: str, *args) -> None:
+        if key not in self._errors_logged:
+            self._errors_logged.add(key)
+            log.warning("tap[%s]: " + msg, self.cluster, *args)
+
+    def _run(self) -> None:
+        from confluent_kafka import Consumer
+
+        consumer = None
+        next_metadata = 0.0
+        next_view = 0.0
+        backoff = 1.0
+        try:
+            while not self._stop.is_set():
+                try:
+                    if consumer is None:
+                        consumer = Consumer(self._consumer_config())
+                    now = time.monotonic()
+                    if now >= next_metadata:
+                        self._refresh_partitions(consumer)
+                        next_metadata = now + self.metadata_interval
+                    if not self._next:
+                        self._publish()
+                        self._stop.wait(min(self.metadata_interval, 1.0))
+                        if self._topic_absent_seen and not self._topic_found:
+                            # waiting for the topic: look again soon (cheap, one metadata request)
+                            next_metadata = min(next_metadata, time.monotonic() + 1.0)
+                        continue
+                    t0 = time.monotonic()
+                    self._poll_error = None
+                    msgs = consumer.consume(self.batch_size, self.poll_timeout)
+                    self._apply_batch(consumer, msgs)
+                    if msgs:
+                        self._down = False
+                    if self._poll_error is None and not self._down:
+                        self._health.success(time.monotonic() - t0)
+                    if time.monotonic() >= next_view:
+                        self._publish(consumer)
+                        next_view = time.monotonic() + self.view_interval
+                        while self._short:
+                            self._resync(consumer, self._short.pop())
+                    backoff = 1.0
+                except Exception as exc:  # noqa: BLE001 - the tap never dies; it reports and retries
+                    cause = _cause(exc)
+                    self._health.failure(cause, f"{type(exc).__name__}: {exc}")
+                    self._log_once(f"exc:{cause}", "%s (retrying; further occurrences are counted only)",
+                                   exc)
+                    self._stop.wait(backoff)
+                    backoff = min(backoff * 2, 30.0)
+        finally:
+            self._publish(consumer)
+            if consumer is not None:
+                try:
+                    consumer.close()
+                except Exception:  # noqa: BLE001 - closing is best effort
+                    pass
+
+    def _refresh_partitions(self, consumer) -> None:
+        from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
+
+        md = consumer.list_topics(topic=self.topic, timeout=10)
+        self._down = False
+        t = md.topics.get(self.topic)
+        err = None if t is None else t.error
+        if t is None or (err is not None and err.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART,
+                                                            KafkaError._UNKNOWN_TOPIC)):
+            if not self._topic_found:
+                self._topic_absent_seen = True
+                self._rebuilt = True   # nothing to rebuild: whatever appears later is new
+            self._health.failure("topic_not_found", f"topic {self.topic} not found (waiting for it)")
+            return
+        if err is not None:
+            self._health.failure(err.name().lstrip("_").lower(), f"metadata for {self.topic}: {err.str()}")
+            return
+        if not t.partitions:
+            return
+        new = sorted(p for p in t.partitions if p not in self._next)
+        if not new:
+            return
+        count_all = self._topic_found or self._topic_absent_seen
+        assign = []
+        targets = {}
+        for p in new:
+            if count_all:
+                targets[p] = 0
+            else:
+                _low, high = consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10)
+                targets[p] = max(0, high)
+            assign.append(TopicPartition(self.topic, p, OFFSET_BEGINNING))
+        consumer.incremental_assign(assign)
+        for p in new:
+            self._next[p] = 0
+            self._rebuild_to[p] = targets[p]
+        if not self._topic_found:
+            log.info("tap[%s]: reading %s (%d partitions)%s", self.cluster, self.topic, len(new),
+                     "" if count_all else ", rebuilding state")
+        else:
+            log.info("tap[%s]: %d new partition(s) of %s", self.cluster, len(new), self.topic)
+        self._topic_found = True
+        self._update_rebuilt()
+
+    def _update_rebuilt(self) -> None:
+        if not self._rebuilt and self._next and all(
+                self._next[p] >= self._rebuild_to[p] for p in self._next):
+            self._rebuilt = True
+            log.info("tap[%s]: state rebuilt from %s (%d transactional ids)", self.cluster, self.topic,
+                     len(self._state))
+            self._idle_at = 0.0  # rescan idle ids right away
+
+    def _apply_batch(self, consumer, msgs) -> None:
+        from confluent_kafka import KafkaError
+
+        state = self._state
+        nxt = self._next
+        rebuild_to = self._rebuild_to
+        now_ms = int(time.time() * 1000)
+        for m in msgs:
+            err = m.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    p = m.partition()
+                    if p in nxt and m.offset() is not None and m.offset() > nxt[p]:
+                        nxt[p] = m.offset()
+                    continue
+                if err.code() == KafkaError._AUTO_OFFSET_RESET and m.partition() in nxt:
+                    self._resync(consumer, m.partition())
+                    continue
+                name = err.name().lstrip("_").lower()
+                log.debug("tap[%s]: consume error on partition %s: %s", self.cluster, m.partition(), err)
+                self._poll_error = name
+                self._health.failure(name, f"consume: {err.str()}")
+                continue
+            p = m.partition()
+            off = m.offset()
+            expected = nxt.get(p)
+            if expected is None or off < expected:
+                continue   # already applied (re-delivery after reconnect/reset) or unknown partition
+            nxt[p] = off + 1
+            counting = off >= rebuild_to[p]
+            ts_type, ts = m.timestamp()
+            try:
+                key = decode_key(m.key())
+                raw = m.value()
+                value = None if raw is None else decode_value(raw)
+            except TxnLogDecodeError as exc:
+                state.skip(exc.reason)
+                self._log_once(f"skip:{exc.reason}", "skipping undecodable record at %s-%d@%d: %s "
+                               "(further ones are counted only)", self.topic, p, off, exc)
+                continue
+            state.apply(key.transactional_id, value, ts if ts_type else None, now_ms, counting)
+        if not self._rebuilt:
+            self._update_rebuilt()
+
+    def _resync(self, consumer, p: int) -> None:
+        """Our position is out of the log's range: the log start moved past it (retention),
+        or the log is shorter than what we read (unclean truncation, or the topic was
+        deleted and recreated). In the second case the records now in the log may be ones
+        already applied, so they are re-applied without counting (like a rebuild) and
+        counting resumes after the current end: never double-count."""
+        from confluent_kafka import TopicPartition
+
+        low, high = consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10)
+        n = self._next[p]
+        if n > high:
+            self._rebuild_to[p] = high
+            self._next[p] = low
+            self._health.count_error("log_truncated")
+            log.warning("tap[%s]: %s-%d ends at %d, before our position %d (truncated or recreated); "
+                        "re-reading it without counting up to %d", self.cluster, self.topic, p, high, n, high)
+            target = low
+        elif n < low:
+            self._next[p] = low
+            self._health.count_error("log_start_moved")
+            log.warning("tap[%s]: %s-%d starts at %d, after our position %d; skipping ahead",
+                        self.cluster, self.topic, p, low, n)
+            target = low
+        else:
+            target = n
+        consumer.seek(TopicPartition(self.topic, p, target))
+
+    def _lag(self, consumer) -> int | None:
+        """Records behind the end offsets (cached from fetch responses: no request). A log
+        that ends before our position (some brokers answer such fetches with nothing
+        instead of OFFSET_OUT_OF_RANGE) is queued for a resync."""
+        if consumer is None or not self._next:
+            return None
+        from confluent_kafka import TopicPartition
+
+        total: int | None = 0
+        for p, n in self._next.items():
+            try:
+                _low, high = consumer.get_watermark_offsets(TopicPartition(self.topic, p), cached=True)
+            except Exception:  # noqa: BLE001 - unknown lag is rendered as absent
+                high = None
+            if high is None or high < 0:
+                total = None
+                continue
+            if high < n:
+                self._short.add(p)
+            elif total is not None:
+                total += high - n
+        return total
+
+    def _publish(self, consumer=None) -> None:
+        now = time.monotonic()
+        if now >= self._idle_at:
+            t0 = time.monotonic()
+            self._idle = self._state.idle_scan(self.cap, int(time.time() * 1000))
+            self._idle_cost = time.monotonic() - t0
+            # an O(ids) scan: at most every `idle_scan_interval`, and never more than ~5% of the time
+            self._idle_at = now + max(self.idle_scan_interval, 20 * self._idle_cost)
+        view = self._state.view(self._idle, cap=self.cap)
+        self._view = dataclasses.replace(view, rebuilt=self._rebuilt, lag_records=self._lag(consumer),
+                                         partitions=len(self._next), topic_found=self._topic_found)
+
+
+def _cause(exc: Exception) -> str:
+    """A short label for an exception: the librdkafka error name when there is one."""
+    err = exc.args[0] if exc.args else None
+    if hasattr(err, "name"):
+        try:
+            return str(err.name()).lstrip("_").lower()
+        except Exception:  # noqa: BLE001
+            pass
+    return type(exc).__name__.lower()
