@@ -84,6 +84,16 @@ class HttpConfig:
     ingest_token: str | None = None        # bearer token for POST /api/v1/spark/events
     ingest_max_bytes: int = 1_000_000
     spark_query_ttl_seconds: float = 600.0
+    # Access to /metrics and / (not /healthz, /readyz): basic auth or a bearer token.
+    auth_username: str | None = None
+    auth_password: str | None = None
+    auth_bearer_token: str | None = None
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.tls_cert_file)
 
 
 @dataclass(frozen=True)
@@ -118,7 +128,8 @@ _CLUSTER_KEYS = {"name", "bootstrap_servers", "poll_interval_seconds", "poll_tim
                  "topics", "groups", "app_rules", "max_transactional_id_series", "granularity",
                  "transaction_log_tap", "hanging_threshold_seconds", "default_transaction_max_timeout_ms",
                  "default_transactional_id_expiration_ms", "describe_configs_every"}
-_HTTP_KEYS = {"host", "port", "threads", "ingest_token", "ingest_max_bytes", "spark_query_ttl_seconds"}
+_HTTP_KEYS = {"host", "port", "threads", "ingest_token", "ingest_max_bytes", "spark_query_ttl_seconds",
+              "auth", "tls"}
 _TOP_KEYS = {"clusters", "http", "log_level"}
 
 
@@ -271,6 +282,23 @@ class _Parser:
         if "spark_query_ttl_seconds" in v:
             kw["spark_query_ttl_seconds"] = self.number(f"{key}.spark_query_ttl_seconds",
                                                         v["spark_query_ttl_seconds"])
+        if v.get("auth") is not None:
+            a = self.mapping(f"{key}.auth", v["auth"], {"username", "password", "bearer_token"})
+            for k in a:
+                kw[f"auth_{k}"] = resolve_secret(self.string(f"{key}.auth.{k}", a[k]))
+            if ("username" in a) != ("password" in a):
+                raise self.err(f"{key}.auth", "basic auth needs both username and password")
+            if not a:
+                raise self.err(f"{key}.auth", "set username and password, or bearer_token")
+        if v.get("tls") is not None:
+            t = self.mapping(f"{key}.tls", v["tls"], {"cert_file", "key_file"})
+            for k in ("cert_file", "key_file"):
+                if k not in t:
+                    raise self.err(f"{key}.tls.{k}", "is required when tls is set")
+                path = self.string(f"{key}.tls.{k}", t[k])
+                if not Path(path).is_file():
+                    raise self.err(f"{key}.tls.{k}", f"no such file: {path}")
+                kw[f"tls_{k}"] = path
         return HttpConfig(**kw)
 
 

@@ -42,9 +42,11 @@ class TansuBroker:
     """One Tansu broker on a loopback port; start/stop/kill/restart for tests."""
 
     def __init__(self, port: int | None = None, host: str = "127.0.0.1",
-                 log_path: str | os.PathLike | None = None) -> None:
+                 log_path: str | os.PathLike | None = None, advertised_port: int | None = None) -> None:
         self.host = host
         self.port = port or free_port(host)
+        # A proxy in front of the broker needs the broker to advertise the proxy's port.
+        self.advertised_port = advertised_port or self.port
         self.log_path = Path(log_path) if log_path else None
         self.proc: subprocess.Popen | None = None
 
@@ -55,7 +57,8 @@ class TansuBroker:
     def start(self, timeout: float = 30.0) -> TansuBroker:
         url = f"tcp://{self.host}:{self.port}"
         cmd = [tansu_binary(), "broker", "--listener-url", url,
-               "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"]
+               "--advertised-listener-url", f"tcp://{self.host}:{self.advertised_port}",
+               "--storage-engine", "memory://tansu/"]
         out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
                                      start_new_session=True)

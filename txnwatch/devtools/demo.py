@@ -14,7 +14,6 @@ import os
 import signal
 import sys
 import threading
-import time
 from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition

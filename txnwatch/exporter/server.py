@@ -15,15 +15,39 @@ from .service import Exporter
 log = logging.getLogger(__name__)
 
 
+class _TLSServer:
+    """waitress has no TLS; with certificate files configured the same WSGI app is served by
+    cheroot (CherryPy's production WSGI server) with its built-in TLS adapter."""
+
+    def __init__(self, app, http) -> None:
+        from cheroot import wsgi
+        from cheroot.ssl.builtin import BuiltinSSLAdapter
+
+        self._server = wsgi.Server((http.host, http.port), app, numthreads=http.threads,
+                                   server_name="txnwatch")
+        self._server.ssl_adapter = BuiltinSSLAdapter(http.tls_cert_file, http.tls_key_file)
+        self.effective_port = http.port
+
+    def run(self) -> None:
+        self._server.safe_start()
+
+    def close(self) -> None:
+        threading.Thread(target=self._server.stop, daemon=True).start()
+
+
 def serve(config: Config, ready_event: threading.Event | None = None) -> int:
     exporter = Exporter(config)
     app = create_app(exporter)
-    server = create_server(app, host=config.http.host, port=config.http.port,
-                           threads=config.http.threads, ident="txnwatch",
-                           channel_timeout=30, clear_untrusted_proxy_headers=True)
+    http = config.http
+    if http.tls:
+        server = _TLSServer(app, http)
+    else:
+        server = create_server(app, host=http.host, port=http.port, threads=http.threads, ident="txnwatch",
+                               channel_timeout=30, clear_untrusted_proxy_headers=True)
     exporter.start()
     names = ", ".join(f"{c.name} ({c.bootstrap_servers})" for c in config.clusters)
-    log.info("txnwatch serving on http://%s:%s/ for %s", config.http.host, server.effective_port, names)
+    log.info("txnwatch serving on %s://%s:%s/ for %s", "https" if http.tls else "http", http.host,
+             server.effective_port, names)
 
     def shutdown(signum, _frame) -> None:
         log.info("received %s, shutting down", signal.Signals(signum).name)

@@ -1,0 +1,206 @@
+"""Fault tests (issue 9). Each test names the fault, the expected behaviour, and checks it."""
+
+from __future__ import annotations
+
+import base64
+import shutil
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+import yaml
+
+from tests.integration.conftest import cluster_config
+from txnwatch.devtools.broker import TansuBroker
+from txnwatch.devtools.exporter_proc import ExporterProcess
+from txnwatch.devtools.net import free_port, wait_for
+from txnwatch.devtools.proxy import KafkaProxy
+from txnwatch.devtools.workload import create_topics
+
+pytestmark = [pytest.mark.integration, pytest.mark.faults]
+
+
+@pytest.fixture
+def proxied_broker(tmp_path):
+    """A broker reachable only through a proxy the test can stall."""
+    proxy_port = free_port()
+    b = TansuBroker(log_path=tmp_path / "tansu.log", advertised_port=proxy_port).start()
+    proxy = KafkaProxy("127.0.0.1", b.port, port=proxy_port).start()
+    yield b, proxy
+    proxy.stop()
+    b.stop()
+
+
+def test_stalled_broker_polls_time_out_scrapes_stay_fast_page_says_stale(proxied_broker, exporter_factory, unique):
+    """Fault: the broker stops answering (connections stay open, no bytes flow).
+    Expected: polls give up at poll_timeout_seconds and count a timeout, /metrics and / keep
+    answering from the last snapshot, and the page says what is stale and since when."""
+    b, proxy = proxied_broker
+    topic = unique("slow")
+    create_topics(f"127.0.0.1:{proxy.port}", [topic])
+    exp = exporter_factory(cluster_config(f"127.0.0.1:{proxy.port}", [topic], poll_timeout_seconds=1.5,
+                                          poll_interval_seconds=0.5))
+    exp.wait_metric(lambda m: m.get_value("txnwatch_up", source="poller") == 1, what="first poll")
+    proxy.stall()
+    m = exp.wait_metric(lambda m: (m.get_value("txnwatch_poll_errors_total", source="poller", cause="timeout")
+                                   or 0) >= 1, timeout=30, what="a poll to time out")
+    assert m.get_value("txnwatch_up", source="poller") == 0
+    # Scrapes are served from memory while the broker is stalled: they answer at once
+    # (the client timeout is far below a stalled request's).
+    for _ in range(20):
+        status, body = exp.get("/metrics", timeout=2)
+        assert status == 200 and f'topic="{topic}"' in body  # the last snapshot is still served
+    status, page = exp.get("/", timeout=2)
+    assert status == 200 and "stale since" in page and "timed out" in page.lower() or "within" in page
+    proxy.resume()
+    exp.wait_metric(lambda m: m.get_value("txnwatch_up", source="poller") == 1, timeout=30, what="recovery")
+
+
+def test_one_stalled_cluster_delays_no_other(proxied_broker, broker, exporter_factory, unique):
+    """Fault: one of two clusters stalls. Expected: the other cluster's polls go on at their pace."""
+    b, proxy = proxied_broker
+    cfg = {"clusters": [
+        {"name": "stalled", "bootstrap_servers": f"127.0.0.1:{proxy.port}", "poll_interval_seconds": 0.5,
+         "poll_timeout_seconds": 20},
+        {"name": "healthy", "bootstrap_servers": broker.bootstrap, "poll_interval_seconds": 0.5,
+         "poll_timeout_seconds": 5}]}
+    exp = exporter_factory(cfg)
+    exp.wait_metric(lambda m: m.get_value("txnwatch_up", cluster="stalled") == 1
+                    and m.get_value("txnwatch_up", cluster="healthy") == 1, what="both clusters polled")
+    proxy.stall()
+    time.sleep(1.0)  # let the stalled cluster's poll get stuck inside its 20 s timeout
+    stuck_at = exp.metrics().get_value("txnwatch_last_success_timestamp_seconds", cluster="stalled")
+    first = exp.metrics().get_value("txnwatch_last_success_timestamp_seconds", cluster="healthy")
+    # The healthy cluster completes several more polls while the other is stuck.
+    m = exp.wait_metric(lambda m: m.get_value("txnwatch_last_success_timestamp_seconds", cluster="healthy")
+                        >= first + 3, timeout=15, what="healthy cluster to keep polling")
+    assert m.get_value("txnwatch_last_success_timestamp_seconds", cluster="stalled") == stuck_at
+    proxy.resume()
+
+
+def test_exporter_sigkill_restart_rebuilds_state_and_readiness(broker, producers, unique, tmp_path):
+    """Fault: the exporter is SIGKILLed. Expected: restarted, it is not ready until its first poll,
+    then ready; the LSO stall clock survives the restart (it comes from the record at the LSO)."""
+    topic = unique("killed-exporter")
+    create_topics(broker.bootstrap, [topic])
+    p = producers(broker.bootstrap, topic, unique("tx"), action="commit", count=1, then_hang=True)
+    p.wait_line("open")
+    p.kill()
+    port = free_port()
+    cfg = cluster_config(broker.bootstrap, [topic], poll_interval_seconds=3)
+    exp = ExporterProcess(cfg, port=port, log_path=tmp_path / "e1.log").start()
+    try:
+        m = exp.wait_metric(lambda m: (m.get_value("kafka_partition_lso_stalled_seconds", topic=topic) or 0) > 0,
+                            what="a stalled partition")
+        before = m.get_value("kafka_partition_lso_stalled_seconds", topic=topic)
+        exp.kill()  # SIGKILL
+        exp2 = ExporterProcess(cfg, port=port, log_path=tmp_path / "e2.log")
+        exp2.start()
+        seen_not_ready = exp2.get("/readyz")[0] == 503
+        wait_for(lambda: exp2.get("/readyz")[0] == 200, 30, what="ready after restart")
+        after = exp2.metrics().get_value("kafka_partition_lso_stalled_seconds", topic=topic)
+        assert after >= before, (before, after)
+        assert seen_not_ready or exp2.metrics().get_value("txnwatch_up", source="poller") == 1
+    finally:
+        exp.kill()
+        exp2.stop()
+
+
+def _self_signed(tmp_path):
+    if not shutil.which("openssl"):
+        pytest.fail("openssl is needed to make a test certificate (apt-get install openssl)")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+                    str(cert), "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    return cert, key
+
+
+def _get(url, headers=None, ctx=None):
+    req = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=5, context=ctx) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def test_metrics_and_page_behind_basic_auth_over_tls(broker, exporter_factory, tmp_path):
+    """Access: with auth and TLS configured, /metrics and / need credentials over HTTPS;
+    /healthz and /readyz stay open for probes."""
+    cert, key = _self_signed(tmp_path)
+    pw = tmp_path / "pw"
+    pw.write_text("s3cret-basic")
+    cfg = cluster_config(broker.bootstrap)
+    cfg["http"] = {"auth": {"username": "prom", "password": f"${{file:{pw}}}"},
+                   "tls": {"cert_file": str(cert), "key_file": str(key)}}
+    port = free_port()
+    cfg["http"].update(host="127.0.0.1", port=port)
+    conf = tmp_path / "tls.yaml"
+    conf.write_text(yaml.safe_dump(cfg))
+    ctx = ssl.create_default_context(cafile=str(cert))
+    base = f"https://127.0.0.1:{port}"
+    proc = subprocess.Popen([sys.executable, "-m", "txnwatch.cli", "serve", "--config", str(conf)],
+                            stdout=open(tmp_path / "tls.log", "wb"), stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: _get(base + "/healthz", ctx=ctx)[0] == 200, 30, what="https /healthz")
+        assert _get(base + "/metrics", ctx=ctx)[0] == 401
+        assert _get(base + "/", ctx=ctx)[0] == 401
+        bad = base64.b64encode(b"prom:wrong").decode()
+        assert _get(base + "/metrics", {"Authorization": f"Basic {bad}"}, ctx)[0] == 401
+        good = base64.b64encode(b"prom:s3cret-basic").decode()
+        status, body = _get(base + "/metrics", {"Authorization": f"Basic {good}"}, ctx)
+        assert status == 200 and "txnwatch_build_info" in body
+        assert _get(base + "/readyz", ctx=ctx)[0] in (200, 503)
+        with pytest.raises(OSError):  # plain HTTP is not served
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=3)
+        assert "s3cret-basic" not in (tmp_path / "tls.log").read_text()
+    finally:
+        proc.terminate()
+        proc.wait(15)
+
+
+def test_bearer_token_for_metrics(broker, exporter_factory):
+    cfg = cluster_config(broker.bootstrap)
+    cfg["http"] = {"auth": {"bearer_token": "tok-123456"}}
+    exp = exporter_factory(cfg)
+    assert exp.get("/metrics")[0] == 401
+    assert exp.get("/metrics", {"Authorization": "Bearer nope"})[0] == 401
+    assert exp.get("/metrics", {"Authorization": "Bearer tok-123456"})[0] == 200
+    assert exp.get("/healthz")[0] == 200
+
+
+def test_ingest_needs_a_token_beyond_loopback(broker, tmp_path):
+    """Access: listening beyond loopback without a token, the ingest endpoint refuses events;
+    with a token it demands it."""
+    event = b'{"type": "started", "query_id": "q", "query": "n", "timestamp": "2026-11-22T00:00:00Z"}'
+    port = free_port()
+    for token, expect_no_auth in ((None, 403), ("ingest-tok", 401)):
+        cfg = cluster_config(broker.bootstrap)
+        exp = ExporterProcess(cfg, port=port, log_path=tmp_path / f"ingest-{token}.log")
+        # bind beyond loopback: patch the config file written by ExporterProcess
+        data = yaml.safe_load(exp.config_path.read_text())
+        data["http"]["host"] = "0.0.0.0"
+        if token:
+            data["http"]["ingest_token"] = token
+        exp.config_path.write_text(yaml.safe_dump(data))
+        exp.start()
+        try:
+            req = urllib.request.Request(exp.url + "/api/v1/spark/events", data=event,
+                                         headers={"Content-Type": "application/json"})
+            try:
+                urllib.request.urlopen(req, timeout=5)
+                status = 200
+            except urllib.error.HTTPError as e:
+                status = e.code
+            assert status == expect_no_auth
+            if token:
+                req.add_header("Authorization", f"Bearer {token}")
+                with urllib.request.urlopen(req, timeout=5) as r:
+                    assert r.status in (200, 202)
+        finally:
+            exp.stop()
