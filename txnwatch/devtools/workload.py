@@ -20,7 +20,7 @@ def create_topics(bootstrap: str, topics: Iterable[str], partitions: int = 1,
     wanted = list(topics)
     futures = admin.create_topics([NewTopic(t, partitions, 1) for t in wanted],
                                   operation_timeout=timeout, request_timeout=timeout)
-    for topic, fut in futures.items():
+    for _topic, fut in futures.items():
         try:
             fut.result()
         except Exception as exc:  # TOPIC_ALREADY_EXISTS is fine

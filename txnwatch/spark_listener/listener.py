@@ -47,6 +47,7 @@ class TxnWatchListener(StreamingQueryListener):
         self._logged: set[str] = set()
         self.events = 0
         self.callback_seconds = 0.0
+        self.counts: dict[str, int] = {}      # callbacks seen, by event type
 
     # ------------------------------------------------------------------ Spark callbacks
     def onQueryStarted(self, event: Any) -> None:
@@ -118,6 +119,7 @@ class TxnWatchListener(StreamingQueryListener):
             with self._lock:
                 self.events += 1
                 self.callback_seconds += dt
+                self.counts[kind] = self.counts.get(kind, 0) + 1
 
     def emit(self, event: dict[str, Any]) -> None:
         """Hand an event dict to every sink (also used for producer_transactions events)."""
