@@ -52,7 +52,8 @@ def render_page(exporter) -> str:
             err = escape(h.last_error or "") if not h.up else ""
             stale = ""
             if not h.up and h.last_success:
-                stale = f"<br><span class=warn>data stale since {_when(h.last_success, now)}</span>"
+                since = time.strftime("%H:%M:%S UTC", time.gmtime(h.last_success))
+                stale = f"<br><span class=warn>data stale since {since} ({_when(h.last_success, now)})</span>"
             rows.append(f"<tr><td>{escape(name)}</td><td>{escape(h.source)}</td><td>{state}</td>"
                         f"<td>{_when(h.last_success, now)}</td><td class=num>"
                         f"{'' if h.last_duration is None else f'{h.last_duration * 1000:.0f} ms'}</td>"
