@@ -1,0 +1,123 @@
+"""Scrape latency, Kafka requests per scrape, and exporter memory at scale.
+
+    .venv/bin/python bench/bench_scrape.py [--partitions 10000] [--groups 500] [--seconds 30]
+
+Starts Tansu behind a request-counting TCP proxy, creates the partitions and groups,
+runs `txnwatch serve` (a child process) polling every 2 s, then:
+  1. 4 concurrent scrapers hit /metrics for --seconds while polls run: p50/p99/max;
+  2. request attribution: Kafka requests through the proxy in a window with the same 4
+     scrapers vs an equal window without scrapes (the difference is what scrapes cost);
+  3. the exporter's resident memory (process_resident_memory_bytes) after the polls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import threading
+import time
+import urllib.request
+
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from txnwatch.devtools.broker import TansuBroker
+from txnwatch.devtools.exporter_proc import ExporterProcess
+from txnwatch.devtools.net import free_port
+from txnwatch.devtools.proxy import KafkaProxy
+
+
+def setup(bootstrap: str, partitions: int, groups: int, per_topic: int = 100) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    names = [f"scale-{i:05d}" for i in range(max(partitions // per_topic, 1))]
+    for i in range(0, len(names), 50):
+        for f in admin.create_topics([NewTopic(n, per_topic, 1) for n in names[i:i + 50]],
+                                     operation_timeout=120).values():
+            f.result()
+    for g in range(groups):
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"scale-group-{g:04d}",
+                      "enable.auto.commit": False})
+        c.commit(offsets=[TopicPartition(names[g % len(names)], p, 0) for p in range(20)], asynchronous=False)
+        c.close()
+
+
+def scrapers(url: str, seconds: float, n: int = 4) -> list[float]:
+    lat: list[float] = []
+    lock = threading.Lock()
+    stop = time.monotonic() + seconds
+
+    def run() -> None:
+        while time.monotonic() < stop:
+            t = time.perf_counter()
+            with urllib.request.urlopen(url, timeout=30) as r:
+                r.read()
+            d = time.perf_counter() - t
+            with lock:
+                lat.append(d)
+
+    threads = [threading.Thread(target=run) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return lat
+
+
+def pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--partitions", type=int, default=10_000)
+    ap.add_argument("--groups", type=int, default=500)
+    ap.add_argument("--seconds", type=float, default=30)
+    a = ap.parse_args()
+    proxy_port = free_port()
+    with TansuBroker(advertised_port=proxy_port) as broker:
+        proxy = KafkaProxy("127.0.0.1", broker.port, port=proxy_port).start()
+        t0 = time.perf_counter()
+        setup(broker.bootstrap, a.partitions, a.groups)
+        print(f"setup {a.partitions} partitions / {a.groups} groups: {time.perf_counter() - t0:.0f}s")
+        exp = ExporterProcess({"clusters": [{"name": "bench", "bootstrap_servers": f"127.0.0.1:{proxy_port}",
+                                             "poll_interval_seconds": 2, "poll_timeout_seconds": 60}]}).start()
+        try:
+            exp.wait_metric(lambda m: m.get_value("txnwatch_up") == 1, timeout=300, what="first poll")
+            m0 = exp.metrics()
+            polls0 = m0.get_value("txnwatch_last_success_timestamp_seconds")
+            body = urllib.request.urlopen(exp.url + "/metrics").read()
+            lat = scrapers(exp.url + "/metrics", a.seconds)
+            m1 = exp.metrics()
+            lines = body.count(b"\n")
+            print(f"/metrics body: {len(body) / 1e6:.1f} MB, {lines} lines")
+            print(f"4 scrapers x {a.seconds:.0f}s while polling every 2 s: {len(lat)} scrapes, "
+                  f"p50 {statistics.median(lat) * 1000:.1f} ms, p99 {pct(lat, 99) * 1000:.1f} ms, "
+                  f"max {max(lat) * 1000:.1f} ms; last poll took "
+                  f"{m1.get_value('txnwatch_poll_duration_seconds') * 1000:.0f} ms, polls advanced "
+                  f"{m1.get_value('txnwatch_last_success_timestamp_seconds') - polls0:.0f}s")
+            rss = exp.metrics().get_value("process_resident_memory_bytes")
+            print(f"exporter RSS at {a.partitions} partitions / {a.groups} groups: {rss / 1e6:.0f} MB")
+        finally:
+            exp.stop()
+        # Request attribution with polls parked (interval 1 h after the first poll): any
+        # Kafka request in a window of scrapes would be the scrapes' doing.
+        exp = ExporterProcess({"clusters": [{"name": "bench", "bootstrap_servers": f"127.0.0.1:{proxy_port}",
+                                             "poll_interval_seconds": 3600, "poll_timeout_seconds": 60}]}).start()
+        try:
+            exp.wait_metric(lambda m: m.get_value("txnwatch_up") == 1, timeout=300, what="first poll")
+            win = 10.0
+            proxy.reset_count()
+            time.sleep(win)
+            quiet = proxy.reset_count()
+            n = len(scrapers(exp.url + "/metrics", win))
+            busy = proxy.reset_count()
+            print(f"polls parked: Kafka requests in {win:.0f}s windows: {quiet} without scrapes, "
+                  f"{busy} during {n} scrapes by 4 scrapers")
+        finally:
+            exp.stop()
+            proxy.stop()
+
+
+if __name__ == "__main__":
+    main()
