@@ -362,3 +362,69 @@ def test_new_partitions_are_picked_up(tansu, taps):
             last_update_ms=last, start_ms=t))
     assert p.flush(15) == 0
     wait_for(lambda: tap.view().transactions.get(("np", "committed")) == 1, 30, what="commit on partition 2")
+
+
+def test_exporter_serves_tap_metrics(tansu, exporter_factory):
+    """`txnwatch serve` with `transaction_log_tap: true`: every derived series on /metrics."""
+    from tests.integration.conftest import cluster_config
+
+    create_topics(tansu.bootstrap, [TOPIC], partitions=PARTITIONS)
+    pre = Log(tansu.bootstrap, flush_each=True)
+    t_pre = int(time.time() * 1000) - 300_000
+    pre.commit("legacy-1", t_pre)                      # history: rebuilt, never counted
+    exp = exporter_factory(cluster_config(tansu.bootstrap, transaction_log_tap=True,
+                                          default_transactional_id_expiration_ms=3_600_000))
+    exp.wait_metric(lambda m: m.get_value("txnwatch_tap_rebuilt", cluster="test") == 1, 60,
+                    what="tap rebuilt")
+
+    log = Log(tansu.bootstrap)
+    now = int(time.time() * 1000)
+    t = now - 120_000
+    e = log.commit("orders-1", t, took=1200, complete=15)
+    log.commit("orders-1", t + 2000, epoch=e, took=800, complete=25)
+    log.abort("orders-2", t, took=300, complete=8)
+    log.fenced("payments-1", t, 3, after=14_000, timeout=10_000)            # timeout (TV0)
+    log.fenced("inventory-1", t, 7, after=5000)                             # new instance (TV0)
+    sid = f"streams-app-{uuid.uuid4()}-1"
+    e = log.commit(sid, t, tv=2)
+    e = log.abort(sid, t + 2000, epoch=e, tv=2)
+    log.fenced(sid, t + 4000, e, after=2000, tv=2)                          # new instance (TV2)
+    log.put("legacy-1", None, last=now - 1000)                              # expiration
+    log.put("hang-1", ONGOING, 0, start=now - 40_000, last=now - 40_000, timeout=90_000)
+    log.put("bad-1", raw=b"\x00\x05\x00", last=now)
+    log.flush()
+
+    def ready(m):
+        return (m.get_value("kafka_transactional_id_expirations_total", cluster="test", app="legacy") == 1
+                and m.get_value("txnwatch_tap_records_skipped_total", cluster="test") == 1
+                and m.get_value("kafka_transaction_fencing_events_total", cluster="test", app="streams-app",
+                                reason="new_instance") == 1
+                and m.get_value("kafka_transactional_id_expiration_headroom_seconds", cluster="test",
+                                transactional_id="orders-2") is not None)
+
+    m = exp.wait_metric(ready, 60, what="tap metrics on /metrics")
+    g = lambda name, **lb: m.get_value(name, cluster="test", **lb)  # noqa: E731
+    assert g("kafka_transactions_total", app="orders", outcome="committed") == 2
+    assert g("kafka_transactions_total", app="orders", outcome="aborted") == 1
+    assert g("kafka_transactions_total", app="legacy", outcome="committed") in (None, 0)
+    assert g("kafka_transaction_duration_seconds_sum", app="orders", outcome="committed") == \
+        pytest.approx(2.04)
+    assert g("kafka_transaction_completion_seconds_count", app="orders", outcome="committed") == 2
+    assert g("kafka_transaction_completion_seconds_sum", app="orders", outcome="committed") == \
+        pytest.approx(0.04)
+    assert g("kafka_transaction_fencing_events_total", app="payments", reason="timeout") == 1
+    assert g("kafka_transaction_timeouts_total", app="payments") == 1
+    assert g("kafka_transaction_fencing_events_total", app="inventory", reason="new_instance") == 1
+    assert g("kafka_transaction_fencing_events_total", app="inventory", reason="timeout") == 0
+    assert g("kafka_transactions_total", app="streams-app", outcome="committed") == 1
+    assert g("kafka_transactions_total", app="streams-app", outcome="aborted") == 2
+    assert g("kafka_transaction_open", app="hang") == 1
+    assert g("kafka_transaction_timeout_headroom_seconds", app="hang", transactional_id="hang-1") == \
+        pytest.approx(50, abs=15)
+    assert g("kafka_transaction_oldest_open_age_seconds", app="hang") == pytest.approx(40, abs=15)
+    assert g("kafka_transactional_id_expiration_headroom_seconds", app="orders",
+             transactional_id="orders-2") == pytest.approx(3600 - 120, abs=20)
+    assert g("kafka_transactional_ids", app="orders") == 2
+    assert g("txnwatch_tap_records_skipped_total", reason="unknown_value_version") == 1
+    assert g("txnwatch_tap_partitions") == PARTITIONS
+    assert g("txnwatch_up", source="tap") == 1

@@ -42,7 +42,7 @@ class TransactionLogTap:
     def __init__(self, cluster_name: str, client_config: Mapping[str, object],
                  resolver: Callable[[str], str], cap: int, expiration_ms: int | None = None,
                  poll_timeout: float = 1.0, *, topic: str = TOPIC, metadata_interval: float = 10.0,
-                 view_interval: float = 0.5, idle_scan_interval: float = 10.0,
+                 view_interval: float = 0.5, idle_scan_interval: float = 1.0,
                  batch_size: int = 2000) -> None:
         self.cluster = cluster_name
         self._client_config = dict(client_config)
