@@ -26,7 +26,10 @@ Value, version 1 (first flexible version): the same fields, but arrays and strin
 partitions struct included -- ends with a tagged-field section (uvarint count, then
 per field uvarint tag, uvarint size, bytes), and the top-level section may carry
 tag 0 PreviousProducerId int64 (default -1), tag 1 NextProducerId int64 (default -1),
-tag 2 ClientTransactionVersion int16 (default 0). Unknown tags are skipped.
+tag 2 ClientTransactionVersion int16 (default 0). Unknown tags are skipped (their
+numbers are kept in `unknown_tags`): Kafka's trunk already writes one more tagged field
+(NextProducerEpoch, set in TransactionLog.valueToBytes) whose tag this decoder does not
+interpret.
 
 A null value (tombstone) means the coordinator expired the transactional id; that is
 not the decoder's business (`decode_value(None)` is not allowed) -- callers check.
