@@ -10,6 +10,10 @@ Prints
 * the O(ids) idle scan and a view build at that size;
 * churn: 5k / 50k / 500k ids created, committed and expired with a bounded live
   window -- retained memory must not grow with the number churned.
+
+With `--broker N`: also end to end through a real (Tansu) broker on this machine --
+N records written to a `__transaction_state` topic, then a TransactionLogTap started
+and timed until it has applied them all (consume + decode + apply on the tap thread).
 """
 
 from __future__ import annotations
@@ -128,6 +132,42 @@ def churn(n_ids: int, live: int = 1000) -> dict:
             "expired": sum(st.view().expirations.values()), "seconds": secs}
 
 
+def end_to_end(n_records: int, n_ids: int, partitions: int = 3) -> dict:
+    from confluent_kafka import Producer
+
+    from txnwatch.devtools.broker import TansuBroker
+    from txnwatch.devtools.workload import create_topics
+    from txnwatch.exporter.tap.source import TransactionLogTap
+
+    recs = build_records(n_records, n_ids)
+    with TansuBroker() as b:
+        create_topics(b.bootstrap, ["__transaction_state"], partitions=partitions)
+        p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 20, "batch.num.messages": 5000})
+        for i, (k, v) in enumerate(recs):
+            while True:
+                try:
+                    p.produce("__transaction_state", key=k, value=v, partition=hash(k) % partitions)
+                    break
+                except BufferError:
+                    p.poll(0.05)
+            if i % 10_000 == 0:
+                p.poll(0)
+        assert p.flush(60) == 0
+        tap = TransactionLogTap("bench", {"bootstrap.servers": b.bootstrap}, AppResolver(), 500,
+                                poll_timeout=0.2, view_interval=0.2)
+        t0 = time.perf_counter()
+        tap.start()
+        try:
+            deadline = t0 + 600
+            while tap.view().applied < len(recs) and time.perf_counter() < deadline:
+                time.sleep(0.05)
+            secs = time.perf_counter() - t0
+            applied = tap.view().applied
+        finally:
+            tap.stop()
+    return {"records": applied, "seconds": secs, "rate": applied / secs}
+
+
 def rss_kb() -> int | None:
     try:
         for line in Path(f"/proc/{os.getpid()}/status").read_text().splitlines():
@@ -152,6 +192,8 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=300_000)
     ap.add_argument("--ids", type=int, default=100_000)
+    ap.add_argument("--broker", type=int, default=0, metavar="N",
+                    help="also measure N records end to end through a local Tansu broker")
     args = ap.parse_args(argv)
 
     print(f"machine: {cpu_model()}, {os.cpu_count()} CPUs; Python {platform.python_version()}")
@@ -174,6 +216,11 @@ def main(argv: list[str] | None = None) -> None:
         c = churn(n)
         print(f"churn: {c['ids']:>7,} ids churned (live window 1,000, {c['expired']:,} expired): "
               f"retained {c['retained'] / 1e3:.0f} kB, peak {c['peak'] / 1e3:.0f} kB, {c['seconds']:.1f} s")
+
+    if args.broker:
+        e = end_to_end(args.broker, min(args.ids, 20_000))
+        print(f"end to end (Tansu on the same cores): {e['records']:,} records consumed, decoded and applied "
+              f"in {e['seconds']:.2f} s = {e['rate']:,.0f} records/s (tap start included)")
 
 
 if __name__ == "__main__":
