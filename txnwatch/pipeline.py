@@ -1,0 +1,278 @@
+"""The reference pipeline: Kafka -> PySpark -> Kafka, exactly once.
+
+    python -m txnwatch.pipeline --bootstrap H:P --input-topic in --output-topic out \
+        --checkpoint /var/lib/txnwatch/ckpt --name orders-agg --trigger-seconds 5
+
+Reads the input topic read_committed (the Python confluent-kafka source, or Spark's
+JVM `format("kafka")` with `--source kafka` where the connector is installed), runs a
+keyed, stateful aggregation with a watermark (count and sum of `amount` per key and
+event-time window), and writes each closed window once through the exactly-once sink
+(`--sink eos`, default) or a plain at-least-once producer (`--sink at-least-once`,
+or Spark's JVM writer with `--sink kafka`).
+
+Input records: JSON values {"key": str, "amount": number, "ts": unix seconds}; the
+Kafka key is used when `key` is absent. Output records: key = the key, value = JSON
+{"key", "window_start", "window_end" (unix seconds), "count", "sum"}.
+Metrics: the txnwatch listener (spark_streaming_*) and the sink's transactions
+(kafka_producer_*), served with --metrics-port, forwarded with --forward-url, and/or
+written to --metrics-file at exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger("txnwatch.pipeline")
+
+INPUT_SCHEMA = "key STRING, amount DOUBLE, ts DOUBLE"
+
+
+@dataclass
+class Settings:
+    bootstrap: str
+    input_topic: str
+    output_topic: str
+    checkpoint: str
+    name: str = "txnwatch-pipeline"
+    source: str = "python"            # python | kafka (JVM connector)
+    sink: str = "eos"                 # eos | at-least-once | kafka (JVM writer, at-least-once)
+    num_tasks: int = 2
+    trigger_seconds: float = 1.0
+    max_records_per_batch: int | None = 50_000
+    starting_offsets: str = "earliest"
+    window: str = "10 seconds"
+    watermark: str = "10 seconds"
+    output_mode: str = "append"
+    transaction_timeout_ms: int = 60_000
+    broker_max_timeout_ms: int | str | None = "discover"
+    progress_topic: str | None = None
+    faults: dict = field(default_factory=dict)
+
+
+def read_input(spark: Any, s: Settings) -> Any:
+    if s.source == "kafka":
+        r = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", s.bootstrap)
+             .option("subscribe", s.input_topic).option("kafka.isolation.level", "read_committed")
+             .option("startingOffsets", s.starting_offsets).option("failOnDataLoss", "true"))
+        if s.max_records_per_batch:
+            r = r.option("maxOffsetsPerTrigger", s.max_records_per_batch)
+        return r.load()
+    if s.source != "python":
+        raise ValueError(f"unknown source {s.source!r} (python|kafka)")
+    from txnwatch.spark_listener.kafka_source import FORMAT, KafkaDataSource
+
+    spark.dataSource.register(KafkaDataSource)
+    r = (spark.readStream.format(FORMAT).option("kafka.bootstrap.servers", s.bootstrap)
+         .option("subscribe", s.input_topic).option("startingOffsets", s.starting_offsets))
+    if s.max_records_per_batch:
+        r = r.option("maxRecordsPerBatch", s.max_records_per_batch)
+    return r.load()
+
+
+def transform(df: Any, s: Settings) -> Any:
+    """Keyed event-time aggregation with a watermark -> (key, value) rows for Kafka."""
+    from pyspark.sql import functions as F
+
+    parsed = (df.select(F.from_json(F.col("value").cast("string"), INPUT_SCHEMA).alias("j"),
+                        F.col("key").cast("string").alias("kafka_key"))
+              .select(F.coalesce(F.col("j.key"), F.col("kafka_key")).alias("key"),
+                      F.coalesce(F.col("j.amount"), F.lit(0.0)).alias("amount"),
+                      F.col("j.ts").cast("timestamp").alias("event_time"))
+              .where(F.col("event_time").isNotNull() & F.col("key").isNotNull()))
+    agg = (parsed.withWatermark("event_time", s.watermark)
+           .groupBy("key", F.window("event_time", s.window))
+           .agg(F.count(F.lit(1)).alias("count"), F.sum("amount").alias("sum")))
+    return agg.select(
+        F.col("key"),
+        F.to_json(F.struct(F.col("key"), F.col("window.start").cast("long").alias("window_start"),
+                           F.col("window.end").cast("long").alias("window_end"),
+                           F.col("count"), F.col("sum"))).alias("value"))
+
+
+def make_sink(s: Settings, metrics: Any = None) -> Any:
+    from txnwatch.spark_listener.sink import AtLeastOnceKafkaSink, ExactlyOnceKafkaSink
+
+    if s.sink == "eos":
+        return ExactlyOnceKafkaSink(
+            s.name, s.bootstrap, s.output_topic, num_tasks=s.num_tasks, progress_topic=s.progress_topic,
+            transaction_timeout_ms=s.transaction_timeout_ms, trigger_interval_seconds=s.trigger_seconds,
+            broker_max_timeout_ms=s.broker_max_timeout_ms, metrics=metrics, faults=s.faults)
+    if s.sink == "at-least-once":
+        return AtLeastOnceKafkaSink(s.name, s.bootstrap, s.output_topic, num_tasks=s.num_tasks)
+    raise ValueError(f"unknown sink {s.sink!r} (eos|at-least-once|kafka)")
+
+
+def start_query(spark: Any, s: Settings, metrics: Any = None) -> tuple[Any, Any]:
+    """Start the pipeline's streaming query; returns (query, sink or None)."""
+    out = transform(read_input(spark, s), s)
+    w = out.writeStream.queryName(s.name).outputMode(s.output_mode).option("checkpointLocation", s.checkpoint)
+    if s.trigger_seconds:
+        w = w.trigger(processingTime=f"{int(s.trigger_seconds * 1000)} milliseconds")
+    if s.sink == "kafka":
+        q = (w.format("kafka").option("kafka.bootstrap.servers", s.bootstrap)
+             .option("topic", s.output_topic).start())
+        return q, None
+    sink = make_sink(s, metrics)
+    return w.foreachBatch(sink).start(), sink
+
+
+def executed(progress: dict) -> bool:
+    return "addBatch" in (progress.get("durationMs") or {})
+
+
+def run_until_idle(query: Any, idle_seconds: float, timeout: float, poll: float = 0.25) -> str:
+    """Wait until no micro-batch has executed for `idle_seconds` (after at least one),
+    the query stops, or `timeout`. Returns idle|terminated|timeout."""
+    deadline = time.monotonic() + timeout
+    last_id, last_change = None, time.monotonic()
+    while time.monotonic() < deadline:
+        if not query.isActive:
+            return "terminated"
+        ids = [p.get("batchId") for p in query.recentProgress if executed(p)]
+        current = ids[-1] if ids else None
+        if current != last_id:
+            last_id, last_change = current, time.monotonic()
+        elif current is not None and time.monotonic() - last_change >= idle_seconds \
+                and not query.status.get("isTriggerActive", False):
+            return "idle"
+        time.sleep(poll)
+    return "timeout"
+
+
+def spark_session(master: str, name: str, shuffle_partitions: int) -> Any:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_SUBMIT_ARGS", "--driver-java-options -Xss64m pyspark-shell")
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master(master).appName(name)
+             .config("spark.ui.enabled", "false")
+             .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+             .config("spark.driver.extraJavaOptions", "-Xss64m")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _max_timeout(v: str) -> int | str | None:
+    if v == "discover":
+        return v
+    if v in ("none", "unknown"):
+        return None
+    return int(v)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="txnwatch pipeline", description=__doc__.split("\n\n")[0])
+    p.add_argument("--bootstrap", required=True, help="Kafka bootstrap servers")
+    p.add_argument("--input-topic", required=True)
+    p.add_argument("--output-topic", required=True)
+    p.add_argument("--checkpoint", required=True, help="Spark checkpoint directory")
+    p.add_argument("--name", default="txnwatch-pipeline",
+                   help="query and sink name (transactional ids txnwatch.<name>.<task>)")
+    p.add_argument("--source", choices=["python", "kafka"], default="python",
+                   help="python: confluent-kafka data source; kafka: Spark's JVM connector")
+    p.add_argument("--sink", choices=["eos", "at-least-once", "kafka"], default="eos")
+    p.add_argument("--num-tasks", type=int, default=2, help="output tasks = transactional ids")
+    p.add_argument("--trigger-seconds", type=float, default=1.0, help="0: as fast as possible")
+    p.add_argument("--max-records-per-batch", type=int, default=50_000, help="0: no limit")
+    p.add_argument("--starting-offsets", default="earliest")
+    p.add_argument("--window", default="10 seconds")
+    p.add_argument("--watermark", default="10 seconds")
+    p.add_argument("--output-mode", choices=["append", "update"], default="append")
+    p.add_argument("--transaction-timeout-ms", type=int, default=60_000)
+    p.add_argument("--broker-max-timeout-ms", type=_max_timeout, default="discover",
+                   help="the broker's transaction.max.timeout.ms: a number, discover, or none (unknown)")
+    p.add_argument("--progress-topic", default=None)
+    p.add_argument("--master", default="local[2]")
+    p.add_argument("--shuffle-partitions", type=int, default=2)
+    p.add_argument("--metrics-port", type=int, default=None, help="serve /metrics from the driver")
+    p.add_argument("--metrics-host", default="0.0.0.0")
+    p.add_argument("--forward-url", default=None, help="forward events to the exporter's ingest")
+    p.add_argument("--token", default=os.environ.get("TXNWATCH_INGEST_TOKEN"),
+                   help="ingest bearer token (default $TXNWATCH_INGEST_TOKEN)")
+    p.add_argument("--metrics-file", default=None, help="write the metrics text here at exit")
+    p.add_argument("--exit-when-idle", type=float, default=None, metavar="SECONDS",
+                   help="stop once no batch ran for this long")
+    p.add_argument("--timeout", type=float, default=None, help="stop after this many seconds")
+    p.add_argument("--fault", action="append", default=[], metavar="NAME=JSON",
+                   help=argparse.SUPPRESS)   # test hooks: pause_before_commit / fail_after_produce
+    return p.parse_args(argv)
+
+
+def settings_from(a: argparse.Namespace) -> Settings:
+    faults = {}
+    for f in a.fault:
+        k, _, v = f.partition("=")
+        faults[k] = json.loads(v)
+    return Settings(bootstrap=a.bootstrap, input_topic=a.input_topic, output_topic=a.output_topic,
+                    checkpoint=a.checkpoint, name=a.name, source=a.source, sink=a.sink,
+                    num_tasks=a.num_tasks, trigger_seconds=a.trigger_seconds,
+                    max_records_per_batch=a.max_records_per_batch or None,
+                    starting_offsets=a.starting_offsets, window=a.window, watermark=a.watermark,
+                    output_mode=a.output_mode, transaction_timeout_ms=a.transaction_timeout_ms,
+                    broker_max_timeout_ms=a.broker_max_timeout_ms, progress_topic=a.progress_topic,
+                    faults=faults)
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    s = settings_from(a)
+    from txnwatch.spark_listener.sink import UnsafeSinkSettings
+
+    if s.sink == "eos":   # reject unsafe settings before starting a JVM
+        from txnwatch.spark_listener.sink import check_settings
+
+        try:
+            check_settings(s.transaction_timeout_ms, s.trigger_seconds,
+                           s.broker_max_timeout_ms if isinstance(s.broker_max_timeout_ms, int) else None,
+                           s.num_tasks)
+        except UnsafeSinkSettings as exc:
+            print(f"txnwatch pipeline: {exc}", file=sys.stderr)
+            return 2
+    spark = spark_session(a.master, s.name, a.shuffle_partitions)
+    from txnwatch.spark_listener import SparkQueryState, attach, detach
+    from txnwatch.spark_listener.serve import render_text
+
+    state = SparkQueryState(ttl_seconds=None)
+    listener = attach(spark, serve_port=a.metrics_port, forward_url=a.forward_url, token=a.token,
+                      host=a.metrics_host, state=state)
+    rc = 0
+    try:
+        try:
+            query, _sink = start_query(spark, s, metrics=listener)
+        except UnsafeSinkSettings as exc:
+            print(f"txnwatch pipeline: {exc}", file=sys.stderr)
+            return 2
+        print(f"started query {s.name} id={query.id}", flush=True)
+        if a.exit_when_idle is not None:
+            how = run_until_idle(query, a.exit_when_idle, a.timeout or float("inf"))
+        else:
+            query.awaitTermination(a.timeout)
+            how = "terminated" if not query.isActive else "timeout"
+        exc = query.exception()
+        if query.isActive:
+            query.stop()
+        if exc is not None:
+            print(f"query failed: {exc}", file=sys.stderr)
+            rc = 1
+        print(f"stopped ({how})", flush=True)
+    finally:
+        if a.metrics_file:
+            with open(a.metrics_file, "w") as fh:
+                fh.write(render_text(state))
+        detach(spark, listener)
+        spark.stop()
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,775 @@
+"""An exactly-once Kafka sink for PySpark foreachBatch, instrumented.
+
+    sink = ExactlyOnceKafkaSink("orders-agg", "broker:9092", "orders-agg-out", num_tasks=4,
+                                trigger_interval_seconds=5, metrics=listener)
+    (df.select(key_col.alias("key"), value_col.alias("value"))
+       .writeStream.foreachBatch(sink).trigger(processingTime="5 seconds")
+       .option("checkpointLocation", ...).start())
+
+How it stays exactly once (see docs/spark-sink.md):
+- Each micro-batch is hash-partitioned on `key` into exactly `num_tasks` output tasks.
+  Task i writes through a transactional producer with the id `txnwatch.<name>.<i>`,
+  the same for every batch and every restart, so a retried or replayed task fences
+  the zombie of its previous attempt (init_transactions aborts what it left open).
+- The batch's progress is committed in the same transaction: a marker record
+  (batch id, layout, attempt id) in partition i of the progress topic, and the group
+  `txnwatch.<name>` committing offset (marker offset + 1) for that partition via
+  sendOffsetsToTransaction. The coordinator applies that offset only if the
+  transaction commits, so after init_transactions the committed offset names the
+  last committed marker: a task whose marker already holds this batch id skips it.
+  (Committed group offsets, unlike reading the progress records read_committed, also
+  hold on brokers that do not filter aborted records, such as Tansu.)
+- Every output record carries the header `txnwatch.txn` = attempt id, and every
+  marker the offset of the previous committed marker, so `committed_attempts()` can
+  audit which attempts committed on any broker.
+
+Executors are other processes: each task returns a small result row (status, rows,
+transaction records as JSON) that foreachBatch collects; the driver emits them as a
+`producer_transactions` event into the listener's state or forwarder (`metrics=`).
+A transaction whose attempt died (a fenced zombie, or a task that failed and aborted)
+is reported by the next attempt of the same task, which finds its marker after the
+committed one: outcome aborted, error PRODUCER_FENCED for a zombie (or the error the
+failed attempt noted), duration from its begin to the fence.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from txnwatch.producer import (
+    DEFAULT_TRANSACTION_TIMEOUT_MS,
+    TransactionalProducer,
+    TransactionError,
+    error_name,
+    is_fencing,
+    make_record,
+)
+
+log = logging.getLogger(__name__)
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)*$")
+TXN_HEADER = "txnwatch.txn"
+MIN_TRANSACTION_TIMEOUT_MS = 10_000       # floor: GC pauses, scheduling, slow commits
+TRIGGER_FACTOR = 2                        # timeout >= 2 x trigger interval
+DEFAULT_BROKER_MAX_TIMEOUT_MS = 900_000   # Kafka's transaction.max.timeout.ms default
+DISCOVER = "discover"
+RESULT_SCHEMA = "task INT, status STRING, rows LONG, records STRING, attempt STRING"
+
+_REJECTED_PRODUCER_KEYS = {
+    "transactional.id": "the sink owns transactional ids (txnwatch.<name>.<task index>)",
+    "transaction.timeout.ms": "pass transaction_timeout_ms so it is checked against the trigger",
+}
+
+
+class UnsafeSinkSettings(ValueError):
+    """Settings that would break exactly-once or guarantee aborts; raised up front."""
+
+
+class SinkLayoutError(RuntimeError):
+    """A replayed batch was (partly) written with another number of output tasks."""
+
+
+class InjectedFailure(RuntimeError):
+    """Raised by the test-only fault hooks."""
+
+
+def transactional_id(name: str, task: int) -> str:
+    return f"txnwatch.{name}.{task}"
+
+
+def progress_group(name: str) -> str:
+    return f"txnwatch.{name}"
+
+
+def default_progress_topic(name: str) -> str:
+    return f"txnwatch-progress.{name}"
+
+
+# --------------------------------------------------------------------------- settings
+
+def check_settings(transaction_timeout_ms: int, trigger_interval_seconds: float | None = None,
+                   broker_max_timeout_ms: int | None = None, num_tasks: int = 1,
+                   producer_config: dict | None = None) -> list[str]:
+    """Reject unsafe settings with UnsafeSinkSettings; return warnings for doubtful ones.
+
+    A transaction lives inside one micro-batch (a task's write), and a batch of a query
+    that keeps up lasts up to the trigger interval; one that falls behind lasts longer.
+    A transaction.timeout.ms shorter than a batch can take guarantees coordinator
+    aborts and fencing of healthy tasks, so the timeout must be at least
+    max(10 s, 2 x trigger interval). It must also stay under the broker's
+    transaction.max.timeout.ms, or every InitProducerId fails with
+    INVALID_TRANSACTION_TIMEOUT.
+    """
+    warnings: list[str] = []
+    if not isinstance(num_tasks, int) or num_tasks < 1:
+        raise UnsafeSinkSettings(f"num_tasks must be a positive integer, got {num_tasks!r}")
+    t = int(transaction_timeout_ms)
+    trigger_ms = int(round((trigger_interval_seconds or 0) * 1000))
+    need = max(MIN_TRANSACTION_TIMEOUT_MS, TRIGGER_FACTOR * trigger_ms)
+    if t < need:
+        why = (f"{TRIGGER_FACTOR} x the trigger interval ({trigger_ms} ms)" if TRIGGER_FACTOR * trigger_ms
+               >= MIN_TRANSACTION_TIMEOUT_MS else f"the {MIN_TRANSACTION_TIMEOUT_MS} ms floor")
+        raise UnsafeSinkSettings(
+            f"transaction.timeout.ms={t} is shorter than {why}: a transaction spans a task's write "
+            f"of one micro-batch, and a timeout shorter than a batch can take guarantees coordinator "
+            f"aborts and fenced tasks. Use transaction_timeout_ms >= {need}.")
+    cap = broker_max_timeout_ms
+    if cap is not None:
+        if t > cap:
+            raise UnsafeSinkSettings(
+                f"transaction.timeout.ms={t} exceeds the broker's transaction.max.timeout.ms={cap}: "
+                f"every InitProducerId would fail with INVALID_TRANSACTION_TIMEOUT. "
+                + (f"Use {need} <= transaction_timeout_ms <= {cap}." if need <= cap else
+                   f"The trigger interval is too long for this broker: need {need} ms > cap {cap} ms; "
+                   "shorten the trigger or raise the broker cap."))
+    elif t > DEFAULT_BROKER_MAX_TIMEOUT_MS:
+        warnings.append(f"transaction.timeout.ms={t} exceeds Kafka's default transaction.max.timeout.ms "
+                        f"({DEFAULT_BROKER_MAX_TIMEOUT_MS}); the broker's cap is unknown, InitProducerId "
+                        "fails if the broker keeps the default")
+    for key, why in _REJECTED_PRODUCER_KEYS.items():
+        if producer_config and key in producer_config:
+            raise UnsafeSinkSettings(f"producer_config[{key!r}] is not allowed: {why}")
+    pc = producer_config or {}
+    if str(pc.get("enable.idempotence", "true")).lower() == "false":
+        raise UnsafeSinkSettings("enable.idempotence=false: transactions need the idempotent producer")
+    if str(pc.get("acks", "all")).lower() not in ("all", "-1"):
+        raise UnsafeSinkSettings(f"acks={pc.get('acks')}: transactions need acks=all")
+    return warnings
+
+
+def discover_broker_max_timeout_ms(bootstrap_servers: str, timeout: float = 3.0,
+                                   admin_config: dict | None = None) -> int | None:
+    """transaction.max.timeout.ms from DescribeConfigs, or None when the broker does not
+    report it (Tansu returns no values; ACLs may forbid it)."""
+    try:
+        from confluent_kafka.admin import AdminClient, ConfigResource
+
+        admin = AdminClient({"bootstrap.servers": bootstrap_servers, **(admin_config or {})})
+        md = admin.list_topics(timeout=timeout)
+        broker_id = next(iter(md.brokers))
+        res = ConfigResource(ConfigResource.Type.BROKER, str(broker_id))
+        fut = admin.describe_configs([res], request_timeout=timeout)[res]
+        entry = fut.result(timeout=timeout + 1).get("transaction.max.timeout.ms")
+        if entry is None or entry.value in (None, ""):
+            return None
+        return int(entry.value)
+    except Exception as exc:  # noqa: BLE001 - unknown is a valid answer
+        log.info("could not read the broker's transaction.max.timeout.ms: %s", exc)
+        return None
+
+
+# --------------------------------------------------------------------------- config shipped to tasks
+
+@dataclass(frozen=True)
+class SinkConfig:
+    """Everything a task needs; small and picklable."""
+
+    name: str
+    bootstrap_servers: str
+    topic: str
+    num_tasks: int
+    progress_topic: str
+    transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
+    producer_config: tuple = ()          # (key, value) pairs
+    client_config: tuple = ()            # shared by producer and consumers (security, ...)
+    commit_timeout_seconds: float = 60.0
+    faults: tuple = ()                   # test-only hooks: ((name, json), ...)
+
+    def producer_conf(self, task: int) -> dict:
+        conf = {"bootstrap.servers": self.bootstrap_servers, "linger.ms": 5,
+                "partitioner": "murmur2_random", **dict(self.client_config), **dict(self.producer_config),
+                "transactional.id": transactional_id(self.name, task),
+                "transaction.timeout.ms": self.transaction_timeout_ms, "enable.idempotence": True,
+                "acks": "all"}
+        return conf
+
+    def consumer_conf(self) -> dict:
+        return {"bootstrap.servers": self.bootstrap_servers, **dict(self.client_config),
+                "group.id": progress_group(self.name), "enable.auto.commit": False,
+                "isolation.level": "read_uncommitted", "enable.partition.eof": True,
+                "auto.offset.reset": "earliest"}
+
+    def fault(self, name: str) -> dict | None:
+        for k, v in self.faults:
+            if k == name:
+                return json.loads(v)
+        return None
+
+
+# --------------------------------------------------------------------------- progress
+
+@dataclass
+class Marker:
+    offset: int
+    batch: int
+    tasks: int
+    attempt: str
+    started: float
+    timeout_ms: float | None
+    prev: int
+    note: dict | None = None      # the abort note a failing attempt left, if any
+
+
+@dataclass
+class TaskProgress:
+    committed_offset: int                       # group offset (marker offset + 1), -1 when none
+    marker: Marker | None                       # the last committed marker
+    aborted: list[Marker] = field(default_factory=list)   # markers after it (dead attempts)
+    high_watermark: int = 0
+
+    @property
+    def batch(self) -> int | None:
+        return None if self.marker is None else self.marker.batch
+
+
+def _decode(msg: Any) -> dict | None:
+    try:
+        v = json.loads(msg.value())
+        return v if isinstance(v, dict) else None
+    except Exception:  # noqa: BLE001 - foreign records in the progress topic are ignored
+        return None
+
+
+def _marker(offset: int, v: dict) -> Marker | None:
+    try:
+        return Marker(offset=offset, batch=int(v["batch"]), tasks=int(v["tasks"]), attempt=str(v["attempt"]),
+                      started=float(v.get("started", 0)), timeout_ms=v.get("timeout_ms"),
+                      prev=int(v.get("prev", -1)))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def read_markers(consumer: Any, topic: str, partition: int, start: int, end: int,
+                 timeout: float = 30.0) -> list[tuple[int, dict]]:
+    """(offset, value) of the progress records in [start, end), read_uncommitted."""
+    from confluent_kafka import TopicPartition
+
+    if start >= end:
+        return []
+    consumer.assign([TopicPartition(topic, partition, start)])
+    out: list[tuple[int, dict]] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error():
+                if msg.error().code() == -191:  # _PARTITION_EOF
+                    if msg.offset() >= end:
+                        return out
+                    continue
+                raise RuntimeError(f"reading {topic}[{partition}]: {msg.error()}")
+            if msg.offset() >= end:
+                return out
+            v = _decode(msg)
+            if v is not None:
+                out.append((msg.offset(), v))
+            if msg.offset() >= end - 1:
+                return out
+        raise TimeoutError(f"reading {topic}[{partition}] [{start}, {end}) took over {timeout}s")
+    finally:
+        consumer.unassign()
+
+
+def task_progress(consumer: Any, cfg: SinkConfig, task: int, timeout: float = 30.0) -> TaskProgress:
+    """The task's last committed marker and the dead attempts after it. Exact only once
+    no transaction of this task's id is open (after init_transactions)."""
+    from confluent_kafka import TopicPartition
+
+    tp = TopicPartition(cfg.progress_topic, task)
+    committed = consumer.committed([tp], timeout)[0]
+    c = committed.offset if committed.offset is not None and committed.offset >= 0 else -1
+    low, high = consumer.get_watermark_offsets(tp, timeout, cached=False)
+    start = c - 1 if c > 0 else low
+    records = read_markers(consumer, cfg.progress_topic, task, max(start, low), high, timeout)
+    marker: Marker | None = None
+    dead: OrderedDict[str, Marker] = OrderedDict()
+    notes: dict[str, dict] = {}
+    for off, v in records:
+        if v.get("kind") == "abort":
+            notes[str(v.get("attempt"))] = v
+            continue
+        m = _marker(off, v)
+        if m is None:
+            continue
+        if c > 0 and off == c - 1:
+            marker = m
+        elif off >= max(c, 0):
+            dead[m.attempt] = m
+    if c > 0 and marker is None:
+        raise RuntimeError(f"progress of {transactional_id(cfg.name, task)}: the committed marker at "
+                           f"{cfg.progress_topic}[{task}]@{c - 1} is missing (retention or compaction "
+                           "removed it?); refusing to guess which batch committed")
+    for attempt, m in dead.items():
+        m.note = notes.get(attempt)
+    return TaskProgress(c, marker, list(dead.values()), high)
+
+
+def dead_attempt_record(cfg: SinkConfig, task: int, m: Marker, fenced_at: float) -> dict:
+    """The record of an attempt that never committed, reported by the next attempt."""
+    if m.note is not None:
+        err = m.note.get("error") or "_APPLICATION"
+        dur = float(m.note.get("duration") or 0.0)
+    else:
+        err = "PRODUCER_FENCED"     # it left its transaction open; our init fenced it
+        dur = max(0.0, fenced_at - m.started)
+    rec = make_record(transactional_id(cfg.name, task), "aborted", dur, None,
+                      m.timeout_ms if m.timeout_ms is not None else cfg.transaction_timeout_ms, err)
+    rec["attempt"] = m.attempt
+    rec["batch"] = m.batch
+    return rec
+
+
+# --------------------------------------------------------------------------- executor side
+
+_PRODUCERS: dict[str, TransactionalProducer] = {}
+_CONSUMERS: dict[tuple, Any] = {}
+
+
+def _consumer(cfg: SinkConfig) -> Any:
+    key = (cfg.bootstrap_servers, progress_group(cfg.name), cfg.client_config)
+    c = _CONSUMERS.get(key)
+    if c is None:
+        from confluent_kafka import Consumer
+
+        c = _CONSUMERS[key] = Consumer(cfg.consumer_conf())
+    return c
+
+
+def _producer(cfg: SinkConfig, task: int) -> tuple[TransactionalProducer, bool]:
+    """The worker's cached producer for this task's id (created and initialised when missing)."""
+    tid = transactional_id(cfg.name, task)
+    p = _PRODUCERS.get(tid)
+    if p is not None and p.broken is None:
+        return p, False
+    p = TransactionalProducer(cfg.producer_conf(task))
+    p.init_transactions(cfg.commit_timeout_seconds)
+    _PRODUCERS[tid] = p
+    return p, True
+
+
+def _drop_producer(cfg: SinkConfig, task: int) -> None:
+    p = _PRODUCERS.pop(transactional_id(cfg.name, task), None)
+    if p is not None:
+        p.close(1.0)
+
+
+def _to_bytes(values: list) -> list:
+    return [v.encode() if isinstance(v, str) else v for v in values]
+
+
+def _result(task: int, status: str, rows: int, records: list, attempt: str = "") -> Any:
+    import pyarrow as pa
+
+    return pa.RecordBatch.from_pydict({
+        "task": pa.array([task], pa.int32()), "status": pa.array([status]),
+        "rows": pa.array([rows], pa.int64()), "records": pa.array([json.dumps(records)]),
+        "attempt": pa.array([attempt])})
+
+
+def _peek(batches: Iterator) -> tuple[Any | None, Iterator]:
+    for b in batches:
+        if b.num_rows:
+            return b, batches
+    return None, batches
+
+
+def _wait_for_others(cfg: SinkConfig, task: int, batch_id: int, timeout: float) -> None:
+    """Fault hook helper: wait until the other tasks committed this batch (or timed out)."""
+    from confluent_kafka import TopicPartition
+
+    c = _consumer(cfg)
+    others = [TopicPartition(cfg.progress_topic, t) for t in range(cfg.num_tasks) if t != task]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done = 0
+        for tp in c.committed(others, 10):
+            if tp.offset is not None and tp.offset > 0:
+                recs = read_markers(c, cfg.progress_topic, tp.partition, tp.offset - 1, tp.offset)
+                if recs and int(recs[0][1].get("batch", -1)) >= batch_id:
+                    done += 1
+        if done == len(others):
+            return
+        time.sleep(0.2)
+
+
+def write_partition(cfg: SinkConfig, batch_id: int, batches: Iterator) -> Iterator:
+    """mapInArrow body: write this task's rows of the batch in one transaction (or skip a
+    batch already committed); yield one result row."""
+    from confluent_kafka import TopicPartition
+    from pyspark import TaskContext
+
+    task = TaskContext.get().partitionId()
+    if task >= cfg.num_tasks:
+        raise SinkLayoutError(f"task index {task} >= num_tasks {cfg.num_tasks}: the batch was not "
+                              "partitioned into exactly num_tasks partitions")
+    first, rest = _peek(iter(batches))
+    if first is None:
+        yield _result(task, "empty", 0, [])
+        return
+    producer, _fresh = _producer(cfg, task)
+    consumer = _consumer(cfg)
+    try:
+        prog = task_progress(consumer, cfg, task)
+    except Exception:
+        _drop_producer(cfg, task)
+        raise
+    now = time.time()
+    records = [dead_attempt_record(cfg, task, m, now) for m in prog.aborted]
+    if prog.batch is not None and prog.batch >= batch_id:
+        if prog.marker.tasks != cfg.num_tasks:
+            raise SinkLayoutError(
+                f"batch {batch_id} was already written by task {task} with num_tasks={prog.marker.tasks}; "
+                f"replaying it with num_tasks={cfg.num_tasks} would write rows twice or lose them")
+        yield _result(task, "replayed", 0, records)
+        return
+
+    attempt = uuid.uuid4().hex
+    headers = [(TXN_HEADER, attempt.encode())]
+    marker_offset: list[int] = []
+
+    def on_marker(err, msg):
+        if err is None:
+            marker_offset.append(msg.offset())
+
+    rows = 0
+    started = time.time()
+    producer.begin()
+    try:
+        marker = {"kind": "begin", "sink": cfg.name, "task": task, "batch": batch_id,
+                  "tasks": cfg.num_tasks, "attempt": attempt, "started": started,
+                  "timeout_ms": cfg.transaction_timeout_ms,
+                  "prev": prog.marker.offset if prog.marker else -1}
+        producer.produce(cfg.progress_topic, value=json.dumps(marker).encode(),
+                         key=transactional_id(cfg.name, task).encode(), partition=task,
+                         on_delivery=on_marker)
+        for b in _chain(first, rest):
+            keys = _to_bytes(b.column("key").to_pylist()) if "key" in b.schema.names else None
+            values = _to_bytes(b.column("value").to_pylist())
+            if keys is None:
+                for v in values:
+                    producer.produce(cfg.topic, value=v, headers=headers)
+            else:
+                for k, v in zip(keys, values, strict=True):
+                    producer.produce(cfg.topic, value=v, key=k, headers=headers)
+            rows += len(values)
+        _fault_hooks(cfg, task, batch_id)
+        if producer.flush(cfg.commit_timeout_seconds) or not marker_offset:
+            raise RuntimeError("the progress marker was not delivered")
+        producer.producer.send_offsets_to_transaction(
+            [TopicPartition(cfg.progress_topic, task, marker_offset[0] + 1)],
+            consumer.consumer_group_metadata(), cfg.commit_timeout_seconds)
+    except BaseException as exc:
+        _abort_with_note(cfg, producer, task, attempt, exc)
+        raise
+    try:
+        rec = producer.commit(cfg.commit_timeout_seconds)
+    except TransactionError:
+        _drop_producer(cfg, task)   # state unknown or fenced: the next attempt re-inits
+        raise
+    rec["attempt"] = attempt
+    rec["batch"] = batch_id
+    records.append(rec)
+    yield _result(task, "committed", rows, records, attempt)
+
+
+def _chain(first: Any, rest: Iterator) -> Iterator:
+    yield first
+    for b in rest:
+        if b.num_rows:
+            yield b
+
+
+def _abort_with_note(cfg: SinkConfig, producer: TransactionalProducer, task: int, attempt: str,
+                     exc: BaseException) -> None:
+    """Leave a note (in the aborted transaction itself) for the next attempt to report, then abort."""
+    name = error_name(exc)
+    fenced = is_fencing(name)
+    try:
+        if not fenced and producer.broken is None:
+            note = {"kind": "abort", "attempt": attempt, "error": name,
+                    "duration": producer.elapsed() or 0.0}
+            producer.produce(cfg.progress_topic, value=json.dumps(note).encode(),
+                             key=transactional_id(cfg.name, task).encode(), partition=task)
+            producer.flush(10)
+        producer.abort(cfg.commit_timeout_seconds, error=name)
+    except Exception:  # noqa: BLE001 - the original error matters; the next init cleans up
+        pass
+    if fenced or producer.broken is not None:
+        _drop_producer(cfg, task)
+
+
+def _fault_hooks(cfg: SinkConfig, task: int, batch_id: int) -> None:
+    if not cfg.faults:
+        return
+    f = cfg.fault("fail_after_produce")
+    if f and f.get("batch", batch_id) == batch_id and f.get("task", task) == task:
+        flag = f["once_file"]
+        if not os.path.exists(flag):
+            with open(flag, "w") as fh:
+                fh.write(f"{task} {batch_id}\n")
+            if f.get("wait_others"):
+                _wait_for_others(cfg, task, batch_id, float(f.get("wait_seconds", 30)))
+            raise InjectedFailure(f"injected failure in task {task} of batch {batch_id} after producing")
+    f = cfg.fault("pause_before_commit")
+    if f and f.get("batch", batch_id) == batch_id and f.get("task", task) == task:
+        with open(f["signal_file"], "w") as fh:
+            fh.write(f"{os.getpid()} {task} {batch_id}\n")
+        time.sleep(float(f.get("seconds", 300)))
+
+
+# --------------------------------------------------------------------------- driver side
+
+MetricsTarget = Any   # TxnWatchListener (emit), SparkQueryState (apply) or a callable(event)
+
+
+def _emitter(metrics: MetricsTarget | None) -> Callable[[dict], object] | None:
+    if metrics is None:
+        return None
+    if hasattr(metrics, "emit"):
+        return metrics.emit
+    if hasattr(metrics, "apply"):
+        return metrics.apply
+    if callable(metrics):
+        return metrics
+    raise TypeError("metrics must be a TxnWatchListener, a SparkQueryState or a callable(event)")
+
+
+def ensure_progress_topic(bootstrap_servers: str, topic: str, num_tasks: int,
+                          client_config: dict | None = None, timeout: float = 30.0) -> int:
+    """Create the compacted progress topic with num_tasks partitions if missing; reject one
+    with fewer partitions than tasks. Returns its partition count."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers, **(client_config or {})})
+    md = admin.list_topics(timeout=timeout)
+    if topic not in md.topics or md.topics[topic].error is not None:
+        fut = admin.create_topics([NewTopic(topic, num_tasks, -1, config={"cleanup.policy": "compact"})],
+                                  request_timeout=timeout)[topic]
+        try:
+            fut.result()
+        except Exception as exc:  # noqa: BLE001 - a concurrent creation is fine
+            if "already exists" not in str(exc).lower():
+                raise
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            md = admin.list_topics(topic, timeout=timeout)
+            if topic in md.topics and len(md.topics[topic].partitions) >= num_tasks:
+                break
+            time.sleep(0.1)
+    n = len(admin.list_topics(topic, timeout=timeout).topics[topic].partitions)
+    if n < num_tasks:
+        raise UnsafeSinkSettings(
+            f"progress topic {topic} has {n} partitions but num_tasks={num_tasks}: each output task "
+            "needs its own partition; add partitions or use another progress topic")
+    return n
+
+
+class _Sink:
+    """What the two sinks share: the foreachBatch call shape and result handling."""
+
+    def __init__(self, name: str, bootstrap_servers: str, topic: str, num_tasks: int) -> None:
+        if not NAME_RE.match(name or ""):
+            raise UnsafeSinkSettings(f"sink name {name!r} must match {NAME_RE.pattern}")
+        if not isinstance(num_tasks, int) or num_tasks < 1:
+            raise UnsafeSinkSettings(f"num_tasks must be a positive integer, got {num_tasks!r}")
+        self.name = name
+        self.bootstrap_servers = bootstrap_servers
+        self.topic = topic
+        self.num_tasks = num_tasks
+        self.stats: dict[str, int] = {}
+
+    def _count(self, key: str, n: int = 1) -> None:
+        self.stats[key] = self.stats.get(key, 0) + n
+
+    @staticmethod
+    def _prepare(df: Any, num_tasks: int) -> Any:
+        cols = df.columns
+        if "value" not in cols:
+            raise ValueError(f"the batch needs a `value` column (and optionally `key`); got {cols}")
+        if "key" in cols:
+            return df.select("key", "value").repartition(num_tasks, "key")
+        return df.select("value").repartition(num_tasks, "value")
+
+
+class ExactlyOnceKafkaSink(_Sink):
+    """foreachBatch writer: `query = df.writeStream.foreachBatch(sink).start()`.
+
+    The batch DataFrame needs a `value` column (string or binary) and optionally `key`.
+    Parameters:
+    - name: the sink's name; transactional ids are `txnwatch.<name>.<task index>`, the
+      progress group `txnwatch.<name>`, the `app` label of its metrics is `name`.
+    - num_tasks: output tasks (= transactional ids) per batch; fixed for the checkpoint.
+    - progress_topic: default `txnwatch-progress.<name>`, created compacted with
+      num_tasks partitions; one per sink.
+    - transaction_timeout_ms / trigger_interval_seconds / broker_max_timeout_ms: checked
+      by `check_settings` (broker_max_timeout_ms="discover" asks DescribeConfigs; None
+      skips the cap check).
+    - metrics: TxnWatchListener, SparkQueryState or callable receiving the
+      `producer_transactions` event of every batch.
+    - producer_config / client_config: extra librdkafka settings (client_config is also
+      used by the progress consumer: security settings go there).
+    """
+
+    def __init__(self, name: str, bootstrap_servers: str, topic: str, *, num_tasks: int = 2,
+                 progress_topic: str | None = None,
+                 transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
+                 trigger_interval_seconds: float | None = None,
+                 broker_max_timeout_ms: int | str | None = DISCOVER,
+                 producer_config: dict | None = None, client_config: dict | None = None,
+                 metrics: MetricsTarget | None = None, commit_timeout_seconds: float = 60.0,
+                 create_progress_topic: bool = True, faults: dict | None = None) -> None:
+        super().__init__(name, bootstrap_servers, topic, num_tasks)
+        if broker_max_timeout_ms == DISCOVER:
+            broker_max_timeout_ms = discover_broker_max_timeout_ms(bootstrap_servers,
+                                                                   admin_config=client_config)
+        self.broker_max_timeout_ms = broker_max_timeout_ms
+        self.warnings = check_settings(transaction_timeout_ms, trigger_interval_seconds,
+                                       broker_max_timeout_ms, num_tasks, producer_config)
+        for w in self.warnings:
+            log.warning("txnwatch sink %s: %s", name, w)
+        self.progress_topic = progress_topic or default_progress_topic(name)
+        self.config = SinkConfig(
+            name=name, bootstrap_servers=bootstrap_servers, topic=topic, num_tasks=num_tasks,
+            progress_topic=self.progress_topic, transaction_timeout_ms=int(transaction_timeout_ms),
+            producer_config=tuple(sorted((producer_config or {}).items())),
+            client_config=tuple(sorted((client_config or {}).items())),
+            commit_timeout_seconds=commit_timeout_seconds,
+            faults=tuple(sorted((k, json.dumps(v)) for k, v in (faults or {}).items())))
+        if create_progress_topic:
+            ensure_progress_topic(bootstrap_servers, self.progress_topic, num_tasks, client_config)
+        self._emit = _emitter(metrics)
+        self._checked = False
+        self._reported: OrderedDict[str, None] = OrderedDict()
+        self.last_results: list[dict] = []
+
+    # ------------------------------------------------------------------ driver API
+    def progress(self) -> dict[int, TaskProgress]:
+        """Committed progress per progress-topic partition (read from the driver)."""
+        from confluent_kafka import Consumer
+
+        c = Consumer(self.config.consumer_conf())
+        try:
+            md = c.list_topics(self.progress_topic, timeout=10)
+            parts = sorted(md.topics[self.progress_topic].partitions)
+            return {p: task_progress(c, self.config, p) for p in parts}
+        finally:
+            c.close()
+
+    def check_layout(self, batch_id: int) -> None:
+        """Refuse to replay a batch that was written with another number of tasks."""
+        for task, prog in self.progress().items():
+            m = prog.marker
+            if m is None:
+                continue
+            if m.batch >= batch_id and (m.tasks != self.num_tasks or task >= self.num_tasks):
+                raise SinkLayoutError(
+                    f"sink {self.name}: batch {m.batch} was written by task {task} of {m.tasks} tasks, "
+                    f"and batch {batch_id} is being (re)played with num_tasks={self.num_tasks}. Output "
+                    f"tasks hash the batch by key, so another task count would write some rows twice "
+                    f"and lose others. Restart with num_tasks={m.tasks} until the query has moved past "
+                    f"batch {m.batch}, then change it.")
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        if not self._checked:
+            self.check_layout(batch_id)
+            self._checked = True
+        from functools import partial
+
+        fn = partial(write_partition, self.config, int(batch_id))
+        rows = self._prepare(df, self.num_tasks).mapInArrow(fn, RESULT_SCHEMA).collect()
+        self._handle(batch_id, [r.asDict() for r in rows])
+
+    def _handle(self, batch_id: int, results: list[dict]) -> None:
+        tasks = sorted(r["task"] for r in results)
+        if tasks != list(range(self.num_tasks)):
+            # Output already committed stays exactly once; this says the layout assumption broke.
+            log.error("sink %s batch %s: results from tasks %s, expected 0..%d", self.name, batch_id,
+                      tasks, self.num_tasks - 1)
+            self._count("layout_mismatch")
+        self.last_results = results
+        self._count("batches")
+        records: list[dict] = []
+        for r in results:
+            self._count(f"tasks_{r['status']}")
+            self._count("rows", int(r["rows"] or 0))
+            for rec in json.loads(r["records"] or "[]"):
+                key = f"{rec.get('attempt')}:{rec.get('outcome')}"
+                if key in self._reported:
+                    continue           # a dead attempt reported twice (skipped replays)
+                self._reported[key] = None
+                while len(self._reported) > 10_000:
+                    self._reported.popitem(last=False)
+                self._count(f"transactions_{rec['outcome']}")
+                if rec.get("error"):
+                    self._count(f"error_{rec['error']}")
+                records.append({k: rec[k] for k in ("transactional_id", "outcome", "duration_seconds",
+                                                    "commit_seconds", "timeout_ms", "error")})
+        if records and self._emit is not None:
+            try:
+                self._emit({"type": "producer_transactions", "app": self.name, "timestamp": time.time(),
+                            "records": records})
+            except Exception:  # noqa: BLE001 - metrics never fail a batch
+                log.warning("sink %s: emitting metrics failed", self.name, exc_info=True)
+
+
+class AtLeastOnceKafkaSink(_Sink):
+    """The same write path without transactions (idempotent producer, plain produce and
+    flush): what Spark's own Kafka sink gives. For comparisons and benchmarks."""
+
+    def __init__(self, name: str, bootstrap_servers: str, topic: str, *, num_tasks: int = 2,
+                 producer_config: dict | None = None, client_config: dict | None = None) -> None:
+        super().__init__(name, bootstrap_servers, topic, num_tasks)
+        conf = {"bootstrap.servers": bootstrap_servers, "linger.ms": 5, "partitioner": "murmur2_random",
+                "enable.idempotence": True, **(client_config or {}), **(producer_config or {})}
+        self.conf = tuple(sorted(conf.items()))
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        from functools import partial
+
+        fn = partial(_plain_partition, self.conf, self.topic)
+        rows = self._prepare(df, self.num_tasks).mapInArrow(fn, RESULT_SCHEMA).collect()
+        self._count("batches")
+        for r in rows:
+            self._count("rows", int(r["rows"] or 0))
+
+
+_PLAIN: dict[tuple, Any] = {}
+
+
+def _plain_partition(conf: tuple, topic: str, batches: Iterable) -> Iterator:
+    from confluent_kafka import Producer
+    from pyspark import TaskContext
+
+    task = TaskContext.get().partitionId()
+    p = _PLAIN.get(conf)
+    if p is None:
+        p = _PLAIN[conf] = Producer(dict(conf))
+    rows = 0
+    for b in batches:
+        if not b.num_rows:
+            continue
+        values = _to_bytes(b.column("value").to_pylist())
+        keys = _to_bytes(b.column("key").to_pylist()) if "key" in b.schema.names else [None] * len(values)
+        for k, v in zip(keys, values, strict=True):
+            while True:
+                try:
+                    p.produce(topic, value=v, key=k)
+                    break
+                except BufferError:
+                    p.poll(0.05)
+        rows += len(values)
+    if p.flush(60):
+        raise RuntimeError("at-least-once sink: records not delivered within 60 s")
+    yield _result(task, "written", rows, [])
+
