@@ -167,3 +167,19 @@ def test_fault_only_and_conditional_panels_exist():
 def test_expr_sources():
     assert expr_sources("sum(rate(kafka_transactions_total[1m])) / up") == {"tap", "prometheus"}
     assert expr_sources("spark_streaming_query_active") == {"spark"}
+
+
+def test_query_requirements():
+    from txnwatch.dashboards import query_requirements
+
+    assert query_requirements("kafka_partition_lso_stalled_seconds > 0") == frozenset()
+    assert query_requirements("min(kafka_transaction_timeout_headroom_seconds)") == {"kip664"}
+    assert query_requirements("max(kafka_broker_transaction_max_timeout_seconds)") == {"broker_configs"}
+    assert query_requirements("rate(kafka_transactions_total[1m]) / rate(kafka_producer_transactions_total[1m])") \
+        == {"tap", "client"}
+    # every panel that needs nothing but the exporter's poller, and is not fault-only or
+    # conditional, is what an e2e test against any broker can expect data from
+    baseline = [(d, p) for d, p, e in dashboard_queries() if not query_requirements(e)
+                and (d, p) not in FAULT_ONLY_PANELS and (d, p) not in CONDITIONAL_PANELS]
+    assert (ids.PARTITIONS.title, "LSO stalled time, top 20") in baseline
+    assert (ids.EXPORTER.title, "Sources up") in baseline

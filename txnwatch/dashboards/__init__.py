@@ -4,7 +4,9 @@ Public API (loaded lazily, so `txnwatch.alerts` can import `txnwatch.dashboards.
 without pulling grafanalib in):
 - `generate_dashboards(out_dir) -> list[Path]`
 - `dashboard_queries() -> list[(dashboard_title, panel_title, expr)]`, variables match-all
-- `FAULT_ONLY_PANELS`, `CONDITIONAL_PANELS`
+- `FAULT_ONLY_PANELS` (panels with data only under a fault), `CONDITIONAL_PANELS` (only for
+  some workloads) and `query_requirements(expr)` (kip664, broker_configs, tap, client,
+  spark: what a setup must provide for a query to have data)
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 _LAZY = {"generate_dashboards", "dashboard_queries", "FAULT_ONLY_PANELS", "CONDITIONAL_PANELS",
-         "dashboard_json", "expr_sources", "substitute_variables"}
+         "dashboard_json", "expr_sources", "substitute_variables", "query_requirements"}
 
 __all__ = sorted(_LAZY)
 

@@ -304,9 +304,12 @@ def transactions() -> list[P]:
           [(f"topk(20, sum by (app, transactional_id, outcome) "
             f"(rate(kafka_producer_transactions_total{s(A, TID)}[{RI}])))", "{{transactional_id}} {{outcome}}")],
           thresholds=steps(GREEN), w=24),
-        P("timeouts", "Timeouts",
-          "Transactions the coordinator aborted because start + transaction.timeout.ms passed (tap).", "short",
-          [(f"sum by (cluster, app) (increase(kafka_transaction_timeouts_total{CA}[{RI}]))", "{{cluster}}/{{app}}")],
+        P("timeouts", "Timeouts and id expirations",
+          "Transactions the coordinator aborted because start + transaction.timeout.ms passed, and transactional "
+          "ids it expired after transactional.id.expiration.ms of idleness (tap).", "short",
+          [(f"sum by (cluster, app) (increase(kafka_transaction_timeouts_total{CA}[{RI}]))", "{{cluster}}/{{app}} timeouts"),
+           (f"sum by (cluster, app) (increase(kafka_transactional_id_expirations_total{CA}[{RI}]))",
+            "{{cluster}}/{{app}} expired ids")],
           thresholds=steps(GREEN, (1, RED)), w=8),
         P("fencing", "Fencing events",
           "Producers fenced per minute by reason: new_instance (another producer with the same "
@@ -358,11 +361,10 @@ def transactions() -> list[P]:
           [(f"min by (cluster, app, transactional_id) (kafka_transactional_id_expiration_headroom_seconds{CAT})",
             "{{cluster}}/{{transactional_id}}")],
           thresholds=steps(RED, (CFG.id_expiration_headroom_seconds, GREEN))),
-        P("transactional_ids", "Transactional ids and expirations",
-          "Transactional ids in the coordinator's log per app and how many expired (tap).", "short",
-          [(f"sum by (cluster, app) (kafka_transactional_ids{CA})", "{{cluster}}/{{app}} ids"),
-           (f"sum by (cluster, app) (increase(kafka_transactional_id_expirations_total{CA}[{RI}]))",
-            "{{cluster}}/{{app}} expired")],
+        P("transactional_ids", "Transactional ids",
+          "Transactional ids in the coordinator's log per app (tap). Ids beyond the per-id series cap fold into "
+          "transactional_id=\"__other__\" in the per-id panels.", "short",
+          [(f"sum by (cluster, app) (kafka_transactional_ids{CA})", "{{cluster}}/{{app}}")],
           thresholds=steps(GREEN), w=8),
         P("epoch_bumps", "Producer epoch bumps",
           "Producer epoch changes seen between polls (KIP-664 poller). Under transaction version 2 every "
@@ -657,15 +659,14 @@ def generate_dashboards(out_dir: str | Path) -> list[Path]:
 
 
 # ---------------------------------------------------------------- for tests and e2e checks
-# Panels that only have data while something is wrong (dashboard title, panel title).
+# Panels that only have data while something is wrong (dashboard title, panel title):
+# counters born on the first event, or queries filtered to the unhealthy (`> 0`).
 FAULT_ONLY_PANELS: list[tuple[str, str]] = [
-    (ids.OVERVIEW.title, "Hanging transactions"),            # kafka_transaction_hanging exists per hanging partition
     (ids.OVERVIEW.title, "Groups behind a stalled LSO"),
     (ids.OVERVIEW.title, "Fencing rate"),
-    (ids.TRANSACTIONS.title, "Timeouts"),
+    (ids.TRANSACTIONS.title, "Timeouts and id expirations"),
     (ids.TRANSACTIONS.title, "Fencing events"),
     (ids.TRANSACTIONS.title, "Producer transaction errors"),
-    (ids.TRANSACTIONS.title, "Transactional ids and expirations"),
     (ids.PARTITIONS.title, "Hanging transactions and stalled LSOs"),
     (ids.PARTITIONS.title, "Groups blocked behind a stalled LSO"),
     (ids.SPARK.title, "Terminations by error class"),
@@ -673,19 +674,42 @@ FAULT_ONLY_PANELS: list[tuple[str, str]] = [
     (ids.EXPORTER.title, "Series folded or dropped"),
 ]
 
-# Panels that need something a given setup may lack (not a fault): reason per panel.
+# Panels that need a particular workload (not a fault): reason per panel.
 CONDITIONAL_PANELS: dict[tuple[str, str], str] = {
-    (ids.OVERVIEW.title, "Open transactions"): "kip664",
-    (ids.OVERVIEW.title, "Oldest open transaction vs its timeout"): "kip664",
-    (ids.TRANSACTIONS.title, "Open transactions"): "kip664",
-    (ids.TRANSACTIONS.title, "Timeout headroom of open transactions"): "kip664",
-    (ids.TRANSACTIONS.title, "Producer epoch bumps"): "kip664",
-    (ids.TRANSACTIONS.title, "Transactional id expiration headroom"): "idle transactional ids (tap)",
-    (ids.SPARK.title, "State store rows"): "stateful query",
-    (ids.SPARK.title, "State store memory"): "stateful query",
-    (ids.SPARK.title, "Watermark delay"): "query with a watermark",
-    (ids.SPARK.title, "Idle events"): "idle query",
+    (ids.SPARK.title, "State store rows"): "a stateful query",
+    (ids.SPARK.title, "State store memory"): "a stateful query",
+    (ids.SPARK.title, "Watermark delay"): "a query with a watermark",
+    (ids.SPARK.title, "Idle events"): "an idle query (no new data)",
 }
+
+# What a setup must provide for a query to have data (see `query_requirements`).
+KIP664_SERIES = frozenset({"kafka_transaction_open", "kafka_transaction_oldest_open_age_seconds",
+                           "kafka_transaction_timeout_headroom_seconds", "kafka_transaction_epoch_bumps_total"})
+BROKER_CONFIG_SERIES = frozenset({"kafka_broker_transaction_max_timeout_seconds",
+                                  "kafka_broker_transactional_id_expiration_seconds",
+                                  "kafka_broker_producer_id_expiration_seconds",
+                                  "kafka_transaction_state_log_min_isr",
+                                  "kafka_transaction_state_log_replication_factor",
+                                  "kafka_topic_retention_seconds"})
+
+
+def query_requirements(expr: str) -> frozenset[str]:
+    """What must exist for `expr` to return data, beyond the exporter's poller:
+    "kip664" (broker with the KIP-664 admin APIs), "broker_configs" (DescribeConfigs
+    values), "tap" (transaction-log tap), "client" (instrumented producer / Spark sink),
+    "spark" (the Spark listener)."""
+    from txnwatch.dashboards.names import metric_names, source_of
+
+    out = set()
+    for name in metric_names(expr):
+        if name in KIP664_SERIES:
+            out.add("kip664")
+        elif name in BROKER_CONFIG_SERIES:
+            out.add("broker_configs")
+        elif source_of(name) in ("tap", "client", "spark"):
+            out.add(source_of(name))
+    return frozenset(out)
+
 
 VAR_RE = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
 
