@@ -202,3 +202,19 @@ def test_committed_deploy_files_match_the_generators(tmp_path):
              and p.relative_to(DEPLOY).parts[0] in ("grafana", "prometheus")]
     assert not drift, f"deploy/ is out of date, run scripts/regenerate.py: {drift}"
     assert not stale, f"files in deploy/ no generator writes: {stale}"
+
+
+def test_config_from_mapping():
+    cfg = AlertConfig.from_mapping({"cluster_selector": 'cluster="prod"', "abort_ratio": 0.2,
+                                    "headroom_low_seconds": 4.5, "hanging_for": "5m",
+                                    "spark_trigger_intervals": {"orders": 120}})
+    assert cfg.abort_ratio == 0.2 and cfg.headroom_low_seconds == 4.5 and cfg.hanging_for == "5m"
+    assert AlertConfig.from_mapping(None) == AlertConfig()
+    with pytest.raises(ValueError, match="abort_ration"):
+        AlertConfig.from_mapping({"abort_ration": 0.2})
+    with pytest.raises(ValueError, match="abort_ratio"):
+        AlertConfig.from_mapping({"abort_ratio": "high"})
+    with pytest.raises(ValueError, match="hanging_for"):
+        AlertConfig.from_mapping({"hanging_for": "five minutes"})
+    with pytest.raises(ValueError, match="spark_trigger_intervals"):
+        AlertConfig.from_mapping({"spark_trigger_intervals": [1, 2]})

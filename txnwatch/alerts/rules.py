@@ -19,6 +19,7 @@ next to each rule; docs/runbooks/<AlertName>.md says what to do.
 from __future__ import annotations
 
 import dataclasses
+import re
 import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -119,6 +120,34 @@ class AlertConfig:
 
     def replace(self, **changes: Any) -> AlertConfig:
         return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any] | None) -> AlertConfig:
+        """An AlertConfig from a mapping (e.g. a YAML file's `alerts:` section). Unknown keys
+        and wrong types raise ValueError naming the key."""
+        values = dict(values or {})
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - set(fields))
+        if unknown:
+            raise ValueError(f"unknown alert setting(s): {', '.join(unknown)}")
+        defaults = cls()
+        out: dict[str, Any] = {}
+        for key, value in values.items():
+            default = getattr(defaults, key)
+            if isinstance(default, Mapping):
+                ok = isinstance(value, Mapping)
+            elif isinstance(default, int | float) and not isinstance(default, bool):
+                ok = isinstance(value, int | float) and not isinstance(value, bool)
+                value = float(value) if ok else value
+            else:
+                ok = isinstance(value, type(default))
+            if not ok:
+                raise ValueError(f"alert setting {key}: expected {type(default).__name__}, got {value!r}")
+            if key.endswith("_for") or key.endswith("_window"):
+                if not re.fullmatch(r"(\d+[smhdwy])+", value):
+                    raise ValueError(f"alert setting {key}: {value!r} is not a Prometheus duration")
+            out[key] = value
+        return cls(**out)
 
 
 # ---------------------------------------------------------------- helpers
@@ -260,8 +289,9 @@ def transaction_alerts(cfg: AlertConfig) -> list[Alert]:
         "Transaction {{ $labels.transactional_id }} (app {{ $labels.app }}) has been open "
         "{{ $value | humanizeDuration }} past its transaction.timeout.ms and the coordinator has not aborted it."
         '{{ else if eq $labels.signal "hanging" }}'
-        "{{ $value }} hanging transaction(s) on {{ $labels.topic }}-{{ $labels.partition }}: open past "
-        "transaction.max.timeout.ms with no live coordinator state, holding back the last stable offset."
+        "{{ $value }} hanging transaction(s) on {{ $labels.topic }}-{{ $labels.partition }} (open past "
+        "transaction.max.timeout.ms + 5 min with no live coordinator state, or, without KIP-664, a last stable "
+        "offset stalled past the hanging threshold): read_committed consumers cannot read past it."
         "{{ else }}"
         "The last stable offset of {{ $labels.topic }}-{{ $labels.partition }} has not moved for "
         "{{ $value | humanizeDuration }} while its high watermark keeps growing: read_committed consumers "
