@@ -483,7 +483,7 @@ def spark() -> list[P]:
           thresholds=steps(GREEN)),
         P("rates", "Input vs processed rate",
           "Rows per second arriving (input) and processed by the last micro-batch. Processed below input for "
-          "long means the query falls behind.", "rowsps",
+          "long means the query falls behind.", "suffix: rows/s",
           [(f"sum by (query) (spark_streaming_input_rows_per_second{SQ})", "input {{query}}"),
            (f"sum by (query) (spark_streaming_processed_rows_per_second{SQ})", "processed {{query}}"),
            (f"sum by (query) (rate(spark_streaming_input_rows_total{SQ}[{RI}]))", "rows/s counted {{query}}")],
