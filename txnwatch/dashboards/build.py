@@ -243,8 +243,8 @@ def overview() -> list[P]:
           + quantiles("kafka_producer_transaction_commit_seconds", "app", s(A), "{{app}} (client)", ("0.99",)),
           thresholds=steps(GREEN, (CFG.commit_latency_seconds, RED)), threshold_style="line", links=[link_to(T)]),
         P("spark_behind", "Spark queries behind their sources",
-          "Offsets each Spark query is behind the latest offsets of its sources (max over partitions when the "
-          "source reports it), and seconds since its last progress.", "short",
+          "Offsets each Spark query is behind the latest offsets of its sources (max over the stats the source "
+          "reports). Growing means the query does not keep up; see the Spark queries dashboard.", "short",
           [(f"max by (query, source, topic) (spark_streaming_source_offsets_behind_latest{s(Q)})",
             "{{query}} {{topic}}")],
           thresholds=steps(GREEN), w=24, links=[link_to(SP)]),
