@@ -145,3 +145,21 @@ def test_odd_but_valid_progress_never_5xx():
 def test_get_is_not_allowed():
     client, _ = make_client()
     assert client.get(INGEST_PATH, headers=AUTH).status_code == 405
+
+
+def test_openapi_document_matches_the_endpoint():
+    import yaml
+
+    from txnwatch.spark_listener.events import EVENT_TYPES, OUTCOMES
+
+    doc = yaml.safe_load((Path(__file__).resolve().parents[2] / "docs" / "openapi-ingest.yaml").read_text())
+    op = doc["paths"][INGEST_PATH]["post"]
+    schemas = doc["components"]["schemas"]
+    assert set(schemas["Event"]["discriminator"]["mapping"]) == set(EVENT_TYPES)
+    records = schemas["ProducerTransactionsEvent"]["properties"]["records"]["items"]
+    assert records["properties"]["outcome"]["enum"] == list(OUTCOMES)
+    assert {"202", "400", "401", "413"} <= set(op["responses"])
+    client, state = make_client()
+    for example in op["requestBody"]["content"]["application/json"]["examples"].values():
+        resp = client.post(INGEST_PATH, json=example["value"], headers=AUTH)
+        assert resp.status_code == 202, resp.get_json()
