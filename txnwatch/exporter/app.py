@@ -6,8 +6,8 @@ import base64
 import hmac
 
 from flask import Flask, Response, request
-from prometheus_client.exposition import choose_encoder
 
+from ..exposition import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, wants_openmetrics
 from .page import render_page
 
 LOOPBACK = {"127.0.0.1", "::1", "localhost"}
@@ -30,8 +30,8 @@ def create_app(exporter) -> Flask:
     @app.get("/metrics")
     def metrics() -> Response:
         # OpenMetrics when the scraper asks for it (Accept: application/openmetrics-text).
-        encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
-        return Response(encoder(exporter.registry), content_type=content_type)
+        om = wants_openmetrics(request.headers.get("Accept", ""))
+        return Response(exporter.metrics(om), content_type=OPENMETRICS_CONTENT_TYPE if om else TEXT_CONTENT_TYPE)
 
     @app.get("/healthz")
     def healthz() -> Response:

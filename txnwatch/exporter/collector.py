@@ -11,10 +11,12 @@ import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 
+from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
 from .. import __version__
 from ..apps import fold_ids
+from ..exposition import FamilyChunk, assemble, family_chunks
 from ..metrics import FamilyWriter
 from .model import ClusterSnapshot
 
@@ -109,36 +111,87 @@ def render_health(w: FamilyWriter, cluster: str, health) -> None:
         w.add("txnwatch_poll_errors", {**lbl, "cause": cause}, n)
 
 
-class ExporterCollector(Collector):
-    """Renders everything the exporter knows from in-memory views: `parts` are callables
-    writing into a FamilyWriter (poller snapshots, tap views, Spark state)."""
+class Part:
+    """One source of series. `key()` returns an object that changes (by identity) only when
+    the rendered series would: an immutable snapshot. With a key the formatted chunks are
+    reused by every scrape until it changes; without one the part renders every scrape."""
 
-    def __init__(self, parts: Iterable[tuple[str, Callable[[FamilyWriter], None]]]) -> None:
-        self._parts = list(parts)
+    __slots__ = ("name", "render", "key", "_cached_key", "_chunks")
+
+    def __init__(self, name: str, render: Callable[[FamilyWriter], None],
+                 key: Callable[[], object] | None = None) -> None:
+        self.name, self.render, self.key = name, render, key
+        self._cached_key: object = None
+        self._chunks: dict[str, FamilyChunk] | None = None
+
+
+class ExporterCollector(Collector):
+    """Renders everything the exporter knows from in-memory views; never does I/O.
+
+    `exposition()` is the scrape path (cached chunks per part, merged into one document);
+    `collect()` yields prometheus_client families for registry-based use."""
+
+    def __init__(self, parts: Iterable[Part | tuple[str, Callable[[FamilyWriter], None]]]) -> None:
+        self._parts = [p if isinstance(p, Part) else Part(*p) for p in parts]
         self._lock = threading.Lock()
+        self._render_lock = threading.Lock()
         self._dropped: dict[tuple[str, str, str], int] = defaultdict(int)
         self._part_errors: set[str] = set()
+        self._process = ProcessCollector(registry=None)
 
     def count_dropped(self, cluster: str, metric: str, reason: str, n: int) -> None:
         if n:
             with self._lock:
                 self._dropped[(cluster, metric, reason)] += n
 
-    def collect(self):
+    def _render_part(self, part: Part) -> FamilyWriter:
         w = FamilyWriter()
-        for name, part in self._parts:
-            try:
-                part(w)
-            except Exception:  # noqa: BLE001 - one broken part never fails the scrape
-                if name not in self._part_errors:
-                    self._part_errors.add(name)
-                    log.exception("rendering %s failed; the rest of the scrape is served", name)
-                self.count_dropped("", name, "render_error", 1)
+        try:
+            part.render(w)
+        except Exception:  # noqa: BLE001 - one broken part never fails the scrape
+            if part.name not in self._part_errors:
+                self._part_errors.add(part.name)
+                log.exception("rendering %s failed; the rest of the scrape is served", part.name)
+            self.count_dropped("", part.name, "render_error", 1)
         for metric, n in w.invalid.items():
             self.count_dropped("", metric, "invalid_value", n)
+        return w
+
+    def chunks(self, part: Part) -> dict[str, FamilyChunk]:
+        """The part's formatted series; rendered again only when its key changed."""
+        if part.key is None:
+            return family_chunks(self._render_part(part).families())
+        key = part.key()
+        if key is part._cached_key and part._chunks is not None:
+            return part._chunks
+        with self._render_lock:  # concurrent scrapes wait for one render instead of each rendering
+            if key is not part._cached_key or part._chunks is None:
+                part._chunks = family_chunks(self._render_part(part).families())
+                part._cached_key = key
+            return part._chunks
+
+    def prerender(self, name: str) -> None:
+        """Render a cached part now (called from a source's thread after it publishes)."""
+        for part in self._parts:
+            if part.name == name and part.key is not None:
+                self.chunks(part)
+
+    def _self_families(self) -> list:
+        w = FamilyWriter()
         with self._lock:
             dropped = dict(self._dropped)
         for (cluster, metric, reason), n in dropped.items():
             w.add("txnwatch_series_dropped", {"cluster": cluster, "metric": metric, "reason": reason}, n)
         w.info("txnwatch_build", {"version": __version__, "python": platform.python_version()})
-        return w.families()
+        return list(w.families()) + list(self._process.collect())
+
+    def exposition(self, openmetrics: bool) -> bytes:
+        parts = [self.chunks(p) for p in self._parts]
+        parts.append(family_chunks(self._self_families()))
+        return assemble(parts, openmetrics)
+
+    def collect(self):
+        families = []
+        for part in self._parts:
+            families.extend(self._render_part(part).families())
+        return families + self._self_families()

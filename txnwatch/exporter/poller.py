@@ -33,6 +33,7 @@ class ClusterPoller:
         self.io = KafkaIO(cfg.client_properties(), cfg.poll_timeout_seconds)
         self.txn_api = TransactionAPI(cfg.client_properties(), cfg.poll_timeout_seconds)
         self.snapshot: ClusterSnapshot | None = None
+        self.on_snapshot: Callable[[ClusterSnapshot], None] | None = None  # called in the poll thread
         self.polls = 0
         self._facts = ClusterFacts()
         self._prev_partitions: dict = {}
@@ -160,6 +161,11 @@ class ClusterPoller:
             return
         self.snapshot = snap
         self.health.success(snap.poll_seconds, now=snap.taken_at)
+        if self.on_snapshot is not None:
+            try:
+                self.on_snapshot(snap)  # pre-render, so no scrape pays for it
+            except Exception:  # noqa: BLE001 - rendering problems surface at scrape time
+                log.debug("pre-render failed", exc_info=True)
         if self._failing_since is not None:
             log.warning("cluster %s: polls recovered after %.0fs (%d failed)", self.cfg.name,
                         self.clock() - self._failing_since, self._consecutive_failures)

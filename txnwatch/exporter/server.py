@@ -43,7 +43,9 @@ def serve(config: Config, ready_event: threading.Event | None = None) -> int:
         server = _TLSServer(app, http)
     else:
         server = create_server(app, host=http.host, port=http.port, threads=http.threads, ident="txnwatch",
-                               channel_timeout=30, clear_untrusted_proxy_headers=True)
+                               channel_timeout=30, clear_untrusted_proxy_headers=True,
+                               # big clusters make multi-MB bodies: keep them in memory
+                               outbuf_overflow=256 * 1024 * 1024, send_bytes=256 * 1024)
     exporter.start()
     names = ", ".join(f"{c.name} ({c.bootstrap_servers})" for c in config.clusters)
     log.info("txnwatch serving on %s://%s:%s/ for %s", "https" if http.tls else "http", http.host,

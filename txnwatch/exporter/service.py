@@ -7,13 +7,10 @@ import logging
 import time
 from html import escape
 
-from prometheus_client import CollectorRegistry
-from prometheus_client.process_collector import ProcessCollector
-
 from ..config import ClusterConfig, Config
 from ..metrics import FamilyWriter
 from ..spark_listener.state import SparkQueryState
-from .collector import ExporterCollector, render_health, render_snapshot
+from .collector import ExporterCollector, Part, render_health, render_snapshot
 from .poller import ClusterPoller
 
 log = logging.getLogger(__name__)
@@ -33,8 +30,6 @@ class ClusterRuntime:
                                          cfg.max_transactional_id_series,
                                          expiration_ms=cfg.default_transactional_id_expiration_ms,
                                          poll_timeout=min(1.0, cfg.poll_timeout_seconds))
-        self._counted_snapshot = None
-        self._counted_view = None
 
     def sources(self):
         yield self.poller.health.view()
@@ -48,28 +43,29 @@ class ClusterRuntime:
             return False
         return self.tap is None or self.tap.rebuilt
 
-    def render(self, w: FamilyWriter, collector: ExporterCollector) -> None:
+    def render_live(self, w: FamilyWriter) -> None:
+        """Health of every source (small; changes with each attempt)."""
         for h in self.sources():
             render_health(w, self.cfg.name, h)
-        snap = self.poller.snapshot
-        if snap is not None:
-            # With the tap on, it is the exact source of open transactions; the poller's
-            # KIP-664 view would report the same series.
-            folded = render_snapshot(w, snap, self.cfg.granularity, self.cfg.max_transactional_id_series,
-                                     render_open_transactions=self.tap is None)
-            if snap is not self._counted_snapshot:  # count folds once per poll, not per scrape
-                self._counted_snapshot = snap
-                collector.count_dropped(self.cfg.name, "kafka_transaction_timeout_headroom_seconds",
-                                        "id_cap", folded)
-        if self.tap is not None:
-            from .tap.render import render_tap
 
-            view = self.tap.view()
-            folded_by_metric = render_tap(w, self.cfg.name, view, cap=self.cfg.max_transactional_id_series)
-            if view is not self._counted_view:
-                self._counted_view = view
-                for metric, n in folded_by_metric.items():
-                    collector.count_dropped(self.cfg.name, metric, "id_cap", n)
+    def render_snapshot(self, w: FamilyWriter, collector: ExporterCollector) -> None:
+        """The poller's last snapshot: rendered once per poll (cached by snapshot identity)."""
+        snap = self.poller.snapshot
+        if snap is None:
+            return
+        # With the tap on, it is the exact source of open transactions; the poller's KIP-664
+        # view would report the same series.
+        folded = render_snapshot(w, snap, self.cfg.granularity, self.cfg.max_transactional_id_series,
+                                 render_open_transactions=self.tap is None)
+        collector.count_dropped(self.cfg.name, "kafka_transaction_timeout_headroom_seconds", "id_cap", folded)
+
+    def render_tap(self, w: FamilyWriter, collector: ExporterCollector) -> None:
+        """The tap's last view (cached by view identity; headroom is as of the view)."""
+        from .tap.render import render_tap
+
+        folded_by_metric = render_tap(w, self.cfg.name, self.tap.view(), cap=self.cfg.max_transactional_id_series)
+        for metric, n in folded_by_metric.items():
+            collector.count_dropped(self.cfg.name, metric, "id_cap", n)
 
 
 class Exporter:
@@ -78,13 +74,20 @@ class Exporter:
         self.started_at = time.time()
         self.clusters = {c.name: ClusterRuntime(c) for c in config.clusters}
         self.spark_state = SparkQueryState(ttl_seconds=config.http.spark_query_ttl_seconds)
-        parts = [(f"cluster:{name}", lambda w, rt=rt: rt.render(w, self.collector))
-                 for name, rt in self.clusters.items()]
-        parts.append(("spark", lambda w: self.spark_state.render(w)))
+        parts: list[Part] = []
+        for name, rt in self.clusters.items():
+            parts.append(Part(f"health:{name}", rt.render_live))
+            parts.append(Part(f"poller:{name}", lambda w, rt=rt: rt.render_snapshot(w, self.collector),
+                              key=lambda rt=rt: rt.poller.snapshot))
+            if rt.tap is not None:
+                parts.append(Part(f"tap:{name}", lambda w, rt=rt: rt.render_tap(w, self.collector),
+                                  key=lambda rt=rt: rt.tap.view()))
+            rt.poller.on_snapshot = lambda _snap, name=name: self.collector.prerender(f"poller:{name}")
+        parts.append(Part("spark", lambda w: self.spark_state.render(w)))
         self.collector = ExporterCollector(parts)
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(self.collector)
-        ProcessCollector(registry=self.registry)
+
+    def metrics(self, openmetrics: bool) -> bytes:
+        return self.collector.exposition(openmetrics)
 
     def start(self) -> None:
         for rt in self.clusters.values():
