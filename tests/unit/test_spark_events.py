@@ -168,3 +168,15 @@ def test_deeply_nested_progress_is_rejected():
     with pytest.raises(EventValidationError) as info:
         validate_event(dict(GOOD, progress=deep))
     assert info.value.field == "progress"
+
+
+def test_converted_names_always_validate():
+    long_name = "n" * 500
+    s = ev.from_started(SimpleNamespace(id=KAFKA_ID, runId="r", name="a\nb\tc", timestamp=None), now=1.0)
+    assert s["query"] == "a b c"
+    p = ev.from_progress(dict(load("rate_progress.json"), name=long_name))
+    assert p["query"] == "n" * ev.MAX_ID_CHARS
+    blank = ev.from_progress(dict(load("rate_progress.json"), name="   "))
+    assert blank["query"] == blank["query_id"]
+    for e in (s, p, blank):
+        validate_event(json.loads(json.dumps(e)))

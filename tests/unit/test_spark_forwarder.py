@@ -161,7 +161,7 @@ def test_unserializable_event_is_dropped_not_fatal(http):
     fake = http()
     f = fw.Forwarder("http://x", "t", flush_interval=0.05)
     try:
-        f.submit({"type": "idle", "bad": object()})
+        f.submit(dict(ev(1), bad=object()))
         f.submit(ev(7))
         assert f.flush(5)
         wait_for(lambda: f.sent == 1, 5, what="the good event")
@@ -177,3 +177,16 @@ def test_submit_after_close_is_dropped(http):
     f.close()
     assert f.submit(ev(1)) is False
     assert f.dropped == {"closed": 1}
+
+
+def test_invalid_event_is_dropped_alone(http):
+    fake = http()
+    f = fw.Forwarder("http://x", "t", flush_interval=0.2)
+    try:
+        f.submit({"type": "idle", "query_id": "", "timestamp": 1.0})
+        f.submit(ev(8))
+        assert f.flush(5)
+    finally:
+        f.close()
+    assert f.dropped == {"invalid": 1}
+    assert [e["timestamp"] for e in fake.events()] == [8.0]

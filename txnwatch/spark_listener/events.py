@@ -156,19 +156,32 @@ def progress_dict(progress: Any) -> dict[str, Any]:
     return jsonable(out)
 
 
+def _name(v: Any) -> str | None:
+    """An id/name that validate_event accepts: control characters become spaces, at most
+    MAX_ID_CHARS characters, None when blank."""
+    s = _text(v)
+    if s is None:
+        return None
+    if any(ord(c) < 32 for c in s):
+        s = "".join(" " if ord(c) < 32 else c for c in s)
+    s = s[:MAX_ID_CHARS]
+    return s if s.strip() else None
+
+
 def _query_label(query_id: str, name: str | None) -> str:
+    name = _name(name)
     return name if name else query_id
 
 
 # --------------------------------------------------------------------------- from Spark
 
 def from_started(event: Any, now: float | None = None) -> Event:
-    qid = _text(_attr(event, "id")) or ""
+    qid = _name(_attr(event, "id")) or ""
     name = _text(_attr(event, "name"))
     ts = parse_timestamp(_attr(event, "timestamp"))
     out: Event = {"type": "started", "query_id": qid, "query": _query_label(qid, name),
                   "timestamp": ts if ts is not None else (time.time() if now is None else now)}
-    run_id = _text(_attr(event, "runId"))
+    run_id = _name(_attr(event, "runId"))
     if run_id:
         out["run_id"] = run_id
     return out
@@ -177,7 +190,7 @@ def from_started(event: Any, now: float | None = None) -> Event:
 def from_progress(event: Any, now: float | None = None) -> Event:
     progress = event if isinstance(event, Mapping) else _attr(event, "progress")
     p = progress_dict(progress)
-    qid = _text(p.get("id")) or ""
+    qid = _name(p.get("id")) or ""
     ts = parse_timestamp(p.get("timestamp"))
     return {"type": "progress", "query_id": qid, "query": _query_label(qid, _text(p.get("name"))),
             "timestamp": ts if ts is not None else (time.time() if now is None else now),
@@ -185,18 +198,18 @@ def from_progress(event: Any, now: float | None = None) -> Event:
 
 
 def from_idle(event: Any, name: str | None = None, now: float | None = None) -> Event:
-    qid = _text(_attr(event, "id")) or ""
+    qid = _name(_attr(event, "id")) or ""
     ts = parse_timestamp(_attr(event, "timestamp"))
     return {"type": "idle", "query_id": qid, "query": _query_label(qid, name),
             "timestamp": ts if ts is not None else (time.time() if now is None else now)}
 
 
 def from_terminated(event: Any, name: str | None = None, now: float | None = None) -> Event:
-    qid = _text(_attr(event, "id")) or ""
+    qid = _name(_attr(event, "id")) or ""
     exc = _text(_attr(event, "exception"))
     return {"type": "terminated", "query_id": qid, "query": _query_label(qid, name),
             "timestamp": time.time() if now is None else now,
-            "error_class": _text(_attr(event, "errorClassOnException")),
+            "error_class": _name(_attr(event, "errorClassOnException")),
             "exception": exc[:MAX_EXCEPTION_CHARS] if exc else None}
 
 

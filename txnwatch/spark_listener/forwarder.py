@@ -21,6 +21,8 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
+from .events import EventValidationError, validate_event
+
 log = logging.getLogger(__name__)
 
 INGEST_PATH = "/api/v1/spark/events"
@@ -157,8 +159,14 @@ class Forwarder:
         size = 0
         for ev in batch:
             try:
+                validate_event(ev)   # one bad event must not get a whole batch rejected
+            except EventValidationError as exc:
+                self._error("invalid_event", exc)
+                self._drop("invalid", 1)
+                continue
+            try:
                 s = json.dumps(ev, separators=(",", ":"), allow_nan=False)
-            except (TypeError, ValueError) as exc:
+            except (TypeError, ValueError, RecursionError) as exc:
                 self._error("serialize", exc)
                 self._drop("unserializable", 1)
                 continue
