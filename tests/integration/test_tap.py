@@ -293,7 +293,7 @@ def test_rebuild_does_not_count_history_then_counts_new_records(tansu, taps):
     assert val(ms, "kafka_transactional_ids", app="billing") == 2
 
 
-def test_waits_for_the_topic_then_follows_it(tansu, taps, caplog):
+def test_waits_for_the_topic_then_follows_it(tansu, taps, caplog, capfd):
     caplog.set_level(logging.DEBUG, logger="txnwatch")
     tap = taps(tansu.bootstrap, client={"sasl.password": "s3cr3t-pw", "sasl.username": "someone"})
     wait_for(lambda: tap.health().errors.get("topic_not_found", 0) >= 2, 30, what="topic_not_found reported")
@@ -311,6 +311,8 @@ def test_waits_for_the_topic_then_follows_it(tansu, taps, caplog):
     assert tap.view().partitions == PARTITIONS
     assert "s3cr3t-pw" not in caplog.text
     assert "s3cr3t-pw" not in str(tap.health())
+    out, err = capfd.readouterr()        # librdkafka logs to stderr
+    assert "s3cr3t-pw" not in out + err
 
 
 def test_broker_outage_keeps_state_and_never_double_counts(tansu, taps):
