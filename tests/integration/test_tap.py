@@ -302,10 +302,10 @@ def test_waits_for_the_topic_then_follows_it(tansu, taps, caplog, capfd):
     assert tap.view().topic_found is False and tap.view().partitions == 0
     assert tap.rebuilt   # nothing to rebuild
     create_topics(tansu.bootstrap, [TOPIC], partitions=PARTITIONS)
+    wait_for(lambda: tap.view().partitions == PARTITIONS and tap.rebuilt, 30, what="partitions assigned")
     log = Log(tansu.bootstrap)
     log.commit("late-1", int(time.time() * 1000))
     log.flush()
-    # a log that appeared after the tap started holds only new transactions: counted
     wait_for(lambda: tap.view().transactions.get(("late", "committed")) == 1, 30, what="commit counted")
     wait_for(lambda: tap.health().up, 10, what="tap up")
     assert tap.view().partitions == PARTITIONS

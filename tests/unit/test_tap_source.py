@@ -110,7 +110,9 @@ def test_rebuild_targets_counting_duplicates_and_new_partitions():
     assert tap._state.view().transactions == {("a", "committed"): 1, ("b", "committed"): 1}
 
 
-def test_topic_created_after_start_is_counted_from_the_beginning():
+def test_topic_found_late_is_still_rebuilt_before_counting():
+    """A broker may say "unknown topic" for a while after it starts: a log found after
+    the tap started is rebuilt up to its end at discovery, never counted as new."""
     tap = new_tap()
     c = FakeConsumer(partitions=None)
     tap._refresh_partitions(c)
@@ -119,7 +121,11 @@ def test_topic_created_after_start_is_counted_from_the_beginning():
     assert tap.rebuilt and not c.assigned
     c.partitions, c.highs = [0], {0: 3}
     tap._refresh_partitions(c)
+    assert not tap.rebuilt
     tap._apply_batch(c, commit(0, 0, "late-1"))
+    assert tap.rebuilt
+    assert tap._state.view().transactions == {}
+    tap._apply_batch(c, commit(0, 3, "late-1", T0 + 100))
     assert tap._state.view().transactions == {("late", "committed"): 1}
 
 

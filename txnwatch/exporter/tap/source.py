@@ -5,10 +5,14 @@ One thread per cluster. It assigns every partition of the coordinator's log expl
 
 * waits patiently while the topic does not exist (reported in health as
   `topic_not_found`; metadata is retried, never a crash);
-* rebuilds state from the log up to the end offsets as of the moment each partition
-  was first assigned, without counting (`counting=False`), then follows new records
-  with counting; partitions that appear later (or a topic created after the tap
-  started) hold only new records and are counted from their first offset;
+* rebuilds state from the log up to the end offsets as of the moment its partitions
+  were first found, without counting (`counting=False`), then follows new records
+  with counting. This holds also when the topic shows up after the tap started: a
+  broker can answer "unknown topic" for a while after it starts, and counting a whole
+  existing log as new would inflate every counter (the cost: a topic created while the
+  tap waits loses the counts of records written before the next metadata check, 1 s).
+  Partitions added to a topic the tap already reads hold only new records and are
+  counted from their first offset;
 * keeps the next offset per partition and ignores records below it, so broker
   outages, reconnects and offset resets never double-count;
 * counts undecodable records by reason and skips them;
@@ -192,7 +196,7 @@ class TransactionLogTap:
                                                             KafkaError._UNKNOWN_TOPIC)):
             if not self._topic_found:
                 self._topic_absent_seen = True
-                self._rebuilt = True   # nothing to rebuild: whatever appears later is new
+                self._rebuilt = True   # nothing to rebuild (yet)
             self._health.failure("topic_not_found", f"topic {self.topic} not found (waiting for it)")
             return
         if err is not None:
@@ -203,7 +207,9 @@ class TransactionLogTap:
         new = sorted(p for p in t.partitions if p not in self._next)
         if not new:
             return
-        count_all = self._topic_found or self._topic_absent_seen
+        count_all = self._topic_found   # partitions added to a topic we already read
+        if not count_all:
+            self._rebuilt = False
         assign = []
         targets = {}
         for p in new:
