@@ -367,3 +367,11 @@ def test_concurrent_apply_and_render():
     smp = samples(st)
     for k in range(4):
         assert get(smp, "spark_streaming_batch_duration_seconds_count", query=f"q{k}", query_id=f"q{k}") == 200
+
+
+def test_app_cap_drops_and_counts():
+    st = SparkQueryState(max_apps=1)
+    rec = {"transactional_id": "t", "outcome": "committed", "duration_seconds": 1.0}
+    assert st.apply({"type": "producer_transactions", "app": "a", "records": [rec]})
+    assert not st.apply({"type": "producer_transactions", "app": "b", "records": [rec]})
+    assert st.dropped() == {"app_limit": 1}

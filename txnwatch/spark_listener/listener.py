@@ -48,6 +48,7 @@ class TxnWatchListener(StreamingQueryListener):
         self.events = 0
         self.callback_seconds = 0.0
         self.counts: dict[str, int] = {}      # callbacks seen, by event type
+        self.server: Any = None               # the MetricsServer when attach() served /metrics
 
     # ------------------------------------------------------------------ Spark callbacks
     def onQueryStarted(self, event: Any) -> None:
@@ -140,9 +141,9 @@ class TxnWatchListener(StreamingQueryListener):
         """Flush and stop the forwarder and the metrics server attached by `attach`."""
         if self.forwarder is not None:
             self.forwarder.close(timeout)
-        server = getattr(self, "server", None)
-        if server is not None:
-            server.close()
+        if self.server is not None:
+            self.server.close()
+            self.server = None
 
 
 def attach(spark: Any, serve_port: int | None = None, forward_url: str | None = None,
@@ -170,7 +171,6 @@ def attach(spark: Any, serve_port: int | None = None, forward_url: str | None = 
             opts.setdefault("on_error", lambda stage, exc: state.count_error(stage, exc))
         forwarder = Forwarder(forward_url, token, **opts)
     listener = TxnWatchListener(state=state, forwarder=forwarder, sinks=sinks)
-    listener.server = None
     if serve_port is not None:
         from .serve import serve
 

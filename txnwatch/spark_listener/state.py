@@ -191,9 +191,11 @@ class SparkQueryState:
     """Thread-safe state of the Spark queries (and Spark-sink producers) seen in events."""
 
     def __init__(self, ttl_seconds: float | None = DEFAULT_TTL_SECONDS, max_queries: int = 1000,
-                 max_keys_per_query: int = 64, max_transactional_ids: int = 500) -> None:
+                 max_keys_per_query: int = 64, max_transactional_ids: int = 500,
+                 max_apps: int = 200) -> None:
         self.ttl_seconds = ttl_seconds
         self.max_queries = max_queries
+        self.max_apps = max_apps
         self.max_keys = max_keys_per_query
         self.max_transactional_ids = max_transactional_ids
         self._lock = threading.Lock()
@@ -386,6 +388,9 @@ class SparkQueryState:
             return False
         app = self._apps.get(app_name)
         if app is None:
+            if len(self._apps) >= self.max_apps:
+                self._dropped["app_limit"] = self._dropped.get("app_limit", 0) + 1
+                return False
             app = self._apps[app_name] = _App(app=_label(app_name), last_seen=now)
         app.last_seen = now
         for r in records:
