@@ -173,3 +173,23 @@ def test_consumer_config_forces_safe_settings_and_keeps_user_properties():
     assert cfg["enable.auto.commit"] is False and cfg["isolation.level"] == "read_uncommitted"
     assert cfg["sasl.password"] == "pw-S3cret" and cfg["group.id"] == "txnwatch-tap-c1"
     assert "pw-S3cret" not in repr(tap.health()) and "pw-S3cret" not in repr(tap.view())
+
+
+def test_a_replacement_client_resumes_at_the_next_offsets():
+    from confluent_kafka import OFFSET_BEGINNING
+
+    tap = new_tap()
+    c = FakeConsumer(partitions=[0, 1], highs={0: 0, 1: 0})
+    tap._refresh_partitions(c)
+    tap._apply_batch(c, commit(0, 0, "r-1") + commit(1, 0, "r-2") + commit(1, 3, "r-2", T0 + 50))
+
+    class Recorder(FakeConsumer):
+        def incremental_assign(self, tps):
+            self.tps = [(tp.partition, tp.offset) for tp in tps]
+
+    c2 = Recorder(partitions=[0, 1])
+    tap._assign_known(c2)
+    assert c2.tps == [(0, 3), (1, 6)]
+    assert OFFSET_BEGINNING not in dict(c2.tps).values()
+    tap._apply_batch(c2, commit(1, 3, "r-2", T0 + 50) + commit(1, 6, "r-2", T0 + 90))   # overlap ignored
+    assert tap._state.view().transactions == {("r", "committed"): 4}

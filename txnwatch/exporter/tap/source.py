@@ -140,11 +140,13 @@ class TransactionLogTap:
         next_metadata = 0.0
         next_view = 0.0
         backoff = 1.0
+        failures = 0
         try:
             while not self._stop.is_set():
                 try:
                     if consumer is None:
                         consumer = Consumer(self._consumer_config())
+                        self._assign_known(consumer)
                     now = time.monotonic()
                     if now >= next_metadata:
                         self._refresh_partitions(consumer)
@@ -170,20 +172,38 @@ class TransactionLogTap:
                         while self._short:
                             self._resync(consumer, self._short.pop())
                     backoff = 1.0
+                    failures = 0
                 except Exception as exc:  # noqa: BLE001 - the tap never dies; it reports and retries
                     cause = _cause(exc)
+                    failures += 1
                     self._health.failure(cause, f"{type(exc).__name__}: {exc}")
                     self._log_once(f"exc:{cause}", "%s (retrying; further occurrences are counted only)",
                                    exc)
+                    if consumer is not None and (failures >= 5 or _fatal(exc)):
+                        # a client that keeps failing is replaced; positions and state are kept
+                        self._close(consumer)
+                        consumer = None
+                        failures = 0
                     self._stop.wait(backoff)
                     backoff = min(backoff * 2, 30.0)
         finally:
             self._publish(consumer)
             if consumer is not None:
-                try:
-                    consumer.close()
-                except Exception:  # noqa: BLE001 - closing is best effort
-                    pass
+                self._close(consumer)
+
+    @staticmethod
+    def _close(consumer) -> None:
+        try:
+            consumer.close()
+        except Exception:  # noqa: BLE001 - closing is best effort
+            pass
+
+    def _assign_known(self, consumer) -> None:
+        """A new client resumes every partition already followed at its next offset."""
+        if self._next:
+            from confluent_kafka import TopicPartition
+
+            consumer.incremental_assign([TopicPartition(self.topic, p, n) for p, n in sorted(self._next.items())])
 
     def _refresh_partitions(self, consumer) -> None:
         from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
@@ -344,6 +364,14 @@ class TransactionLogTap:
         view = self._state.view(self._idle, cap=self.cap)
         self._view = dataclasses.replace(view, rebuilt=self._rebuilt, lag_records=self._lag(consumer),
                                          partitions=len(self._next), topic_found=self._topic_found)
+
+
+def _fatal(exc: Exception) -> bool:
+    err = exc.args[0] if exc.args else None
+    try:
+        return bool(err.fatal())
+    except Exception:  # noqa: BLE001 - not a KafkaError
+        return False
 
 
 def _cause(exc: Exception) -> str:
