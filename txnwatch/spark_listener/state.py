@@ -205,6 +205,7 @@ class SparkQueryState:
         self._errors: dict[str, int] = {}
         self._dropped: dict[str, int] = {}
         self._logged: set[str] = set()
+        self._last_expire: float | None = None
 
     # ----------------------------------------------------------------- self metrics
     def count_error(self, stage: str, exc: BaseException | None = None) -> None:
@@ -432,9 +433,13 @@ class SparkQueryState:
         self._ids.add(key)
         return _label(tid)
 
-    def _expire(self, now: float) -> None:
+    def _expire(self, now: float, force: bool = False) -> None:
         if self.ttl_seconds is None:
             return
+        # at most once a second on the event path (O(queries)); always on render/expire()
+        if not force and self._last_expire is not None and 0 <= now - self._last_expire < 1.0:
+            return
+        self._last_expire = now
         cutoff = now - self.ttl_seconds
         for qid in [k for k, q in self._queries.items() if q.last_seen < cutoff]:
             del self._queries[qid]
@@ -444,7 +449,7 @@ class SparkQueryState:
 
     def expire(self, now: float | None = None) -> None:
         with self._lock:
-            self._expire(time.time() if now is None else now)
+            self._expire(time.time() if now is None else now, force=True)
 
     # ----------------------------------------------------------------- render
     def render(self, writer: FamilyWriter, now: float | None = None,
@@ -453,7 +458,7 @@ class SparkQueryState:
         now = time.time() if now is None else now
         try:
             with self._lock:
-                self._expire(now)
+                self._expire(now, force=True)
                 self._render_locked(writer, include_self)
         except Exception as exc:  # noqa: BLE001 - a scrape must not fail
             self.count_error("render", exc)
