@@ -41,7 +41,14 @@ def setup(bootstrap: str, partitions: int, groups: int, per_topic: int = 100) ->
         c.close()
 
 
-def scrapers(url: str, seconds: float, n: int = 4) -> list[float]:
+PROMETHEUS_HEADERS = {  # what Prometheus 2.x sends
+    "Accept": "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+              "text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+    "Accept-Encoding": "gzip",
+}
+
+
+def scrapers(url: str, seconds: float, n: int = 4, headers: dict | None = None) -> list[float]:
     lat: list[float] = []
     lock = threading.Lock()
     stop = time.monotonic() + seconds
@@ -49,7 +56,7 @@ def scrapers(url: str, seconds: float, n: int = 4) -> list[float]:
     def run() -> None:
         while time.monotonic() < stop:
             t = time.perf_counter()
-            with urllib.request.urlopen(url, timeout=30) as r:
+            with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=30) as r:
                 r.read()
             d = time.perf_counter() - t
             with lock:
@@ -87,15 +94,19 @@ def main() -> None:
             m0 = exp.metrics()
             polls0 = m0.get_value("txnwatch_last_success_timestamp_seconds")
             body = urllib.request.urlopen(exp.url + "/metrics").read()
-            lat = scrapers(exp.url + "/metrics", a.seconds)
-            m1 = exp.metrics()
+            gz = urllib.request.urlopen(urllib.request.Request(exp.url + "/metrics", headers=PROMETHEUS_HEADERS)).read()
             lines = body.count(b"\n")
-            print(f"/metrics body: {len(body) / 1e6:.1f} MB, {lines} lines")
-            print(f"4 scrapers x {a.seconds:.0f}s while polling every 2 s: {len(lat)} scrapes, "
-                  f"p50 {statistics.median(lat) * 1000:.1f} ms, p99 {pct(lat, 99) * 1000:.1f} ms, "
-                  f"max {max(lat) * 1000:.1f} ms; last poll took "
-                  f"{m1.get_value('txnwatch_poll_duration_seconds') * 1000:.0f} ms, polls advanced "
-                  f"{m1.get_value('txnwatch_last_success_timestamp_seconds') - polls0:.0f}s")
+            print(f"/metrics body: {len(body) / 1e6:.1f} MB, {lines} lines; gzip as Prometheus asks: "
+                  f"{len(gz) / 1e6:.2f} MB")
+            for label, headers in (("plain text", None), ("Prometheus headers (OpenMetrics+gzip)",
+                                                          PROMETHEUS_HEADERS)):
+                lat = scrapers(exp.url + "/metrics", a.seconds, headers=headers)
+                m1 = exp.metrics()
+                print(f"{label}: 4 scrapers x {a.seconds:.0f}s while polling every 2 s: {len(lat)} scrapes, "
+                      f"p50 {statistics.median(lat) * 1000:.1f} ms, p99 {pct(lat, 99) * 1000:.1f} ms, "
+                      f"max {max(lat) * 1000:.1f} ms; last poll took "
+                      f"{m1.get_value('txnwatch_poll_duration_seconds') * 1000:.0f} ms, polls advanced "
+                      f"{m1.get_value('txnwatch_last_success_timestamp_seconds') - polls0:.0f}s")
             rss = exp.metrics().get_value("process_resident_memory_bytes")
             print(f"exporter RSS at {a.partitions} partitions / {a.groups} groups: {rss / 1e6:.0f} MB")
         finally:
@@ -110,7 +121,7 @@ def main() -> None:
             proxy.reset_count()
             time.sleep(win)
             quiet = proxy.reset_count()
-            n = len(scrapers(exp.url + "/metrics", win))
+            n = len(scrapers(exp.url + "/metrics", win, headers=PROMETHEUS_HEADERS))
             busy = proxy.reset_count()
             print(f"polls parked: Kafka requests in {win:.0f}s windows: {quiet} without scrapes, "
                   f"{busy} during {n} scrapes by 4 scrapers")

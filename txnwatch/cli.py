@@ -83,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
         secrets.append(config.http.ingest_token)
     if args.command == "serve":
         setup_logging(config.log_level, secrets)
+        # Scrape threads wait for the GIL while polls parse big responses; a shorter switch
+        # interval bounds that wait (costs a little throughput in the poll thread).
+        sys.setswitchinterval(0.001)
         from .exporter.server import serve
 
         return serve(config)

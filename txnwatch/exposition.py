@@ -9,6 +9,8 @@ Families with the same name from several sources (clusters) are merged under one
 from __future__ import annotations
 
 import math
+import struct
+import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -75,8 +77,8 @@ def _headers(c: FamilyChunk, openmetrics: bool) -> bytes:
     return f"# HELP {name} {help_}\n# TYPE {name} {kind}\n".encode()
 
 
-def assemble(parts: Iterable[Mapping[str, FamilyChunk]], openmetrics: bool) -> bytes:
-    """One exposition document from several sources' chunks (merged by family name)."""
+def assemble(parts: Iterable[Mapping[str, FamilyChunk]], openmetrics: bool, eof: bool = True) -> bytes:
+    """One exposition document (or section) from several sources' chunks, merged by name."""
     order: list[str] = []
     merged: dict[str, list[FamilyChunk]] = {}
     for part in parts:
@@ -90,9 +92,51 @@ def assemble(parts: Iterable[Mapping[str, FamilyChunk]], openmetrics: bool) -> b
         chunks = merged[name]
         out.append(_headers(chunks[0], openmetrics))
         out.extend(c.body for c in chunks)
-    if openmetrics:
+    if openmetrics and eof:
         out.append(b"# EOF\n")
     return b"".join(out)
+
+
+_GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"  # no mtime, OS unknown
+
+
+class Section:
+    """A cached, formatted section of the document: plain bytes, and the same bytes as
+    raw deflate ending in a full flush (byte-aligned, not final), with its CRC-32, so a
+    scrape can append a small tail and still send one valid gzip member."""
+
+    __slots__ = ("plain", "_deflate", "_crc")
+
+    def __init__(self, plain: bytes) -> None:
+        self.plain = plain
+        self._deflate: bytes | None = None
+        self._crc = 0
+
+    def deflated(self) -> tuple[bytes, int]:
+        if self._deflate is None:
+            # Level 1: exposition text is so repetitive it still shrinks >10x, cheaply.
+            c = zlib.compressobj(1, zlib.DEFLATED, -15)
+            self._deflate = c.compress(self.plain) + c.flush(zlib.Z_FULL_FLUSH)
+            self._crc = zlib.crc32(self.plain)
+        return self._deflate, self._crc
+
+
+def with_tail(section: Section, tail: bytes, gzip: bool) -> bytes:
+    if not gzip:
+        return section.plain + tail
+    head, crc = section.deflated()
+    c = zlib.compressobj(1, zlib.DEFLATED, -15)
+    body = c.compress(tail) + c.flush(zlib.Z_FINISH)
+    size = (len(section.plain) + len(tail)) & 0xFFFFFFFF
+    return _GZIP_HEADER + head + body + struct.pack("<II", zlib.crc32(tail, crc), size)
+
+
+def accepts_gzip(accept_encoding: str) -> bool:
+    for part in accept_encoding.split(","):
+        token, _, params = part.strip().partition(";")
+        if token.strip().lower() == "gzip":
+            return "q=0" not in params.replace(" ", "") or "q=0." in params.replace(" ", "")
+    return False
 
 
 def wants_openmetrics(accept: str) -> bool:

@@ -7,7 +7,7 @@ import hmac
 
 from flask import Flask, Response, request
 
-from ..exposition import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, wants_openmetrics
+from ..exposition import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, accepts_gzip, wants_openmetrics
 from .page import render_page
 
 LOOPBACK = {"127.0.0.1", "::1", "localhost"}
@@ -31,7 +31,12 @@ def create_app(exporter) -> Flask:
     def metrics() -> Response:
         # OpenMetrics when the scraper asks for it (Accept: application/openmetrics-text).
         om = wants_openmetrics(request.headers.get("Accept", ""))
-        return Response(exporter.metrics(om), content_type=OPENMETRICS_CONTENT_TYPE if om else TEXT_CONTENT_TYPE)
+        gz = accepts_gzip(request.headers.get("Accept-Encoding", ""))
+        resp = Response(exporter.metrics(om, gz), content_type=OPENMETRICS_CONTENT_TYPE if om else TEXT_CONTENT_TYPE)
+        if gz:
+            resp.headers["Content-Encoding"] = "gzip"
+        resp.headers["Vary"] = "Accept, Accept-Encoding"
+        return resp
 
     @app.get("/healthz")
     def healthz() -> Response:

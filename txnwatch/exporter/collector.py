@@ -16,7 +16,7 @@ from prometheus_client.registry import Collector
 
 from .. import __version__
 from ..apps import fold_ids
-from ..exposition import FamilyChunk, assemble, family_chunks
+from ..exposition import FamilyChunk, Section, assemble, family_chunks, with_tail
 from ..metrics import FamilyWriter
 from .model import ClusterSnapshot
 
@@ -138,6 +138,8 @@ class ExporterCollector(Collector):
         self._dropped: dict[tuple[str, str, str], int] = defaultdict(int)
         self._part_errors: set[str] = set()
         self._process = ProcessCollector(registry=None)
+        self._sections: dict[bool, tuple[tuple, Section]] = {}
+        self._formats_seen: set[tuple[bool, bool]] = set()
 
     def count_dropped(self, cluster: str, metric: str, reason: str, n: int) -> None:
         if n:
@@ -171,10 +173,12 @@ class ExporterCollector(Collector):
             return part._chunks
 
     def prerender(self, name: str) -> None:
-        """Render a cached part now (called from a source's thread after it publishes)."""
+        """Render a cached part now (called from a source's thread after it publishes), and
+        the document sections scrapers use, so no scrape pays for the new data."""
         for part in self._parts:
             if part.name == name and part.key is not None:
                 self.chunks(part)
+        self.prewarm()
 
     def _self_families(self) -> list:
         w = FamilyWriter()
@@ -185,10 +189,36 @@ class ExporterCollector(Collector):
         w.info("txnwatch_build", {"version": __version__, "python": platform.python_version()})
         return list(w.families()) + list(self._process.collect())
 
-    def exposition(self, openmetrics: bool) -> bytes:
-        parts = [self.chunks(p) for p in self._parts]
-        parts.append(family_chunks(self._self_families()))
-        return assemble(parts, openmetrics)
+    def _section(self, cached: list[dict[str, FamilyChunk]], openmetrics: bool, gzip: bool) -> Section:
+        """The cached parts formatted as one section, rebuilt only when one of them changed
+        (compared by identity: chunk dicts are replaced, never mutated)."""
+        with self._render_lock:
+            entry = self._sections.get(openmetrics)
+            if entry is None or len(entry[0]) != len(cached) or any(a is not b for a, b in zip(entry[0], cached, strict=False)):
+                entry = (tuple(cached), Section(assemble(cached, openmetrics, eof=False)))
+                self._sections[openmetrics] = entry
+            if gzip:
+                entry[1].deflated()
+            self._formats_seen.add((openmetrics, gzip))
+            return entry[1]
+
+    def exposition(self, openmetrics: bool, gzip: bool = False) -> bytes:
+        """The scrape: cached parts form one section, formatted (and compressed) once per
+        change of any of their snapshots; the small live parts are formatted each time."""
+        cached = [self.chunks(p) for p in self._parts if p.key is not None]
+        live = [self.chunks(p) for p in self._parts if p.key is None]
+        live.append(family_chunks(self._self_families()))
+        cached_names = {n for c in cached for n in c}
+        if any(n in cached_names for part in live for n in part):
+            # A family spread over cached and live parts needs one header: no section cache.
+            return with_tail(Section(b""), assemble(cached + live, openmetrics), gzip)
+        return with_tail(self._section(cached, openmetrics, gzip), assemble(live, openmetrics), gzip)
+
+    def prewarm(self) -> None:
+        """Build the sections scrapers have asked for (after a source published new data)."""
+        cached = [self.chunks(p) for p in self._parts if p.key is not None]
+        for openmetrics, gzip in list(self._formats_seen):
+            self._section(cached, openmetrics, gzip)
 
     def collect(self):
         families = []

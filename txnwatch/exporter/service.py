@@ -86,8 +86,8 @@ class Exporter:
         parts.append(Part("spark", lambda w: self.spark_state.render(w)))
         self.collector = ExporterCollector(parts)
 
-    def metrics(self, openmetrics: bool) -> bytes:
-        return self.collector.exposition(openmetrics)
+    def metrics(self, openmetrics: bool, gzip: bool = False) -> bytes:
+        return self.collector.exposition(openmetrics, gzip)
 
     def start(self) -> None:
         for rt in self.clusters.values():

@@ -1,0 +1,70 @@
+import gzip
+import zlib
+
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
+from prometheus_client.parser import text_string_to_metric_families as parse_text
+
+from txnwatch.exporter.collector import ExporterCollector, Part
+from txnwatch.exposition import accepts_gzip, wants_openmetrics
+
+
+def cluster_part(name, value_box):
+    def render(w):
+        w.add("kafka_brokers", {"cluster": name}, value_box[0])
+        w.add("kafka_partition_lso_lag_messages", {"cluster": name, "topic": 't"q', "partition": 0}, 3)
+        w.add("kafka_transactions", {"cluster": name, "app": "a", "outcome": "committed"}, 5)
+    return render
+
+
+def make():
+    a_val, b_val = [1], [2]
+    a_key, b_key = [object()], [object()]
+    parts = [Part("a", cluster_part("a", a_val), key=lambda: a_key[0]),
+             Part("b", cluster_part("b", b_val), key=lambda: b_key[0]),
+             Part("live", lambda w: w.add("txnwatch_up", {"cluster": "a", "source": "poller"}, 1))]
+    return ExporterCollector(parts), a_val, a_key
+
+
+def test_both_formats_parse_and_merge_families_across_sources():
+    c, _, _ = make()
+    text = c.exposition(openmetrics=False).decode()
+    om = c.exposition(openmetrics=True).decode()
+    assert text.count("# TYPE kafka_brokers gauge") == 1 and om.count("# TYPE kafka_brokers gauge") == 1
+    assert "# TYPE kafka_transactions_total counter" in text and "# TYPE kafka_transactions counter" in om
+    assert om.endswith("# EOF\n")
+    fams = {f.name: f for f in parse_text(text)}
+    assert {s.labels["cluster"] for s in fams["kafka_brokers"].samples} == {"a", "b"}
+    assert fams["kafka_partition_lso_lag_messages"].samples[0].labels["topic"] == 't"q'
+    om_fams = {f.name: f for f in parse_om(om)}
+    assert om_fams["kafka_transactions"].type == "counter"
+    assert om_fams["txnwatch_build"].type == "info"
+
+
+def test_gzip_is_one_member_equal_to_plain():
+    c, _, _ = make()
+    for om in (False, True):
+        plain = c.exposition(om)
+        packed = c.exposition(om, gzip=True)
+        d = zlib.decompressobj(31)
+        unpacked = d.decompress(packed)
+        assert d.eof and d.unused_data == b""  # one gzip member: curl --compressed reads it all
+        # process_* values move between the two scrapes; everything before them is identical
+        assert unpacked.split(b"# HELP process_")[0] == plain.split(b"# HELP process_")[0]
+        assert gzip.decompress(packed) == unpacked
+
+
+def test_cached_section_follows_snapshot_changes():
+    c, a_val, a_key = make()
+    assert b'kafka_brokers{cluster="a"} 1.0' in c.exposition(False)
+    a_val[0] = 7
+    assert b'kafka_brokers{cluster="a"} 1.0' in c.exposition(False)  # same snapshot: cached
+    a_key[0] = object()                                               # new snapshot
+    assert b'kafka_brokers{cluster="a"} 7.0' in c.exposition(False)
+    assert b'kafka_brokers{cluster="a"} 7.0' in gzip.decompress(c.exposition(False, gzip=True))
+
+
+def test_negotiation():
+    assert wants_openmetrics("application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5")
+    assert not wants_openmetrics("text/plain")
+    assert accepts_gzip("gzip") and accepts_gzip("deflate, gzip;q=0.8") and not accepts_gzip("identity")
+    assert not accepts_gzip("gzip;q=0")
