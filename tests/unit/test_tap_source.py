@@ -117,7 +117,7 @@ def test_topic_found_late_is_still_rebuilt_before_counting():
     c = FakeConsumer(partitions=None)
     tap._refresh_partitions(c)
     h = tap.health()
-    assert not h.up and h.errors["topic_not_found"] == 1
+    assert h.up and not h.errors   # waiting for the topic is not a failure
     assert tap.rebuilt and not c.assigned
     c.partitions, c.highs = [0], {0: 3}
     tap._refresh_partitions(c)

@@ -215,9 +215,13 @@ class TransactionLogTap:
         if t is None or (err is not None and err.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART,
                                                             KafkaError._UNKNOWN_TOPIC)):
             if not self._topic_found:
+                # No transactional producer has run on this cluster yet: nothing to tap, and
+                # nothing wrong. The broker answered, so the source is up (the page says it waits).
                 self._topic_absent_seen = True
                 self._rebuilt = True   # nothing to rebuild (yet)
-            self._health.failure("topic_not_found", f"topic {self.topic} not found (waiting for it)")
+                self._health.success(0.0)
+                return
+            self._health.failure("topic_not_found", f"topic {self.topic} disappeared")
             return
         if err is not None:
             self._health.failure(err.name().lstrip("_").lower(), f"metadata for {self.topic}: {err.str()}")

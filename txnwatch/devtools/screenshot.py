@@ -1,0 +1,58 @@
+"""Screenshot a page with headless Chromium (Debian's `chromium`).
+
+    python -m txnwatch.devtools.screenshot URL OUT.png [--width 1280 --height 1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--hide-scrollbars"]
+
+
+def chromium() -> str:
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not path:
+        raise RuntimeError("chromium is not installed: `apt-get install chromium` (make bootstrap does it)")
+    return path
+
+
+def _run(args: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
+    with tempfile.TemporaryDirectory(prefix="txnwatch-chromium-") as profile:
+        return subprocess.run([chromium(), *FLAGS, f"--user-data-dir={profile}", *args],
+                              capture_output=True, timeout=timeout)
+
+
+def screenshot(url: str, out: str, width: int = 1280, height: int = 1000) -> None:
+    r = _run([f"--screenshot={out}", f"--window-size={width},{height}", url])
+    if r.returncode != 0:
+        raise RuntimeError(f"chromium failed ({r.returncode}): {r.stderr.decode()[-1500:]}")
+
+
+def dump_dom(url: str) -> str:
+    r = _run(["--dump-dom", url])
+    if r.returncode != 0:
+        raise RuntimeError(f"chromium failed ({r.returncode}): {r.stderr.decode()[-1500:]}")
+    return r.stdout.decode()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("url")
+    p.add_argument("out")
+    p.add_argument("--width", type=int, default=1280)
+    p.add_argument("--height", type=int, default=1000)
+    a = p.parse_args(argv)
+    screenshot(a.url, a.out, a.width, a.height)
+    print(a.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
