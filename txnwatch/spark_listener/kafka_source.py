@@ -77,20 +77,22 @@ def fair_share(available: dict[Any, int], budget: int) -> dict[Any, int]:
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: dict[str, str]) -> None:
-        self.options = dict(options)
+        # Spark passes options case-insensitively (lower-cased keys in a plain dict copy).
+        self.options = {str(k).lower(): v for k, v in dict(options).items()}
         self.conf = client_conf(self.options)
         topics = self.options.get("subscribe") or self.options.get("topic")
         if not topics:
             raise ValueError("option subscribe (comma-separated topics) is required")
         self.topics = [t.strip() for t in topics.split(",") if t.strip()]
-        self.starting = self.options.get("startingOffsets", "earliest").lower()
+        self.starting_raw = self.options.get("startingoffsets", "earliest")
+        self.starting = self.options.get("startingoffsets", "earliest").lower()
         if self.starting not in ("earliest", "latest") and not self.starting.startswith("{"):
             raise ValueError("startingOffsets must be earliest, latest or a JSON offsets object")
-        limit = self.options.get("maxRecordsPerBatch") or self.options.get("maxOffsetsPerTrigger")
+        limit = self.options.get("maxrecordsperbatch") or self.options.get("maxoffsetspertrigger")
         self.max_records = int(limit) if limit else None
         if self.max_records is not None and self.max_records < 1:
             raise ValueError("maxRecordsPerBatch must be >= 1")
-        self.timeout = float(self.options.get("timeoutSeconds", 30))
+        self.timeout = float(self.options.get("timeoutseconds", 30))
         self._admin = None
         self._latest: dict[str, dict[str, int]] | None = None
         self._target: dict[str, dict[str, int]] | None = None
@@ -130,7 +132,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # ------------------------------------------------------------------ offsets
     def initialOffset(self) -> dict:
         if self.starting.startswith("{"):
-            given = json.loads(self.starting)
+            given = json.loads(self.starting_raw)
             earliest = self._offsets("earliest")
             return {t: {p: int(given.get(t, {}).get(p, o)) for p, o in parts.items()}
                     for t, parts in earliest.items()}

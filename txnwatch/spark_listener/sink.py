@@ -330,6 +330,46 @@ def dead_attempt_record(cfg: SinkConfig, task: int, m: Marker, fenced_at: float)
     return rec
 
 
+def committed_attempts(bootstrap_servers: str, name: str, progress_topic: str | None = None,
+                       client_config: dict | None = None, timeout: float = 30.0) -> dict[str, Marker]:
+    """Audit: attempt id -> marker of every committed transaction of the sink, found by
+    walking back from each task's committed marker along the markers' `prev` links.
+
+    Works on any broker (it does not need the broker to filter aborted records): output
+    records whose `txnwatch.txn` header names an attempt not in this map belong to
+    aborted transactions."""
+    from confluent_kafka import Consumer
+
+    topic = progress_topic or default_progress_topic(name)
+    cfg = SinkConfig(name=name, bootstrap_servers=bootstrap_servers, topic="", num_tasks=1,
+                     progress_topic=topic, client_config=tuple(sorted((client_config or {}).items())))
+    c = Consumer(cfg.consumer_conf())
+    out: dict[str, Marker] = {}
+    try:
+        from confluent_kafka import TopicPartition
+
+        parts = sorted(c.list_topics(topic, timeout=timeout).topics[topic].partitions)
+        for p in parts:
+            tp = TopicPartition(topic, p)
+            committed = c.committed([tp], timeout)[0].offset
+            if committed is None or committed <= 0:
+                continue
+            low, high = c.get_watermark_offsets(tp, timeout, cached=False)
+            by_offset = {}
+            for off, v in read_markers(c, topic, p, low, high, timeout):
+                m = _marker(off, v) if v.get("kind") != "abort" else None
+                if m is not None:
+                    by_offset[off] = m
+            off = committed - 1
+            while off >= 0 and off in by_offset:
+                m = by_offset[off]
+                out[m.attempt] = m
+                off = m.prev
+    finally:
+        c.close()
+    return out
+
+
 # --------------------------------------------------------------------------- executor side
 
 _PRODUCERS: dict[str, TransactionalProducer] = {}
@@ -354,6 +394,7 @@ def _producer(cfg: SinkConfig, task: int) -> tuple[TransactionalProducer, bool]:
         return p, False
     p = TransactionalProducer(cfg.producer_conf(task))
     p.init_transactions(cfg.commit_timeout_seconds)
+    p.last_committed_offset = None
     _PRODUCERS[tid] = p
     return p, True
 
@@ -375,13 +416,6 @@ def _result(task: int, status: str, rows: int, records: list, attempt: str = "")
         "task": pa.array([task], pa.int32()), "status": pa.array([status]),
         "rows": pa.array([rows], pa.int64()), "records": pa.array([json.dumps(records)]),
         "attempt": pa.array([attempt])})
-
-
-def _peek(batches: Iterator) -> tuple[Any | None, Iterator]:
-    for b in batches:
-        if b.num_rows:
-            return b, batches
-    return None, batches
 
 
 def _wait_for_others(cfg: SinkConfig, task: int, batch_id: int, timeout: float) -> None:
@@ -406,24 +440,46 @@ def _wait_for_others(cfg: SinkConfig, task: int, batch_id: int, timeout: float) 
 def write_partition(cfg: SinkConfig, batch_id: int, batches: Iterator) -> Iterator:
     """mapInArrow body: write this task's rows of the batch in one transaction (or skip a
     batch already committed); yield one result row."""
-    from confluent_kafka import TopicPartition
     from pyspark import TaskContext
 
     task = TaskContext.get().partitionId()
     if task >= cfg.num_tasks:
         raise SinkLayoutError(f"task index {task} >= num_tasks {cfg.num_tasks}: the batch was not "
                               "partitioned into exactly num_tasks partitions")
-    first, rest = _peek(iter(batches))
-    if first is None:
+    data = [b for b in batches if b.num_rows]
+    if not data:
         yield _result(task, "empty", 0, [])
         return
-    producer, _fresh = _producer(cfg, task)
+    for retry in (False, True):
+        producer, fresh = _producer(cfg, task)
+        try:
+            yield _write(cfg, task, batch_id, data, producer, fresh)
+            return
+        except _StaleProducer:
+            # Another Python worker initialised this id since this cached producer did
+            # (Spark ran the task there): it is fenced. Re-initialise and start over;
+            # progress is re-read after the new init, so this stays exactly once.
+            _drop_producer(cfg, task)
+            if retry:
+                raise
+
+
+class _StaleProducer(Exception):
+    pass
+
+
+def _write(cfg: SinkConfig, task: int, batch_id: int, data: list, producer: TransactionalProducer,
+           fresh: bool) -> Any:
+    from confluent_kafka import TopicPartition
+
     consumer = _consumer(cfg)
     try:
         prog = task_progress(consumer, cfg, task)
     except Exception:
         _drop_producer(cfg, task)
         raise
+    if not fresh and getattr(producer, "last_committed_offset", None) != prog.committed_offset:
+        raise _StaleProducer()        # someone else committed with this id since our init
     now = time.time()
     records = [dead_attempt_record(cfg, task, m, now) for m in prog.aborted]
     if prog.batch is not None and prog.batch >= batch_id:
@@ -431,8 +487,8 @@ def write_partition(cfg: SinkConfig, batch_id: int, batches: Iterator) -> Iterat
             raise SinkLayoutError(
                 f"batch {batch_id} was already written by task {task} with num_tasks={prog.marker.tasks}; "
                 f"replaying it with num_tasks={cfg.num_tasks} would write rows twice or lose them")
-        yield _result(task, "replayed", 0, records)
-        return
+        producer.last_committed_offset = prog.committed_offset
+        return _result(task, "replayed", 0, records)
 
     attempt = uuid.uuid4().hex
     headers = [(TXN_HEADER, attempt.encode())]
@@ -453,7 +509,7 @@ def write_partition(cfg: SinkConfig, batch_id: int, batches: Iterator) -> Iterat
         producer.produce(cfg.progress_topic, value=json.dumps(marker).encode(),
                          key=transactional_id(cfg.name, task).encode(), partition=task,
                          on_delivery=on_marker)
-        for b in _chain(first, rest):
+        for b in data:
             keys = _to_bytes(b.column("key").to_pylist()) if "key" in b.schema.names else None
             values = _to_bytes(b.column("value").to_pylist())
             if keys is None:
@@ -471,23 +527,21 @@ def write_partition(cfg: SinkConfig, batch_id: int, batches: Iterator) -> Iterat
             consumer.consumer_group_metadata(), cfg.commit_timeout_seconds)
     except BaseException as exc:
         _abort_with_note(cfg, producer, task, attempt, exc)
+        if not fresh and is_fencing(error_name(exc)):
+            raise _StaleProducer() from exc
         raise
     try:
         rec = producer.commit(cfg.commit_timeout_seconds)
-    except TransactionError:
+    except TransactionError as exc:
         _drop_producer(cfg, task)   # state unknown or fenced: the next attempt re-inits
+        if not fresh and exc.fenced:
+            raise _StaleProducer() from exc
         raise
+    producer.last_committed_offset = marker_offset[0] + 1
     rec["attempt"] = attempt
     rec["batch"] = batch_id
     records.append(rec)
-    yield _result(task, "committed", rows, records, attempt)
-
-
-def _chain(first: Any, rest: Iterator) -> Iterator:
-    yield first
-    for b in rest:
-        if b.num_rows:
-            yield b
+    return _result(task, "committed", rows, records, attempt)
 
 
 def _abort_with_note(cfg: SinkConfig, producer: TransactionalProducer, task: int, attempt: str,
