@@ -28,11 +28,11 @@ class FamilyChunk:
     body: bytes        # sample lines, identical in both formats for our families
 
 
-def _escape_label(v: str) -> str:
+def escape_label(v: str) -> str:
     return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-def _fmt(v: float) -> str:
+def format_value(v: float) -> str:
     if v == math.inf:
         return "+Inf"
     if v == -math.inf:
@@ -50,10 +50,10 @@ def family_chunks(families: Iterable[Metric]) -> dict[str, FamilyChunk]:
         lines = []
         for s in fam.samples:
             if s.labels:
-                lbl = ",".join(f'{k}="{_escape_label(str(v))}"' for k, v in s.labels.items())
-                lines.append(f"{s.name}{{{lbl}}} {_fmt(float(s.value))}\n")
+                lbl = ",".join(f'{k}="{escape_label(str(v))}"' for k, v in s.labels.items())
+                lines.append(f"{s.name}{{{lbl}}} {format_value(float(s.value))}\n")
             else:
-                lines.append(f"{s.name} {_fmt(float(s.value))}\n")
+                lines.append(f"{s.name} {format_value(float(s.value))}\n")
         body = "".join(lines).encode()
         prev = out.get(fam.name)
         out[fam.name] = FamilyChunk(fam.name, fam.type, fam.documentation,
@@ -100,35 +100,67 @@ def assemble(parts: Iterable[Mapping[str, FamilyChunk]], openmetrics: bool, eof:
 _GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"  # no mtime, OS unknown
 
 
+def assemble_pieces(parts: Iterable[Mapping[str, FamilyChunk]], openmetrics: bool) -> tuple[list[bytes], set[str]]:
+    """Like `assemble` (without # EOF) but as a list of byte pieces and the family names."""
+    order: list[str] = []
+    merged: dict[str, list[FamilyChunk]] = {}
+    for part in parts:
+        for name, chunk in part.items():
+            if name not in merged:
+                merged[name] = []
+                order.append(name)
+            merged[name].append(chunk)
+    pieces: list[bytes] = []
+    for name in order:
+        chunks = merged[name]
+        pieces.append(_headers(chunks[0], openmetrics))
+        pieces.extend(c.body for c in chunks)
+    return pieces, set(order)
+
+
 class Section:
-    """A cached, formatted section of the document: plain bytes, and the same bytes as
-    raw deflate ending in a full flush (byte-aligned, not final), with its CRC-32, so a
-    scrape can append a small tail and still send one valid gzip member."""
+    """The big, per-poll part of the document, formatted once: as plain bytes (when plain
+    scrapes happen) and as raw deflate ending in a full flush (byte-aligned, not final) with
+    its CRC-32 and length, so a scrape appends a small tail and still sends one gzip member."""
 
-    __slots__ = ("plain", "_deflate", "_crc")
+    __slots__ = ("plain", "names", "_deflate", "_crc", "_size")
 
-    def __init__(self, plain: bytes) -> None:
-        self.plain = plain
+    def __init__(self, pieces: tuple[list[bytes], set[str]] | list[bytes], keep_plain: bool,
+                 deflate: bool) -> None:
+        if isinstance(pieces, tuple):
+            pieces, self.names = pieces
+        else:
+            self.names = set()
+        self.plain = b"".join(pieces) if keep_plain else None
         self._deflate: bytes | None = None
         self._crc = 0
-
-    def deflated(self) -> tuple[bytes, int]:
-        if self._deflate is None:
-            # Level 1: exposition text is so repetitive it still shrinks >10x, cheaply.
+        self._size = sum(map(len, pieces))
+        if deflate:
+            # Level 1: exposition text is so repetitive it still shrinks ~30x, cheaply.
             c = zlib.compressobj(1, zlib.DEFLATED, -15)
-            self._deflate = c.compress(self.plain) + c.flush(zlib.Z_FULL_FLUSH)
-            self._crc = zlib.crc32(self.plain)
-        return self._deflate, self._crc
+            out, crc = [], 0
+            for p in pieces:
+                out.append(c.compress(p))
+                crc = zlib.crc32(p, crc)
+            out.append(c.flush(zlib.Z_FULL_FLUSH))
+            self._deflate, self._crc = b"".join(out), crc
+
+    @property
+    def has_plain(self) -> bool:
+        return self.plain is not None
+
+    @property
+    def has_deflate(self) -> bool:
+        return self._deflate is not None
 
 
 def with_tail(section: Section, tail: bytes, gzip: bool) -> bytes:
     if not gzip:
         return section.plain + tail
-    head, crc = section.deflated()
     c = zlib.compressobj(1, zlib.DEFLATED, -15)
     body = c.compress(tail) + c.flush(zlib.Z_FINISH)
-    size = (len(section.plain) + len(tail)) & 0xFFFFFFFF
-    return _GZIP_HEADER + head + body + struct.pack("<II", zlib.crc32(tail, crc), size)
+    size = (section._size + len(tail)) & 0xFFFFFFFF
+    return _GZIP_HEADER + section._deflate + body + struct.pack("<II", zlib.crc32(tail, section._crc), size)
 
 
 def accepts_gzip(accept_encoding: str) -> bool:

@@ -201,32 +201,19 @@ CATALOG: dict[str, MetricSpec] = {s.name: s for s in [
 
 
 class FamilyWriter:
-    """Accumulates samples per catalogue metric and yields prometheus_client families.
+    """Accumulates samples per catalogue metric; yields exposition chunks (fast path, see
+    txnwatch.exposition) or prometheus_client families (for registry-based users).
 
     A sample with a missing label or a non-finite/invalid value is dropped and counted
-    in `invalid` instead of raising, so one broken series never fails a scrape.
+    in `invalid` instead of raising, so one broken series never fails a scrape. Samples
+    are kept as plain tuples: a big snapshot renders without building client objects.
     """
 
     def __init__(self, catalog: Mapping[str, MetricSpec] = CATALOG) -> None:
         self._catalog = catalog
-        self._families: dict[str, Metric] = {}
+        self._samples: dict[str, list[tuple]] = {}
+        self._info: dict[str, dict[str, str]] = {}
         self.invalid: dict[str, int] = {}
-
-    def _family(self, name: str) -> tuple[MetricSpec, Metric]:
-        spec = self._catalog[name]
-        fam = self._families.get(name)
-        if fam is None:
-            cls = {"gauge": GaugeMetricFamily, "counter": CounterMetricFamily,
-                   "histogram": HistogramMetricFamily, "info": InfoMetricFamily}[spec.kind]
-            if spec.kind == "info":
-                fam = cls(spec.name, spec.help, labels=[])
-            else:
-                fam = cls(spec.name, spec.help, labels=list(spec.labels))
-            self._families[name] = fam
-        return spec, fam
-
-    def _label_values(self, spec: MetricSpec, labels: Mapping[str, object]) -> list[str]:
-        return [str(labels[k]) for k in spec.labels]
 
     def _bad(self, name: str, why: str) -> None:
         self.invalid[name] = self.invalid.get(name, 0) + 1
@@ -237,35 +224,95 @@ class FamilyWriter:
         if value is None:
             return
         try:
-            spec, fam = self._family(name)
+            spec = self._catalog[name]
             v = float(value)
-            if math.isnan(v) or (spec.kind == "counter" and (v < 0 or math.isinf(v))):
+            if v != v or (spec.kind == "counter" and (v < 0 or v == math.inf)):
                 raise ValueError(f"value {value!r}")
-            fam.add_metric(self._label_values(spec, labels), v)
+            values = tuple(str(labels[k]) for k in spec.labels)
         except (KeyError, TypeError, ValueError) as exc:
             self._bad(name, repr(exc))
+            return
+        bucket = self._samples.get(name)
+        if bucket is None:
+            bucket = self._samples[name] = []
+        bucket.append((values, v))
 
     def histogram(self, name: str, labels: Mapping[str, object], bucket_counts: Sequence[int],
                   total: float) -> None:
         """A histogram sample from per-bucket (non-cumulative) counts; the last count is +Inf."""
         try:
-            spec, fam = self._family(name)
+            spec = self._catalog[name]
             if len(bucket_counts) != len(spec.buckets) + 1:
                 raise ValueError(f"{len(bucket_counts)} bucket counts for {len(spec.buckets)} bounds")
             cumulative, acc = [], 0
-            for bound, n in zip([*map(_fmt_bound, spec.buckets), "+Inf"], bucket_counts, strict=True):
+            for n in bucket_counts:
                 acc += int(n)
-                cumulative.append((bound, acc))
-            fam.add_metric(self._label_values(spec, labels), cumulative, float(total))
+                cumulative.append(acc)
+            values = tuple(str(labels[k]) for k in spec.labels)
+            total = float(total)
         except (KeyError, TypeError, ValueError) as exc:
             self._bad(name, repr(exc))
+            return
+        self._samples.setdefault(name, []).append((values, (cumulative, total)))
 
     def info(self, name: str, values: Mapping[str, str]) -> None:
-        _, fam = self._family(name)
-        fam.add_metric([], {k: str(v) for k, v in values.items()})
+        self._catalog[name]  # noqa: B018 - must be a catalogue metric
+        self._info[name] = {k: str(v) for k, v in values.items()}
+
+    # ----------------------------------------------------------------- output
+    def chunks(self) -> dict:
+        """{family name: FamilyChunk} formatted directly from the stored tuples."""
+        from .exposition import FamilyChunk, escape_label, format_value
+
+        out = {}
+        for name, samples in self._samples.items():
+            spec = self._catalog[name]
+            names = spec.labels
+            lines: list[str] = []
+            if spec.kind == "histogram":
+                bounds = [*map(_fmt_bound, spec.buckets), "+Inf"]
+                for values, (cumulative, total) in samples:
+                    lbl = ",".join(f'{k}="{escape_label(v)}"' for k, v in zip(names, values, strict=True))
+                    sep = "," if lbl else ""
+                    for bound, acc in zip(bounds, cumulative, strict=True):
+                        lines.append(f'{name}_bucket{{{lbl}{sep}le="{bound}"}} {acc}.0\n')
+                    brace = f"{{{lbl}}}" if lbl else ""
+                    lines.append(f"{name}_count{brace} {cumulative[-1]}.0\n")
+                    lines.append(f"{name}_sum{brace} {format_value(total)}\n")
+            else:
+                sample = spec.exposed_name
+                for values, v in samples:
+                    lbl = ",".join(f'{k}="{escape_label(x)}"' for k, x in zip(names, values, strict=True))
+                    lines.append(f"{sample}{{{lbl}}} {format_value(v)}\n" if lbl else
+                                 f"{sample} {format_value(v)}\n")
+            out[name] = FamilyChunk(name, spec.kind, spec.help, "".join(lines).encode())
+        for name, values in self._info.items():
+            spec = self._catalog[name]
+            lbl = ",".join(f'{k}="{escape_label(v)}"' for k, v in values.items())
+            out[name] = FamilyChunk(name, "info", spec.help, f"{name}_info{{{lbl}}} 1.0\n".encode())
+        return out
 
     def families(self) -> Iterable[Metric]:
-        return list(self._families.values())
+        """prometheus_client metric families (for a CollectorRegistry)."""
+        out: list[Metric] = []
+        for name, samples in self._samples.items():
+            spec = self._catalog[name]
+            cls = {"gauge": GaugeMetricFamily, "counter": CounterMetricFamily,
+                   "histogram": HistogramMetricFamily}[spec.kind]
+            fam = cls(spec.name, spec.help, labels=list(spec.labels))
+            if spec.kind == "histogram":
+                bounds = [*map(_fmt_bound, spec.buckets), "+Inf"]
+                for values, (cumulative, total) in samples:
+                    fam.add_metric(list(values), list(zip(bounds, cumulative, strict=True)), total)
+            else:
+                for values, v in samples:
+                    fam.add_metric(list(values), v)
+            out.append(fam)
+        for name, values in self._info.items():
+            fam = InfoMetricFamily(name, self._catalog[name].help, labels=[])
+            fam.add_metric([], values)
+            out.append(fam)
+        return out
 
 
 def _fmt_bound(b: float) -> str:

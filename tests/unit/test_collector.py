@@ -1,7 +1,5 @@
 from types import MappingProxyType
 
-from prometheus_client import CollectorRegistry, generate_latest
-
 from txnwatch.apps import AppResolver, fold_ids
 from txnwatch.devtools.exporter_proc import Metrics, parse_metrics
 from txnwatch.exporter import derive
@@ -11,9 +9,7 @@ from txnwatch.exporter.model import ClusterFacts, ClusterSnapshot, HangingTransa
 
 
 def scrape(parts) -> Metrics:
-    reg = CollectorRegistry()
-    reg.register(ExporterCollector(parts))
-    return Metrics(parse_metrics(generate_latest(reg).decode()))
+    return Metrics(parse_metrics(ExporterCollector(parts).exposition(openmetrics=False).decode()))
 
 
 def snapshot(n_txns=3):
@@ -67,3 +63,19 @@ def test_a_broken_part_or_value_never_fails_the_scrape():
 def test_fold_ids_keeps_lowest_values():
     kept, n = fold_ids([("a", "1", 5.0), ("a", "2", 1.0), ("b", "3", 3.0), ("b", "4", 4.0)], cap=1)
     assert n == 3 and kept == [("a", "2", 1.0), ("b", "__other__", 3.0), ("a", "__other__", 5.0)]
+
+
+def test_published_snapshot_parts_are_served_until_the_next_publish():
+    c = ExporterCollector([("live", lambda w: w.add("txnwatch_up", {"cluster": "c1", "source": "poller"}, 1))])
+    snap = snapshot()
+    c.publish("poller:c1", lambda w: render_snapshot(w, snap, "partition", 500))
+    first = c.exposition(openmetrics=True)
+    m = Metrics(parse_metrics(c.exposition(openmetrics=False).decode()))
+    assert m.get_value("kafka_partition_lso_lag_messages", partition=0) == 6 and m.get_value("txnwatch_up") == 1
+    assert first.endswith(b"# EOF\n") and first.count(b"# TYPE kafka_brokers gauge") == 1
+    c.publish("poller:c2", lambda w: w.add("kafka_brokers", {"cluster": "c2"}, 5))
+    m = Metrics(parse_metrics(c.exposition(openmetrics=False).decode()))
+    assert m.get_value("kafka_brokers", cluster="c1") == 3 and m.get_value("kafka_brokers", cluster="c2") == 5
+    import gzip
+    assert gzip.decompress(c.exposition(openmetrics=False, gzip=True)).split(b"# HELP process_")[0] == \
+        c.exposition(openmetrics=False).split(b"# HELP process_")[0]

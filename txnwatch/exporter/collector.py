@@ -12,11 +12,10 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 
 from prometheus_client.process_collector import ProcessCollector
-from prometheus_client.registry import Collector
 
 from .. import __version__
 from ..apps import fold_ids
-from ..exposition import FamilyChunk, Section, assemble, family_chunks, with_tail
+from ..exposition import FamilyChunk, Section, assemble, assemble_pieces, family_chunks, with_tail
 from ..metrics import FamilyWriter
 from .model import ClusterSnapshot
 
@@ -112,9 +111,9 @@ def render_health(w: FamilyWriter, cluster: str, health) -> None:
 
 
 class Part:
-    """One source of series. `key()` returns an object that changes (by identity) only when
-    the rendered series would: an immutable snapshot. With a key the formatted chunks are
-    reused by every scrape until it changes; without one the part renders every scrape."""
+    """A small source of series rendered at every scrape (health, tap view, Spark state).
+    With `key`, an object that changes identity only when the series would, the formatted
+    chunks are reused until it changes."""
 
     __slots__ = ("name", "render", "key", "_cached_key", "_chunks")
 
@@ -125,103 +124,114 @@ class Part:
         self._chunks: dict[str, FamilyChunk] | None = None
 
 
-class ExporterCollector(Collector):
+class _Published:
+    """What scrapes read: the big per-poll parts' chunks and the document section built
+    from them for each format scrapers use. Replaced whole, never mutated."""
+
+    __slots__ = ("parts", "sections")
+
+    def __init__(self, parts: dict[str, dict[str, FamilyChunk]], sections: dict[bool, Section]) -> None:
+        self.parts, self.sections = parts, sections
+
+
+class ExporterCollector:
     """Renders everything the exporter knows from in-memory views; never does I/O.
 
-    `exposition()` is the scrape path (cached chunks per part, merged into one document);
-    `collect()` yields prometheus_client families for registry-based use."""
+    Big sources (a poller's snapshot: every partition and group) are rendered once per poll,
+    in the poll thread, by `publish()`, which builds the document section for every format
+    scrapers have asked for and swaps it in by reference. A scrape (`exposition()`) only
+    formats the small live parts and appends them: it never waits for a render."""
 
-    def __init__(self, parts: Iterable[Part | tuple[str, Callable[[FamilyWriter], None]]]) -> None:
-        self._parts = [p if isinstance(p, Part) else Part(*p) for p in parts]
-        self._lock = threading.Lock()
-        self._render_lock = threading.Lock()
+    def __init__(self, parts: Iterable[Part | tuple[str, Callable[[FamilyWriter], None]]] = ()) -> None:
+        self._live = [p if isinstance(p, Part) else Part(*p) for p in parts]
+        self._lock = threading.Lock()           # counters
+        self._publish_lock = threading.Lock()   # one publisher at a time
         self._dropped: dict[tuple[str, str, str], int] = defaultdict(int)
         self._part_errors: set[str] = set()
         self._process = ProcessCollector(registry=None)
-        self._sections: dict[bool, tuple[tuple, Section]] = {}
-        self._formats_seen: set[tuple[bool, bool]] = set()
+        self._published = _Published({}, {})
+        # (openmetrics, gzip) pairs scrapers used; Prometheus only ever asks for one.
+        self._formats: set[tuple[bool, bool]] = set()
 
     def count_dropped(self, cluster: str, metric: str, reason: str, n: int) -> None:
         if n:
             with self._lock:
                 self._dropped[(cluster, metric, reason)] += n
 
-    def _render_part(self, part: Part) -> FamilyWriter:
+    def _render(self, name: str, render: Callable[[FamilyWriter], None]) -> dict[str, FamilyChunk]:
         w = FamilyWriter()
         try:
-            part.render(w)
+            render(w)
         except Exception:  # noqa: BLE001 - one broken part never fails the scrape
-            if part.name not in self._part_errors:
-                self._part_errors.add(part.name)
-                log.exception("rendering %s failed; the rest of the scrape is served", part.name)
-            self.count_dropped("", part.name, "render_error", 1)
+            if name not in self._part_errors:
+                self._part_errors.add(name)
+                log.exception("rendering %s failed; the rest of the scrape is served", name)
+            self.count_dropped("", name, "render_error", 1)
         for metric, n in w.invalid.items():
             self.count_dropped("", metric, "invalid_value", n)
-        return w
+        return w.chunks()
 
-    def chunks(self, part: Part) -> dict[str, FamilyChunk]:
-        """The part's formatted series; rendered again only when its key changed."""
+    def _live_chunks(self, part: Part) -> dict[str, FamilyChunk]:
         if part.key is None:
-            return family_chunks(self._render_part(part).families())
+            return self._render(part.name, part.render)
         key = part.key()
-        if key is part._cached_key and part._chunks is not None:
-            return part._chunks
-        with self._render_lock:  # concurrent scrapes wait for one render instead of each rendering
-            if key is not part._cached_key or part._chunks is None:
-                part._chunks = family_chunks(self._render_part(part).families())
-                part._cached_key = key
-            return part._chunks
+        chunks = part._chunks
+        if key is not part._cached_key or chunks is None:
+            chunks = self._render(part.name, part.render)
+            part._chunks, part._cached_key = chunks, key
+        return chunks
 
-    def prerender(self, name: str) -> None:
-        """Render a cached part now (called from a source's thread after it publishes), and
-        the document sections scrapers use, so no scrape pays for the new data."""
-        for part in self._parts:
-            if part.name == name and part.key is not None:
-                self.chunks(part)
-        self.prewarm()
+    # ----------------------------------------------------------------- publishing
+    def publish(self, name: str, render: Callable[[FamilyWriter], None]) -> None:
+        """Render a big part (a new snapshot) and swap in a document built with it."""
+        chunks = self._render(name, render)
+        with self._publish_lock:
+            parts = {**self._published.parts, name: chunks}
+            sections = {om: self._section(parts, om, gz) for om, gz in self._wanted_formats()}
+            self._published = _Published(parts, sections)
 
-    def _self_families(self) -> list:
+    def _wanted_formats(self) -> list[tuple[bool, bool]]:
+        wanted: dict[bool, bool] = {}
+        for om, gz in list(self._formats):
+            wanted[om] = wanted.get(om, False) or gz
+        return list(wanted.items())
+
+    def _section(self, parts: dict[str, dict[str, FamilyChunk]], om: bool, gz: bool) -> Section:
+        plain_wanted = (om, False) in self._formats or not gz
+        return Section(assemble_pieces(parts.values(), om), keep_plain=plain_wanted, deflate=gz)
+
+    def _section_for(self, om: bool, gz: bool) -> Section:
+        pub = self._published
+        section = pub.sections.get(om)
+        if section is not None and (section.has_plain or gz) and (section.has_deflate or not gz):
+            return section
+        # A format no scraper used before: build it once now, and from now on at publish.
+        with self._publish_lock:
+            self._formats.add((om, gz))
+            pub = self._published
+            section = self._section(pub.parts, om, gz or (om, True) in self._formats)
+            self._published = _Published(pub.parts, {**pub.sections, om: section})
+            return section
+
+    # ----------------------------------------------------------------- scraping
+    def _self_chunks(self) -> dict[str, FamilyChunk]:
         w = FamilyWriter()
         with self._lock:
             dropped = dict(self._dropped)
         for (cluster, metric, reason), n in dropped.items():
             w.add("txnwatch_series_dropped", {"cluster": cluster, "metric": metric, "reason": reason}, n)
         w.info("txnwatch_build", {"version": __version__, "python": platform.python_version()})
-        return list(w.families()) + list(self._process.collect())
-
-    def _section(self, cached: list[dict[str, FamilyChunk]], openmetrics: bool, gzip: bool) -> Section:
-        """The cached parts formatted as one section, rebuilt only when one of them changed
-        (compared by identity: chunk dicts are replaced, never mutated)."""
-        with self._render_lock:
-            entry = self._sections.get(openmetrics)
-            if entry is None or len(entry[0]) != len(cached) or any(a is not b for a, b in zip(entry[0], cached, strict=False)):
-                entry = (tuple(cached), Section(assemble(cached, openmetrics, eof=False)))
-                self._sections[openmetrics] = entry
-            if gzip:
-                entry[1].deflated()
-            self._formats_seen.add((openmetrics, gzip))
-            return entry[1]
+        chunks = w.chunks()
+        chunks.update(family_chunks(self._process.collect()))
+        return chunks
 
     def exposition(self, openmetrics: bool, gzip: bool = False) -> bytes:
-        """The scrape: cached parts form one section, formatted (and compressed) once per
-        change of any of their snapshots; the small live parts are formatted each time."""
-        cached = [self.chunks(p) for p in self._parts if p.key is not None]
-        live = [self.chunks(p) for p in self._parts if p.key is None]
-        live.append(family_chunks(self._self_families()))
-        cached_names = {n for c in cached for n in c}
-        if any(n in cached_names for part in live for n in part):
-            # A family spread over cached and live parts needs one header: no section cache.
-            return with_tail(Section(b""), assemble(cached + live, openmetrics), gzip)
-        return with_tail(self._section(cached, openmetrics, gzip), assemble(live, openmetrics), gzip)
-
-    def prewarm(self) -> None:
-        """Build the sections scrapers have asked for (after a source published new data)."""
-        cached = [self.chunks(p) for p in self._parts if p.key is not None]
-        for openmetrics, gzip in list(self._formats_seen):
-            self._section(cached, openmetrics, gzip)
-
-    def collect(self):
-        families = []
-        for part in self._parts:
-            families.extend(self._render_part(part).families())
-        return families + self._self_families()
+        section = self._section_for(openmetrics, gzip)
+        live = [self._live_chunks(p) for p in self._live]
+        live.append(self._self_chunks())
+        big_names = section.names
+        if any(n in big_names for part in live for n in part):
+            # A family spread over big and live parts needs one header: format it all now.
+            parts = list(self._published.parts.values()) + live
+            return with_tail(Section([], keep_plain=True, deflate=gzip), assemble(parts, openmetrics), gzip)
+        return with_tail(section, assemble(live, openmetrics), gzip)

@@ -48,11 +48,8 @@ class ClusterRuntime:
         for h in self.sources():
             render_health(w, self.cfg.name, h)
 
-    def render_snapshot(self, w: FamilyWriter, collector: ExporterCollector) -> None:
-        """The poller's last snapshot: rendered once per poll (cached by snapshot identity)."""
-        snap = self.poller.snapshot
-        if snap is None:
-            return
+    def render_snapshot(self, w: FamilyWriter, collector: ExporterCollector, snap) -> None:
+        """A poller snapshot: rendered once per poll, in the poll thread (see publish)."""
         # With the tap on, it is the exact source of open transactions; the poller's KIP-664
         # view would report the same series.
         folded = render_snapshot(w, snap, self.cfg.granularity, self.cfg.max_transactional_id_series,
@@ -77,12 +74,11 @@ class Exporter:
         parts: list[Part] = []
         for name, rt in self.clusters.items():
             parts.append(Part(f"health:{name}", rt.render_live))
-            parts.append(Part(f"poller:{name}", lambda w, rt=rt: rt.render_snapshot(w, self.collector),
-                              key=lambda rt=rt: rt.poller.snapshot))
             if rt.tap is not None:
                 parts.append(Part(f"tap:{name}", lambda w, rt=rt: rt.render_tap(w, self.collector),
                                   key=lambda rt=rt: rt.tap.view()))
-            rt.poller.on_snapshot = lambda _snap, name=name: self.collector.prerender(f"poller:{name}")
+            rt.poller.on_snapshot = lambda snap, name=name, rt=rt: self.collector.publish(
+                f"poller:{name}", lambda w: rt.render_snapshot(w, self.collector, snap))
         parts.append(Part("spark", lambda w: self.spark_state.render(w)))
         self.collector = ExporterCollector(parts)
 
