@@ -160,12 +160,13 @@ class ClusterPoller:
             self._on_failure(exc, time.monotonic() - t0)
             return
         self.snapshot = snap
-        self.health.success(snap.poll_seconds, now=snap.taken_at)
         if self.on_snapshot is not None:
             try:
-                self.on_snapshot(snap)  # pre-render, so no scrape pays for it
+                self.on_snapshot(snap)  # render and publish, so no scrape pays for it
             except Exception:  # noqa: BLE001 - rendering problems surface at scrape time
-                log.debug("pre-render failed", exc_info=True)
+                log.debug("publishing the snapshot failed", exc_info=True)
+        # Success is reported once the data is served: `up` and the series appear together.
+        self.health.success(snap.poll_seconds, now=snap.taken_at)
         if self._failing_since is not None:
             log.warning("cluster %s: polls recovered after %.0fs (%d failed)", self.cfg.name,
                         self.clock() - self._failing_since, self._consecutive_failures)
