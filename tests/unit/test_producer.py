@@ -1,0 +1,219 @@
+"""The instrumented transactional producer wrapper, with a fake confluent-kafka producer."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from txnwatch.producer import (
+    ProducerMetricsCollector,
+    TransactionalProducer,
+    TransactionError,
+    error_name,
+    is_fencing,
+    make_record,
+)
+
+
+class Clock:
+    def __init__(self):
+        self.t = 100.0
+
+    def __call__(self):
+        return self.t
+
+
+class FakeProducer:
+    def __init__(self, conf, clock=None, commit_errors=(), init_error=None, buffer_errors=0):
+        self.conf = conf
+        self.clock = clock
+        self.calls = []
+        self.commit_errors = list(commit_errors)
+        self.init_error = init_error
+        self.buffer_errors = buffer_errors
+        self.produced = []
+
+    def init_transactions(self, timeout):
+        self.calls.append("init")
+        if self.init_error:
+            raise self.init_error
+
+    def begin_transaction(self):
+        self.calls.append("begin")
+
+    def produce(self, topic, value=None, key=None, **kw):
+        if self.buffer_errors:
+            self.buffer_errors -= 1
+            raise BufferError("queue full")
+        self.produced.append((topic, key, value, kw))
+
+    def poll(self, timeout):
+        self.calls.append("poll")
+
+    def flush(self, timeout):
+        return 0
+
+    def commit_transaction(self, timeout):
+        self.calls.append("commit")
+        if self.clock is not None:
+            self.clock.t += 0.25
+        if self.commit_errors:
+            raise self.commit_errors.pop(0)
+
+    def abort_transaction(self, timeout):
+        self.calls.append("abort")
+
+
+def make(clock=None, conf=None, **fake):
+    clock = clock or Clock()
+    holder = {}
+
+    def factory(c):
+        holder["p"] = FakeProducer(c, clock=clock, **fake)
+        return holder["p"]
+
+    records = []
+    p = TransactionalProducer({"bootstrap.servers": "x", "transactional.id": "txnwatch.orders.3",
+                               "transaction.timeout.ms": 30000, **(conf or {})},
+                              on_record=records.append, producer_factory=factory, clock=clock)
+    return p, holder["p"], clock, records
+
+
+def kerr(code, **flags):
+    return KafkaException(KafkaError(code, "test", **flags))
+
+
+def test_committed_transaction_record():
+    p, fake, clock, records = make()
+    p.init_transactions()
+    p.begin()
+    clock.t += 2.0
+    p.produce("out", value=b"v", key=b"k")
+    rec = p.commit()
+    assert rec == {"transactional_id": "txnwatch.orders.3", "outcome": "committed", "duration_seconds": 2.25,
+                   "commit_seconds": 0.25, "timeout_ms": 30000.0, "error": None}
+    assert records == [rec] and p.drain_records() == [rec] and p.drain_records() == []
+    assert fake.calls == ["init", "begin", "commit"]
+    assert not p.in_transaction
+
+
+def test_message_timeout_follows_the_transaction_timeout():
+    _, fake, _, _ = make()
+    assert fake.conf["message.timeout.ms"] == 30000
+    _, fake, _, _ = make(conf={"message.timeout.ms": 5000})
+    assert fake.conf["message.timeout.ms"] == 5000
+
+
+def test_headroom_and_elapsed():
+    p, _, clock, _ = make()
+    assert p.headroom_seconds() is None
+    p.begin()
+    clock.t += 12
+    assert p.elapsed() == 12 and p.headroom_seconds() == 18
+
+
+def test_context_manager_aborts_with_application_error():
+    p, fake, _, records = make()
+    with pytest.raises(ZeroDivisionError):
+        with p.transaction():
+            p.produce("out", value=b"v")
+            1 / 0  # noqa: B018
+    assert fake.calls[-1] == "abort"
+    assert records[-1]["outcome"] == "aborted" and records[-1]["error"] == "_APPLICATION"
+    assert records[-1]["commit_seconds"] is None
+
+
+def test_fenced_commit_is_fatal_and_not_aborted():
+    p, fake, _, records = make(commit_errors=[kerr(KafkaError.PRODUCER_FENCED, txn_requires_abort=True)])
+    p.begin()
+    with pytest.raises(TransactionError) as ei:
+        p.commit()
+    assert ei.value.fenced and ei.value.fatal and ei.value.error == "PRODUCER_FENCED"
+    assert p.broken == "PRODUCER_FENCED"
+    assert "abort" not in fake.calls
+    assert records[-1]["outcome"] == "aborted" and records[-1]["error"] == "PRODUCER_FENCED"
+
+
+def test_abortable_commit_error_aborts_and_keeps_the_producer():
+    err = kerr(KafkaError.TOPIC_AUTHORIZATION_FAILED, txn_requires_abort=True)
+    p, fake, _, records = make(commit_errors=[err])
+    p.begin()
+    with pytest.raises(TransactionError) as ei:
+        p.commit()
+    assert not ei.value.fatal and not ei.value.fenced
+    assert fake.calls[-1] == "abort" and p.broken is None
+    assert records[-1]["error"] == "TOPIC_AUTHORIZATION_FAILED"
+
+
+def test_retriable_commit_error_is_retried():
+    p, fake, _, records = make(commit_errors=[kerr(KafkaError._TIMED_OUT, retriable=True)])
+    p.begin()
+    assert p.commit()["outcome"] == "committed"
+    assert fake.calls.count("commit") == 2 and records[-1]["error"] is None
+
+
+def test_produce_waits_for_queue_space():
+    p, fake, _, _ = make(buffer_errors=2)
+    p.begin()
+    p.produce("out", value=b"v", partition=1, headers=[("h", b"1")])
+    assert fake.produced == [("out", None, b"v", {"partition": 1, "headers": [("h", b"1")]})]
+    assert fake.calls.count("poll") == 2
+
+
+def test_init_with_a_timeout_over_the_broker_cap_explains():
+    p, _, _, _ = make(init_error=kerr(KafkaError.INVALID_TRANSACTION_TIMEOUT))
+    with pytest.raises(ValueError, match="transaction.max.timeout.ms"):
+        p.init_transactions()
+
+
+def test_configuration_is_checked():
+    with pytest.raises(ValueError, match="transactional.id"):
+        TransactionalProducer({"bootstrap.servers": "x"}, producer_factory=FakeProducer)
+    with pytest.raises(ValueError, match="idempotence"):
+        TransactionalProducer({"transactional.id": "a", "enable.idempotence": False},
+                              producer_factory=FakeProducer)
+
+
+def test_error_names_and_fencing():
+    assert error_name(kerr(KafkaError.INVALID_PRODUCER_EPOCH)) == "INVALID_PRODUCER_EPOCH"
+    assert error_name(kerr(KafkaError._FENCED)) == "_FENCED"
+    assert error_name(RuntimeError("x")) == "_APPLICATION"
+    assert error_name(None) is None
+    for name in ("PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "_FENCED"):
+        assert is_fencing(name)
+    for name in ("_TIMED_OUT", "INVALID_PRODUCER_ID_MAPPING", None, ""):
+        assert not is_fencing(name)
+
+
+def test_make_record_validates():
+    with pytest.raises(ValueError):
+        make_record("a", "maybe", 1.0)
+    assert make_record("a", "aborted", -1.0)["duration_seconds"] == 0.0
+
+
+def test_collector_renders_the_catalogue_series():
+    collector = ProducerMetricsCollector()
+    p, _, clock, _ = make()
+    p._on_record = collector.record
+    for _ in range(3):
+        p.begin()
+        clock.t += 1
+        p.commit()
+    p.begin()
+    clock.t += 5
+    p.abort(error="PRODUCER_FENCED")
+    reg = CollectorRegistry()
+    reg.register(collector)
+    smp = {(s.name, tuple(sorted(s.labels.items()))): s.value
+           for f in text_string_to_metric_families(generate_latest(reg).decode()) for s in f.samples}
+    tid = ("transactional_id", "txnwatch.orders.3")
+    app = ("app", "orders")        # the built-in rule for txnwatch.<sink>.<task>
+    assert smp[("kafka_producer_transactions_total", (app, ("outcome", "committed"), tid))] == 3
+    assert smp[("kafka_producer_transactions_total", (app, ("outcome", "aborted"), tid))] == 1
+    assert smp[("kafka_producer_transaction_errors_total", (app, ("error", "PRODUCER_FENCED"), tid))] == 1
+    assert smp[("kafka_producer_transaction_commit_seconds_count", (app,))] == 3
+    assert smp[("kafka_producer_transaction_duration_seconds_count", (app, ("outcome", "committed")))] == 3
+    assert smp[("kafka_producer_transaction_timeout_headroom_seconds", (app, ("stat", "last"), tid))] == 25
+    assert smp[("kafka_producer_transaction_timeout_headroom_seconds", (app, ("stat", "min"), tid))] == 25
