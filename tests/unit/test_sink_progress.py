@@ -1,0 +1,139 @@
+"""Progress recovery, dead-attempt reports and the driver's handling of task results (no I/O)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from confluent_kafka import TopicPartition
+
+from txnwatch.spark_listener.serve import render_text
+from txnwatch.spark_listener.sink import (
+    ExactlyOnceKafkaSink,
+    SinkConfig,
+    dead_attempt_record,
+    task_progress,
+)
+from txnwatch.spark_listener.state import SparkQueryState
+
+CFG = SinkConfig(name="orders", bootstrap_servers="x:1", topic="out", num_tasks=2,
+                 progress_topic="txnwatch-progress.orders", transaction_timeout_ms=30_000)
+
+
+class Msg:
+    def __init__(self, offset, value=None, eof=False):
+        self._offset, self._value, self._eof = offset, value, eof
+
+    def offset(self):
+        return self._offset
+
+    def value(self):
+        return self._value
+
+    def error(self):
+        if not self._eof:
+            return None
+
+        class E:
+            def code(self):
+                return -191
+        return E()
+
+
+class FakeConsumer:
+    """A progress partition: {offset: value dict}; control records are offsets without data."""
+
+    def __init__(self, committed, records, high):
+        self._committed, self._records, self._high = committed, records, high
+        self._queue = []
+
+    def committed(self, tps, timeout):
+        return [TopicPartition(tp.topic, tp.partition, self._committed) for tp in tps]
+
+    def get_watermark_offsets(self, tp, timeout, cached=False):
+        return 0, self._high
+
+    def assign(self, tps):
+        start = tps[0].offset
+        self._queue = [Msg(o, json.dumps(v).encode()) for o, v in sorted(self._records.items()) if o >= start]
+        self._queue.append(Msg(self._high, eof=True))
+
+    def poll(self, timeout):
+        return self._queue.pop(0) if self._queue else None
+
+    def unassign(self):
+        self._queue = []
+
+
+def marker(batch, attempt, prev=-1, started=1000.0, tasks=2):
+    return {"kind": "begin", "batch": batch, "tasks": tasks, "attempt": attempt, "started": started,
+            "timeout_ms": 30_000, "prev": prev}
+
+
+def test_nothing_committed_yet():
+    prog = task_progress(FakeConsumer(-1001, {}, 0), CFG, 0)
+    assert prog.marker is None and prog.batch is None and prog.aborted == []
+
+
+def test_last_committed_marker_and_dead_attempts_after_it():
+    records = {
+        0: marker(3, "a1"),                       # committed (control record at 1)
+        2: marker(4, "a2", prev=0),               # committed (control at 3)
+        4: marker(5, "z1", prev=2, started=1000.0),   # a zombie, fenced (abort marker at 5)
+        6: marker(5, "f1", prev=2),               # a failed attempt that left a note
+        7: {"kind": "abort", "attempt": "f1", "error": "_APPLICATION", "duration": 1.5},
+    }
+    prog = task_progress(FakeConsumer(3, records, 9), CFG, 1)
+    assert prog.committed_offset == 3 and prog.batch == 4 and prog.marker.attempt == "a2"
+    assert [m.attempt for m in prog.aborted] == ["z1", "f1"]
+    zombie = dead_attempt_record(CFG, 1, prog.aborted[0], fenced_at=1012.5)
+    assert zombie["outcome"] == "aborted" and zombie["error"] == "PRODUCER_FENCED"
+    assert zombie["duration_seconds"] == 12.5 and zombie["transactional_id"] == "txnwatch.orders.1"
+    failed = dead_attempt_record(CFG, 1, prog.aborted[1], fenced_at=2000)
+    assert failed["error"] == "_APPLICATION" and failed["duration_seconds"] == 1.5
+    assert failed["timeout_ms"] == 30_000
+
+
+def test_a_missing_committed_marker_is_an_error_not_a_guess():
+    with pytest.raises(RuntimeError, match="refusing to guess"):
+        task_progress(FakeConsumer(3, {0: marker(1, "a")}, 4), CFG, 0)
+
+
+def result(task, status, rows, records, attempt=""):
+    return {"task": task, "status": status, "rows": rows, "records": json.dumps(records), "attempt": attempt}
+
+
+def rec(tid, outcome, attempt, error=None, duration=1.0):
+    return {"transactional_id": tid, "outcome": outcome, "duration_seconds": duration,
+            "commit_seconds": 0.01 if outcome == "committed" else None, "timeout_ms": 30000,
+            "error": error, "attempt": attempt, "batch": 5}
+
+
+def test_driver_records_task_results_once_into_the_listener_state():
+    state = SparkQueryState(ttl_seconds=None)
+    sink = ExactlyOnceKafkaSink("orders", "x:1", "out", num_tasks=2, broker_max_timeout_ms=None,
+                                create_progress_topic=False, metrics=state)
+    t0, t1 = "txnwatch.orders.0", "txnwatch.orders.1"
+    zombie = rec(t1, "aborted", "z1", "PRODUCER_FENCED", 12.0)
+    sink._handle(5, [result(0, "committed", 10, [rec(t0, "committed", "c0")], "c0"),
+                     result(1, "committed", 7, [zombie, rec(t1, "committed", "c1")], "c1")])
+    # The same dead attempt reported again (a later replay): counted once.
+    sink._handle(5, [result(0, "replayed", 0, []), result(1, "replayed", 0, [zombie])])
+    assert sink.stats["rows"] == 17 and sink.stats["tasks_replayed"] == 2
+    assert sink.stats["transactions_committed"] == 2 and sink.stats["transactions_aborted"] == 1
+    assert sink.stats["error_PRODUCER_FENCED"] == 1
+    text = render_text(state)
+    assert ('kafka_producer_transaction_errors_total{app="orders",error="PRODUCER_FENCED",'
+            'transactional_id="txnwatch.orders.1"} 1.0') in text
+    assert ('kafka_producer_transactions_total{app="orders",outcome="committed",'
+            'transactional_id="txnwatch.orders.0"} 1.0') in text
+    assert 'kafka_producer_transaction_commit_seconds_count{app="orders"} 2.0' in text
+
+
+def test_missing_task_results_are_counted():
+    events = []
+    sink = ExactlyOnceKafkaSink("orders", "x:1", "out", num_tasks=3, broker_max_timeout_ms=None,
+                                create_progress_topic=False, metrics=events.append)
+    sink._handle(1, [result(0, "empty", 0, []), result(2, "empty", 0, [])])
+    assert sink.stats["layout_mismatch"] == 1
+    assert events == []      # nothing to record: no transaction ran
