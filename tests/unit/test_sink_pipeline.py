@@ -1,0 +1,45 @@
+"""`txnwatch pipeline` flags -> settings, and unsafe settings refused before a JVM starts."""
+
+from __future__ import annotations
+
+from txnwatch import pipeline
+
+
+def test_flags_to_settings():
+    a = pipeline.parse_args([
+        "--bootstrap", "b:9092", "--input-topic", "in", "--output-topic", "out", "--checkpoint", "/c",
+        "--name", "orders", "--num-tasks", "4", "--trigger-seconds", "5", "--max-records-per-batch", "0",
+        "--source", "kafka", "--sink", "at-least-once", "--broker-max-timeout-ms", "none",
+        "--fault", 'pause_before_commit={"batch": 2, "task": 0, "signal_file": "/tmp/x"}'])
+    s = pipeline.settings_from(a)
+    assert (s.bootstrap, s.input_topic, s.output_topic, s.checkpoint, s.name) == ("b:9092", "in", "out", "/c",
+                                                                                  "orders")
+    assert s.num_tasks == 4 and s.trigger_seconds == 5 and s.max_records_per_batch is None
+    assert s.source == "kafka" and s.sink == "at-least-once" and s.broker_max_timeout_ms is None
+    assert s.faults == {"pause_before_commit": {"batch": 2, "task": 0, "signal_file": "/tmp/x"}}
+    d = pipeline.settings_from(pipeline.parse_args(["--bootstrap", "b", "--input-topic", "i",
+                                                    "--output-topic", "o", "--checkpoint", "c"]))
+    assert d.sink == "eos" and d.source == "python" and d.broker_max_timeout_ms == "discover"
+    assert d.output_mode == "append" and d.transaction_timeout_ms == 60_000
+
+
+def test_unsafe_settings_exit_2_before_spark(capsys, monkeypatch):
+    def no_spark(*a, **k):
+        raise AssertionError("must not start Spark")
+
+    monkeypatch.setattr(pipeline, "spark_session", no_spark)
+    rc = pipeline.main(["--bootstrap", "b", "--input-topic", "i", "--output-topic", "o", "--checkpoint", "c",
+                        "--trigger-seconds", "30", "--transaction-timeout-ms", "45000",
+                        "--broker-max-timeout-ms", "none"])
+    assert rc == 2
+    assert "2 x the trigger interval (30000 ms)" in capsys.readouterr().err
+    rc = pipeline.main(["--bootstrap", "b", "--input-topic", "i", "--output-topic", "o", "--checkpoint", "c",
+                        "--transaction-timeout-ms", "1000000", "--broker-max-timeout-ms", "900000"])
+    assert rc == 2
+    assert "transaction.max.timeout.ms=900000" in capsys.readouterr().err
+
+
+def test_executed_batches():
+    assert pipeline.executed({"durationMs": {"addBatch": 3}})
+    assert not pipeline.executed({"durationMs": {"latestOffset": 1}})
+    assert not pipeline.executed({})
