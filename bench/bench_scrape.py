@@ -70,6 +70,22 @@ def scrapers(url: str, seconds: float, n: int = 4, headers: dict | None = None) 
     return lat
 
 
+def wrk(url: str, seconds: float, headers: dict | None = None) -> str:
+    """Native load: 4 threads, 4 connections; returns wrk's latency distribution lines."""
+    import shutil
+    import subprocess
+
+    if not shutil.which("wrk"):
+        return "(wrk not installed: apt-get install wrk)"
+    cmd = ["wrk", "-t4", "-c4", f"-d{int(seconds)}s", "--latency", url]
+    for k, v in (headers or {}).items():
+        cmd += ["-H", f"{k}: {v}"]
+    out = subprocess.run(cmd, capture_output=True, text=True).stdout
+    keep = [ln.strip() for ln in out.splitlines()
+            if ln.strip().startswith(("50%", "75%", "90%", "99%", "Latency", "Requests/sec")) or "requests in" in ln]
+    return "; ".join(keep)
+
+
 def pct(xs: list[float], p: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
@@ -80,6 +96,8 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=10_000)
     ap.add_argument("--groups", type=int, default=500)
     ap.add_argument("--seconds", type=float, default=30)
+    ap.add_argument("--poll-interval", type=float, default=2.0,
+                    help="2 s keeps a 10k-partition poller busy all the time (the worst case)")
     a = ap.parse_args()
     proxy_port = free_port()
     with TansuBroker(advertised_port=proxy_port) as broker:
@@ -88,7 +106,8 @@ def main() -> None:
         setup(broker.bootstrap, a.partitions, a.groups)
         print(f"setup {a.partitions} partitions / {a.groups} groups: {time.perf_counter() - t0:.0f}s")
         exp = ExporterProcess({"clusters": [{"name": "bench", "bootstrap_servers": f"127.0.0.1:{proxy_port}",
-                                             "poll_interval_seconds": 2, "poll_timeout_seconds": 60}]}).start()
+                                             "poll_interval_seconds": a.poll_interval,
+                                             "poll_timeout_seconds": 60}]}).start()
         try:
             exp.wait_metric(lambda m: m.get_value("txnwatch_up") == 1, timeout=300, what="first poll")
             m0 = exp.metrics()
@@ -102,11 +121,13 @@ def main() -> None:
                                                           PROMETHEUS_HEADERS)):
                 lat = scrapers(exp.url + "/metrics", a.seconds, headers=headers)
                 m1 = exp.metrics()
-                print(f"{label}: 4 scrapers x {a.seconds:.0f}s while polling every 2 s: {len(lat)} scrapes, "
+                print(f"{label}: 4 scrapers x {a.seconds:.0f}s while polling every {a.poll_interval:g} s: {len(lat)} scrapes, "
                       f"p50 {statistics.median(lat) * 1000:.1f} ms, p99 {pct(lat, 99) * 1000:.1f} ms, "
                       f"max {max(lat) * 1000:.1f} ms; last poll took "
                       f"{m1.get_value('txnwatch_poll_duration_seconds') * 1000:.0f} ms, polls advanced "
                       f"{m1.get_value('txnwatch_last_success_timestamp_seconds') - polls0:.0f}s")
+                print(f"  wrk (native client) {label}: "
+                      f"{wrk(exp.url + '/metrics', a.seconds, headers)}")
             rss = exp.metrics().get_value("process_resident_memory_bytes")
             print(f"exporter RSS at {a.partitions} partitions / {a.groups} groups: {rss / 1e6:.0f} MB")
         finally:

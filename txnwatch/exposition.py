@@ -28,19 +28,31 @@ class FamilyChunk:
     body: bytes        # sample lines, identical in both formats for our families
 
 
+_ESCAPED: dict[str, str] = {}
+
+
 def escape_label(v: str) -> str:
-    return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+    """Label value escaping, memoised: topic, group and id values repeat across series."""
+    hit = _ESCAPED.get(v)
+    if hit is not None:
+        return hit
+    out = v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"') if (
+        "\\" in v or "\n" in v or '"' in v) else v
+    if len(_ESCAPED) > 200_000:
+        _ESCAPED.clear()  # bounded: ids churn
+    _ESCAPED[v] = out
+    return out
 
 
 def format_value(v: float) -> str:
+    if v.is_integer() and -1e15 < v < 1e15:
+        return f"{int(v)}.0"
     if v == math.inf:
         return "+Inf"
     if v == -math.inf:
         return "-Inf"
     if v != v:
         return "NaN"
-    if v.is_integer() and abs(v) < 1e15:
-        return f"{int(v)}.0"
     return repr(v)
 
 

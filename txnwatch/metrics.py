@@ -228,7 +228,7 @@ class FamilyWriter:
             v = float(value)
             if v != v or (spec.kind == "counter" and (v < 0 or v == math.inf)):
                 raise ValueError(f"value {value!r}")
-            values = tuple(str(labels[k]) for k in spec.labels)
+            values = tuple([str(labels[k]) for k in spec.labels])
         except (KeyError, TypeError, ValueError) as exc:
             self._bad(name, repr(exc))
             return
@@ -281,10 +281,13 @@ class FamilyWriter:
                     lines.append(f"{name}_sum{brace} {format_value(total)}\n")
             else:
                 sample = spec.exposed_name
-                for values, v in samples:
-                    lbl = ",".join(f'{k}="{escape_label(x)}"' for k, x in zip(names, values, strict=True))
-                    lines.append(f"{sample}{{{lbl}}} {format_value(v)}\n" if lbl else
-                                 f"{sample} {format_value(v)}\n")
+                keys = [f'{k}="' for k in names]
+                if keys:
+                    for values, v in samples:
+                        lbl = '",'.join([kq + escape_label(x) for kq, x in zip(keys, values, strict=True)])
+                        lines.append(f'{sample}{{{lbl}"}} {format_value(v)}\n')
+                else:
+                    lines.extend(f"{sample} {format_value(v)}\n" for _, v in samples)
             out[name] = FamilyChunk(name, spec.kind, spec.help, "".join(lines).encode())
         for name, values in self._info.items():
             spec = self._catalog[name]
