@@ -137,3 +137,20 @@ def test_missing_task_results_are_counted():
     sink._handle(1, [result(0, "empty", 0, []), result(2, "empty", 0, [])])
     assert sink.stats["layout_mismatch"] == 1
     assert events == []      # nothing to record: no transaction ran
+
+
+def test_known_marker_skips_the_fetch_only_when_nothing_followed_it():
+    from txnwatch.spark_listener.sink import Marker
+
+    known = Marker(offset=2, batch=4, tasks=2, attempt="a2", started=1.0, timeout_ms=30_000, prev=0)
+
+    class NoFetch(FakeConsumer):
+        def assign(self, tps):
+            raise AssertionError("fetched")
+
+    prog = task_progress(NoFetch(3, {}, 4), CFG, 0, known=known)
+    assert prog.marker is known and prog.aborted == []
+    # A dead attempt after it: fetch and report it.
+    records = {2: marker(4, "a2", prev=0), 4: marker(5, "z", prev=2)}
+    prog = task_progress(FakeConsumer(3, records, 6), CFG, 0, known=known)
+    assert [m.attempt for m in prog.aborted] == ["z"]

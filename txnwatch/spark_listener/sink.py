@@ -281,15 +281,22 @@ def read_markers(consumer: Any, topic: str, partition: int, start: int, end: int
         consumer.unassign()
 
 
-def task_progress(consumer: Any, cfg: SinkConfig, task: int, timeout: float = 30.0) -> TaskProgress:
+def task_progress(consumer: Any, cfg: SinkConfig, task: int, timeout: float = 30.0,
+                  known: Marker | None = None) -> TaskProgress:
     """The task's last committed marker and the dead attempts after it. Exact only once
-    no transaction of this task's id is open (after init_transactions)."""
+    no transaction of this task's id is open (after init_transactions).
+
+    `known`: the marker this process committed last for the task. When the committed
+    offset still points at it and nothing follows it but its commit control record, it
+    is the answer without fetching it again."""
     from confluent_kafka import TopicPartition
 
     tp = TopicPartition(cfg.progress_topic, task)
     committed = consumer.committed([tp], timeout)[0]
     c = committed.offset if committed.offset is not None and committed.offset >= 0 else -1
     low, high = consumer.get_watermark_offsets(tp, timeout, cached=False)
+    if known is not None and c > 0 and known.offset == c - 1 and high == c + 1:
+        return TaskProgress(c, known, [], high)
     start = c - 1 if c > 0 else low
     records = read_markers(consumer, cfg.progress_topic, task, max(start, low), high, timeout)
     marker: Marker | None = None
@@ -395,6 +402,7 @@ def _producer(cfg: SinkConfig, task: int) -> tuple[TransactionalProducer, bool]:
     p = TransactionalProducer(cfg.producer_conf(task))
     p.init_transactions(cfg.commit_timeout_seconds)
     p.last_committed_offset = None
+    p.last_marker = None
     _PRODUCERS[tid] = p
     return p, True
 
@@ -473,8 +481,9 @@ def _write(cfg: SinkConfig, task: int, batch_id: int, data: list, producer: Tran
     from confluent_kafka import TopicPartition
 
     consumer = _consumer(cfg)
+    known = getattr(producer, "last_marker", None) if not fresh else None
     try:
-        prog = task_progress(consumer, cfg, task)
+        prog = task_progress(consumer, cfg, task, known=known)
     except Exception:
         _drop_producer(cfg, task)
         raise
@@ -488,6 +497,7 @@ def _write(cfg: SinkConfig, task: int, batch_id: int, data: list, producer: Tran
                 f"batch {batch_id} was already written by task {task} with num_tasks={prog.marker.tasks}; "
                 f"replaying it with num_tasks={cfg.num_tasks} would write rows twice or lose them")
         producer.last_committed_offset = prog.committed_offset
+        producer.last_marker = prog.marker
         return _result(task, "replayed", 0, records)
 
     attempt = uuid.uuid4().hex
@@ -538,6 +548,9 @@ def _write(cfg: SinkConfig, task: int, batch_id: int, data: list, producer: Tran
             raise _StaleProducer() from exc
         raise
     producer.last_committed_offset = marker_offset[0] + 1
+    producer.last_marker = Marker(offset=marker_offset[0], batch=batch_id, tasks=cfg.num_tasks,
+                                  attempt=attempt, started=started, timeout_ms=cfg.transaction_timeout_ms,
+                                  prev=marker["prev"])
     rec["attempt"] = attempt
     rec["batch"] = batch_id
     records.append(rec)
