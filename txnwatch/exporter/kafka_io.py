@@ -32,6 +32,9 @@ BROKER_CONFIGS = {
 }
 
 
+OFFSETS_CHUNK = 1000   # partitions per ListOffsets call
+
+
 class PollError(Exception):
     """A failed poll step; `cause` is a short label for txnwatch_poll_errors_total."""
 
@@ -104,11 +107,16 @@ class KafkaIO:
             return []
         tps = [TopicPartition(t, p) for t, n in topics.items() for p in range(n)]
         deadline = time.monotonic() + self.timeout
-        results = {}
-        for iso in (IsolationLevel.READ_UNCOMMITTED, IsolationLevel.READ_COMMITTED):
-            self.requests += 1
-            results[iso] = self.admin.list_offsets({tp: OffsetSpec.latest() for tp in tps},
-                                                   isolation_level=iso, request_timeout=self.timeout)
+        results: dict = {IsolationLevel.READ_UNCOMMITTED: {}, IsolationLevel.READ_COMMITTED: {}}
+        latest = OffsetSpec.latest()
+        # Issued in chunks: creating each call's futures holds the GIL inside the client
+        # library, and a 10,000-partition call would stall every scrape thread meanwhile.
+        for i in range(0, len(tps), OFFSETS_CHUNK):
+            chunk = {tp: latest for tp in tps[i:i + OFFSETS_CHUNK]}
+            for iso in (IsolationLevel.READ_UNCOMMITTED, IsolationLevel.READ_COMMITTED):
+                self.requests += 1
+                results[iso].update(self.admin.list_offsets(chunk, isolation_level=iso,
+                                                            request_timeout=self.timeout))
         out = []
         hwm_f, lso_f = results[IsolationLevel.READ_UNCOMMITTED], results[IsolationLevel.READ_COMMITTED]
         self._wait(list(hwm_f.values()) + list(lso_f.values()), deadline)
