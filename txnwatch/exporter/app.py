@@ -53,6 +53,14 @@ def create_app(exporter) -> Flask:
     def index() -> Response:
         return Response(render_page(exporter), mimetype="text/html")
 
+    @app.get("/api/v1/openapi.yaml")
+    def openapi() -> Response:
+        """The ingest endpoint's OpenAPI document (for clients and fuzzers)."""
+        from importlib.resources import files
+
+        return Response(files("txnwatch.exporter").joinpath("openapi-ingest.yaml").read_bytes(),
+                        mimetype="application/yaml")
+
     _register_ingest(app, exporter)
 
     return app

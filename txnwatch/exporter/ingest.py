@@ -1,7 +1,7 @@
 """Ingest of Spark listener events: `POST /api/v1/spark/events` (a Flask Blueprint).
 
 The body is one event or `{"events": [...]}` (schema: txnwatch/spark_listener/events.py,
-docs/openapi-ingest.yaml). Checks, in order:
+txnwatch/exporter/openapi-ingest.yaml, served at GET /api/v1/openapi.yaml). Checks, in order:
 - 401 when the bearer token is missing or wrong (constant-time compare);
 - 413 when the body is larger than `max_bytes`;
 - 400 with `{"error": ..., "field": ...}` naming the bad field for anything that is not
