@@ -17,3 +17,15 @@ def test_secrets_are_scrubbed_from_every_log_line(capsys):
         assert err.count("***") == 2 and "connect failed" in err and "inline" in err
     finally:
         setup_logging("WARNING")
+
+
+def test_client_library_log_storms_are_rate_limited(capsys):
+    setup_logging("INFO")
+    try:
+        lg = logging.getLogger("txnwatch.librdkafka")
+        for i in range(500):
+            lg.error("FAIL [thrd:127.0.0.1:%d/bootstrap]: Connect failed: Connection refused (after %dms)", 9092, i)
+        err = capsys.readouterr().err
+        assert err.count("Connection refused") == 1
+    finally:
+        setup_logging("WARNING")
