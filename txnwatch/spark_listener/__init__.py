@@ -2,7 +2,7 @@
 
     from txnwatch.spark_listener import attach
     listener = attach(spark, serve_port=9464)                      # /metrics on the driver
-    listener = attach(spark, forward_url="http://exporter:9308", token="...")  # to the exporter
+    listener = attach(spark, forward_url="http://exporter:10129", token="...")  # to the exporter
 
 `events` and `state` need no pyspark (the exporter's ingest imports them); `attach` and
 `TxnWatchListener` import pyspark lazily.
