@@ -154,6 +154,8 @@ class _Parser:
         if isinstance(value, bool) or not isinstance(value, int | float | str):
             raise self.err(key, f"expected a number, got {type(value).__name__}")
         try:
+            if integer and isinstance(value, float) and not value.is_integer():
+                raise ValueError(value)
             n = int(value) if integer else float(value)
         except ValueError:
             raise self.err(key, f"expected a{'n integer' if integer else ' number'}, got {value!r}") from None

@@ -115,3 +115,49 @@ clusters:
     assert shown["sasl.password"] == "***" and shown["ssl.key.password"] == "***" and shown["sasl.username"] == "svc"
     assert "s3cr3t" not in repr(c)  # references, not values, live in the config object
     assert redacted({"sasl.oauthbearer.client.secret": "x"}) == {"sasl.oauthbearer.client.secret": "***"}
+
+
+CLUSTER_BAD_VALUES = {
+    "name": [None, "", 5], "bootstrap_servers": [None, ""], "poll_interval_seconds": ["x", 0, -1, [1]],
+    "poll_timeout_seconds": ["x", 0], "client": ["x", [1], {"a": {"b": 1}}, {"a": None}],
+    "topics": ["x", {"include": "["}, {"only": []}], "groups": [5, {"exclude": [")"]}],
+    "app_rules": ["x", [{"match": "a"}], [{"match": "(", "app": "x"}], [5]],
+    "max_transactional_id_series": ["many", 0, 1.5], "granularity": ["broker", 3],
+    "transaction_log_tap": ["perhaps", 2], "hanging_threshold_seconds": ["x", -5],
+    "default_transaction_max_timeout_ms": ["x", 0], "default_transactional_id_expiration_ms": [-1],
+    "describe_configs_every": ["x", 0],
+}
+HTTP_BAD_VALUES = {"host": [5, ""], "port": [0, 70000, "x"], "threads": [0, "x"], "ingest_token": [5],
+                   "ingest_max_bytes": [0, "x"], "spark_query_ttl_seconds": ["x", 0],
+                   "auth": ["x", {"username": "u"}, {"token": "t"}, {}], "tls": ["x", {"cert_file": "/nope"}]}
+
+
+def test_every_invalid_value_names_its_key():
+    from txnwatch.config import parse_config
+
+    checked = 0
+    for key, bads in CLUSTER_BAD_VALUES.items():
+        for bad in bads:
+            data = {"clusters": [{"name": "a", "bootstrap_servers": "x:1", key: bad}]}
+            with pytest.raises(ConfigError) as exc:
+                parse_config(data, "f.yaml")
+            assert exc.value.key.startswith(f"clusters[0].{key}"), (key, bad, str(exc.value))
+            assert "f.yaml" in str(exc.value)
+            checked += 1
+    for key, bads in HTTP_BAD_VALUES.items():
+        for bad in bads:
+            with pytest.raises(ConfigError) as exc:
+                parse_config({"http": {key: bad}}, "f.yaml")
+            assert exc.value.key.startswith(f"http.{key}"), (key, bad, str(exc.value))
+            checked += 1
+    from dataclasses import fields
+
+    from txnwatch.config import ClusterConfig, HttpConfig
+
+    # every documented key has bad values above
+    assert set(CLUSTER_BAD_VALUES) == {f.name for f in fields(ClusterConfig)}
+    assert set(HTTP_BAD_VALUES) >= {"host", "port", "threads", "ingest_token", "ingest_max_bytes",
+                                    "spark_query_ttl_seconds"}
+    assert {f.name for f in fields(HttpConfig)} - {"auth_username", "auth_password", "auth_bearer_token",
+                                                    "tls_cert_file", "tls_key_file"} <= set(HTTP_BAD_VALUES)
+    assert checked > 50
