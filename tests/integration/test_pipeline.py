@@ -240,3 +240,12 @@ def test_driver_killed_mid_transaction_then_restart(broker, unique, tmp_path):
     assert total(smp, "kafka_producer_transactions_total", transactional_id=tid0, outcome="aborted") == 1
     assert total(smp, "kafka_producer_transactions_total", app=s.name, outcome="committed") >= 4
     assert total(smp, "spark_streaming_batch_id", query=s.name) >= 2
+
+
+def test_jvm_kafka_source_flag_uses_format_kafka(spark, broker, unique, tmp_path):
+    """`--source kafka` builds the query on Spark's JVM connector; where it is not installed
+    (here: no Maven access) starting fails with Spark's own error naming the kafka source."""
+    s = settings(broker.bootstrap, tmp_path, unique("jvm").replace("-", "_"), source="kafka")
+    with pytest.raises(Exception, match="(?i)kafka"):
+        q, _ = start_query(spark, s)
+        q.stop()
