@@ -57,27 +57,22 @@ def write_input(bootstrap: str, topic: str, records: int, keys: int, per_second:
     p.commit()
 
 
-def run_once(spark, bootstrap: str, topic: str, sink: str, trigger: float, max_records: int,
-             tmp: Path, tag: str) -> dict:
+def _settings(bootstrap, topic, sink, trigger, max_records, tmp, tag) -> Settings:
     out = f"bench-out-{tag}"
     create_topics(bootstrap, [out], partitions=2)
-    s = Settings(bootstrap=bootstrap, input_topic=topic, output_topic=out, checkpoint=str(tmp / tag),
-                 name=f"bench_{tag}", sink=sink, num_tasks=2, trigger_seconds=trigger,
-                 max_records_per_batch=max_records, window="1 second", watermark="1 second",
-                 transaction_timeout_ms=max(60_000, int(trigger * 4000)), broker_max_timeout_ms=900_000)
-    q, sk = start_query(spark, s)
-    try:
-        how = run_until_idle(q, max(3.0, trigger * 2 + 1), 1800)
-        if how != "idle":
-            raise RuntimeError(f"{tag}: {how} {q.exception()}")
-        progress = [p for p in q.recentProgress if executed(p)]
-    finally:
-        q.stop()
+    return Settings(bootstrap=bootstrap, input_topic=topic, output_topic=out, checkpoint=str(tmp / tag),
+                    name=f"bench_{tag}", sink=sink, num_tasks=2, trigger_seconds=trigger,
+                    max_records_per_batch=max_records, window="1 second", watermark="1 second",
+                    transaction_timeout_ms=max(60_000, int(trigger * 4000)), broker_max_timeout_ms=900_000)
+
+
+def _measure(q, sk, sink: str, trigger: float) -> dict:
+    from txnwatch.spark_listener.events import parse_timestamp
+
+    progress = [p for p in q.recentProgress if executed(p)]
     data = [p for p in progress if p["numInputRows"] > 0]
     rows = sum(p["numInputRows"] for p in data)
     busy = sum(p["batchDuration"] for p in progress) / 1000.0
-    from txnwatch.spark_listener.events import parse_timestamp
-
     t0 = parse_timestamp(progress[0]["timestamp"])
     last = progress[-1]
     t1 = parse_timestamp(last["timestamp"]) + last["batchDuration"] / 1000.0
@@ -86,7 +81,28 @@ def run_once(spark, bootstrap: str, topic: str, sink: str, trigger: float, max_r
             "output_rows": sk.stats.get("rows", 0), "busy_s": busy, "wall_s": t1 - t0,
             "processing_rows_per_s": rows / busy, "wall_rows_per_s": rows / (t1 - t0),
             "median_add_batch_ms": statistics.median(add_batch),
+            "task_write_s": sum(sk.task_seconds), "tasks_writing": len(sk.task_seconds),
             "transactions": sk.stats.get("transactions_committed", 0)}
+
+
+def run_once(spark, bootstrap: str, topic: str, sinks: tuple[str, ...], trigger: float, max_records: int,
+             tmp: Path, tag: str) -> list[dict]:
+    """Run the pipeline once per sink in `sinks`, all at the same time (same input, same
+    trigger, same machine load), each until idle."""
+    started = []
+    try:
+        for sink in sinks:
+            s = _settings(bootstrap, topic, sink, trigger, max_records, tmp, f"{tag}-{sink}")
+            started.append((sink, *start_query(spark, s)))
+        idle = max(3.0, trigger * 2 + 1)
+        for sink, q, _ in started:
+            how = run_until_idle(q, idle, 1800)
+            if how != "idle":
+                raise RuntimeError(f"{tag} {sink}: {how} {q.exception()}")
+        return [_measure(q, sk, sink, trigger) for sink, q, sk in started]
+    finally:
+        for _, q, _ in started:
+            q.stop()
 
 
 def main() -> int:
@@ -99,6 +115,9 @@ def main() -> int:
     ap.add_argument("--triggers", default="1,5", help="trigger intervals in seconds")
     ap.add_argument("--records-per-second-of-trigger", type=int, default=20_000)
     ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--mode", choices=["concurrent", "sequential"], default="concurrent",
+                    help="concurrent: both sinks' queries run at the same time over the same input "
+                         "(same load); sequential: one after the other, alternating order")
     ap.add_argument("--json-out", default=None)
     a = ap.parse_args()
     broker = None
@@ -119,41 +138,47 @@ def main() -> int:
         warm = f"{topic}-warmup"
         create_topics(bootstrap, [warm], partitions=2)
         write_input(bootstrap, warm, min(a.records, 20_000), a.keys, a.event_rate)
-        for sink in ("eos", "at-least-once"):
-            run_once(spark, bootstrap, warm, sink, 1.0, 10_000, tmp, f"warmup-{sink}")
+        run_once(spark, bootstrap, warm, ("eos", "at-least-once"), 1.0, 10_000, tmp, "warmup")
         n = 0
         for trig in [float(x) for x in a.triggers.split(",")]:
             max_records = int(trig * a.records_per_second_of_trigger)
             for rep in range(a.reps):
                 order = ("eos", "at-least-once") if rep % 2 == 0 else ("at-least-once", "eos")
-                for sink in order:
+                groups = [order] if a.mode == "concurrent" else [(x,) for x in order]
+                for group in groups:
                     n += 1
-                    r = run_once(spark, bootstrap, topic, sink, trig, max_records, tmp, f"{n}")
-                    r["rep"] = rep
-                    r["max_records_per_batch"] = max_records
-                    results.append(r)
-                    print(json.dumps(r), flush=True)
+                    for r in run_once(spark, bootstrap, topic, group, trig, max_records, tmp, f"{n}"):
+                        r["rep"] = rep
+                        r["max_records_per_batch"] = max_records
+                        results.append(r)
+                        print(json.dumps(r), flush=True)
         spark.stop()
     finally:
         if broker is not None:
             broker.stop()
     print(f"\nmachine: {platform.processor() or platform.machine()}, python {platform.python_version()}")
     print("| trigger | max records/batch | sink | processing rows/s (median) | wall rows/s (median) "
-          "| output rows | batches | median addBatch ms |")
-    print("|---|---|---|---|---|---|---|---|")
-    summary = {}
+          "| sink write s per run (median) | output rows | batches | median addBatch ms |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for trig in sorted({r["trigger"] for r in results}):
+        med = {}
         for sink in ("eos", "at-least-once"):
             rs = [r for r in results if r["trigger"] == trig and r["sink"] == sink]
-            proc = statistics.median(r["processing_rows_per_s"] for r in rs)
-            wall = statistics.median(r["wall_rows_per_s"] for r in rs)
-            summary[(trig, sink)] = (proc, wall)
-            print(f"| {trig:g} s | {rs[0]['max_records_per_batch']} | {sink} | {proc:,.0f} | {wall:,.0f} "
-                  f"| {rs[0]['output_rows']} | {rs[0]['batches']} "
-                  f"| {statistics.median(r['median_add_batch_ms'] for r in rs):.0f} |")
-        e, l_ = summary[(trig, "eos")], summary[(trig, "at-least-once")]
-        print(f"| {trig:g} s | | **ratio eos / at-least-once** | **{e[0] / l_[0]:.3f}** | "
-              f"**{e[1] / l_[1]:.3f}** | | | |")
+            med[sink] = {k: statistics.median(r[k] for r in rs)
+                         for k in ("processing_rows_per_s", "wall_rows_per_s", "task_write_s",
+                                   "median_add_batch_ms")}
+            m = med[sink]
+            print(f"| {trig:g} s | {rs[0]['max_records_per_batch']} | {sink} | {m['processing_rows_per_s']:,.0f} "
+                  f"| {m['wall_rows_per_s']:,.0f} | {m['task_write_s']:.2f} | {rs[0]['output_rows']} "
+                  f"| {rs[0]['batches']} | {m['median_add_batch_ms']:.0f} |")
+        per_rep = []
+        for rep in sorted({r["rep"] for r in results}):
+            pair = {r["sink"]: r for r in results if r["trigger"] == trig and r["rep"] == rep}
+            per_rep.append(pair["eos"]["processing_rows_per_s"] / pair["at-least-once"]["processing_rows_per_s"])
+        e, l_ = med["eos"], med["at-least-once"]
+        print(f"| {trig:g} s | | **ratio eos / at-least-once** | **{e['processing_rows_per_s'] / l_['processing_rows_per_s']:.3f}** "
+              f"| **{e['wall_rows_per_s'] / l_['wall_rows_per_s']:.3f}** | | | | |")
+        print(f"per-rep processing ratios at {trig:g} s: {', '.join(f'{x:.3f}' for x in per_rep)}")
     if a.json_out:
         Path(a.json_out).write_text(json.dumps(results, indent=1))
     return 0

@@ -62,7 +62,7 @@ MIN_TRANSACTION_TIMEOUT_MS = 10_000       # floor: GC pauses, scheduling, slow c
 TRIGGER_FACTOR = 2                        # timeout >= 2 x trigger interval
 DEFAULT_BROKER_MAX_TIMEOUT_MS = 900_000   # Kafka's transaction.max.timeout.ms default
 DISCOVER = "discover"
-RESULT_SCHEMA = "task INT, status STRING, rows LONG, records STRING, attempt STRING"
+RESULT_SCHEMA = "task INT, status STRING, rows LONG, records STRING, attempt STRING, seconds DOUBLE"
 
 _REJECTED_PRODUCER_KEYS = {
     "transactional.id": "the sink owns transactional ids (txnwatch.<name>.<task index>)",
@@ -417,13 +417,14 @@ def _to_bytes(values: list) -> list:
     return [v.encode() if isinstance(v, str) else v for v in values]
 
 
-def _result(task: int, status: str, rows: int, records: list, attempt: str = "") -> Any:
+def _result(task: int, status: str, rows: int, records: list, attempt: str = "",
+            seconds: float = 0.0) -> Any:
     import pyarrow as pa
 
     return pa.RecordBatch.from_pydict({
         "task": pa.array([task], pa.int32()), "status": pa.array([status]),
         "rows": pa.array([rows], pa.int64()), "records": pa.array([json.dumps(records)]),
-        "attempt": pa.array([attempt])})
+        "attempt": pa.array([attempt]), "seconds": pa.array([seconds], pa.float64())})
 
 
 def _wait_for_others(cfg: SinkConfig, task: int, batch_id: int, timeout: float) -> None:
@@ -458,10 +459,12 @@ def write_partition(cfg: SinkConfig, batch_id: int, batches: Iterator) -> Iterat
     if not data:
         yield _result(task, "empty", 0, [])
         return
+    t0 = time.perf_counter()
     for retry in (False, True):
         producer, fresh = _producer(cfg, task)
         try:
-            yield _write(cfg, task, batch_id, data, producer, fresh)
+            status, rows, records, attempt = _write(cfg, task, batch_id, data, producer, fresh)
+            yield _result(task, status, rows, records, attempt, time.perf_counter() - t0)
             return
         except _StaleProducer:
             # Another Python worker initialised this id since this cached producer did
@@ -477,7 +480,7 @@ class _StaleProducer(Exception):
 
 
 def _write(cfg: SinkConfig, task: int, batch_id: int, data: list, producer: TransactionalProducer,
-           fresh: bool) -> Any:
+           fresh: bool) -> tuple[str, int, list, str]:
     from confluent_kafka import TopicPartition
 
     consumer = _consumer(cfg)
@@ -498,7 +501,7 @@ def _write(cfg: SinkConfig, task: int, batch_id: int, data: list, producer: Tran
                 f"replaying it with num_tasks={cfg.num_tasks} would write rows twice or lose them")
         producer.last_committed_offset = prog.committed_offset
         producer.last_marker = prog.marker
-        return _result(task, "replayed", 0, records)
+        return "replayed", 0, records, ""
 
     attempt = uuid.uuid4().hex
     headers = [(TXN_HEADER, attempt.encode())]
@@ -554,7 +557,7 @@ def _write(cfg: SinkConfig, task: int, batch_id: int, data: list, producer: Tran
     rec["attempt"] = attempt
     rec["batch"] = batch_id
     records.append(rec)
-    return _result(task, "committed", rows, records, attempt)
+    return "committed", rows, records, attempt
 
 
 def _abort_with_note(cfg: SinkConfig, producer: TransactionalProducer, task: int, attempt: str,
@@ -655,6 +658,7 @@ class _Sink:
         self.topic = topic
         self.num_tasks = num_tasks
         self.stats: dict[str, int] = {}
+        self.task_seconds: list[float] = []     # time in the write function, tasks that wrote
 
     def _count(self, key: str, n: int = 1) -> None:
         self.stats[key] = self.stats.get(key, 0) + n
@@ -767,6 +771,7 @@ class ExactlyOnceKafkaSink(_Sink):
         self.last_results = results
         self._count("batches")
         records: list[dict] = []
+        self.task_seconds.extend(float(r.get("seconds") or 0.0) for r in results if r["status"] == "committed")
         for r in results:
             self._count(f"tasks_{r['status']}")
             self._count("rows", int(r["rows"] or 0))
@@ -809,6 +814,8 @@ class AtLeastOnceKafkaSink(_Sink):
         self._count("batches")
         for r in rows:
             self._count("rows", int(r["rows"] or 0))
+            if r["rows"]:
+                self.task_seconds.append(float(r["seconds"] or 0.0))
 
 
 _PLAIN: dict[tuple, Any] = {}
@@ -819,6 +826,7 @@ def _plain_partition(conf: tuple, topic: str, batches: Iterable) -> Iterator:
     from pyspark import TaskContext
 
     task = TaskContext.get().partitionId()
+    t0 = time.perf_counter()
     p = _PLAIN.get(conf)
     if p is None:
         p = _PLAIN[conf] = Producer(dict(conf))
@@ -838,5 +846,5 @@ def _plain_partition(conf: tuple, topic: str, batches: Iterable) -> Iterator:
         rows += len(values)
     if p.flush(60):
         raise RuntimeError("at-least-once sink: records not delivered within 60 s")
-    yield _result(task, "written", rows, [])
+    yield _result(task, "written", rows, [], seconds=time.perf_counter() - t0)
 
