@@ -91,22 +91,10 @@ def _headers(c: FamilyChunk, openmetrics: bool) -> bytes:
 
 def assemble(parts: Iterable[Mapping[str, FamilyChunk]], openmetrics: bool, eof: bool = True) -> bytes:
     """One exposition document (or section) from several sources' chunks, merged by name."""
-    order: list[str] = []
-    merged: dict[str, list[FamilyChunk]] = {}
-    for part in parts:
-        for name, chunk in part.items():
-            if name not in merged:
-                merged[name] = []
-                order.append(name)
-            merged[name].append(chunk)
-    out: list[bytes] = []
-    for name in order:
-        chunks = merged[name]
-        out.append(_headers(chunks[0], openmetrics))
-        out.extend(c.body for c in chunks)
+    pieces, _ = assemble_pieces(parts, openmetrics)
     if openmetrics and eof:
-        out.append(b"# EOF\n")
-    return b"".join(out)
+        pieces.append(b"# EOF\n")
+    return b"".join(pieces)
 
 
 _GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"  # no mtime, OS unknown
