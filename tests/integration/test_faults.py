@@ -205,3 +205,71 @@ def test_ingest_needs_a_token_beyond_loopback(broker, tmp_path):
                     assert r.status in (200, 202)
         finally:
             exp.stop()
+
+
+def test_broker_restarts_during_the_tap_never_double_count(tmp_path):
+    """Fault: the broker dies and comes back three times while the tap follows
+    __transaction_state. Expected: the exporter keeps serving, reports the outage, recovers
+    by itself, and its counters never go backwards nor count again records already applied.
+    Tansu's memory storage forgets everything on restart, so after each restart the test
+    writes the same log again (same offsets), as a broker with persistent storage would
+    still have it, then appends one new transaction."""
+    from tests.integration.test_tap import PARTITIONS, TOPIC, Log
+
+    b = TansuBroker(log_path=tmp_path / "tansu.log").start()
+    history: list[tuple] = []
+
+    def write(log: Log, kind: str, tid: str, t: int) -> None:
+        getattr(log, kind)(tid, t)
+        log.flush()
+
+    def replay() -> None:
+        create_topics(b.bootstrap, [TOPIC], partitions=PARTITIONS)
+        log = Log(b.bootstrap, flush_each=True)
+        for kind, tid, t in history:
+            write(log, kind, tid, t)
+
+    exp = None
+    try:
+        create_topics(b.bootstrap, [TOPIC], partitions=PARTITIONS)
+        exp = ExporterProcess(cluster_config(b.bootstrap, transaction_log_tap=True, poll_interval_seconds=0.5,
+                                             poll_timeout_seconds=2), log_path=tmp_path / "exporter.log").start()
+        wait_for(lambda: exp.get("/readyz")[0] == 200, 60, what="ready (tap rebuilt)")
+        t0 = int(time.time() * 1000)
+        log = Log(b.bootstrap, flush_each=True)
+        for i, kind in enumerate(["commit", "commit", "abort"]):
+            history.append((kind, f"billing-{i}", t0 + i * 1000))
+            write(log, *history[-1])
+
+        def counts(m):
+            # summed over apps: the new transactions ("billing-new-N") are app "billing-new",
+            # and get_value would return only the first matching series (app "billing")
+            return tuple(sum(v for _labels, v in m.select("kafka_transactions_total", outcome=outcome))
+                         for outcome in ("committed", "aborted"))
+
+        exp.wait_metric(lambda m: counts(m) == (2, 1), timeout=60, what="2 commits and 1 abort counted")
+        expected = (2, 1)
+        for round_ in range(3):
+            b.kill()
+            m = exp.wait_metric(lambda m: m.get_value("txnwatch_up", source="poller") == 0, timeout=60,
+                                what=f"the outage to show (round {round_ + 1})")
+            assert counts(m) == expected                     # nothing lost while down
+            assert exp.get("/metrics")[0] == 200
+            b.start()
+            replay()
+            exp.wait_metric(lambda m: m.get_value("txnwatch_up", source="poller") == 1
+                            and m.get_value("txnwatch_up", source="tap") == 1
+                            and m.get_value("txnwatch_tap_lag_records") == 0, timeout=90,
+                            what=f"recovery after restart {round_ + 1}")
+            assert counts(exp.metrics()) == expected         # the replayed log is not counted again
+            history.append(("commit", f"billing-new-{round_}", int(time.time() * 1000)))
+            write(Log(b.bootstrap, flush_each=True), *history[-1])
+            expected = (expected[0] + 1, expected[1])
+            m = exp.wait_metric(lambda m, e=expected: counts(m)[0] >= e[0], timeout=60,
+                                what="the new commit to be counted")
+            assert counts(m) == expected, (counts(m), expected)  # exactly once
+        assert "Traceback" not in exp.log()
+    finally:
+        if exp:
+            exp.stop()
+        b.stop()

@@ -345,6 +345,49 @@ def test_broker_outage_keeps_state_and_never_double_counts(tansu, taps):
     assert len(tap.view().open_txns) == 1
 
 
+def test_broker_restart_with_the_log_written_back_never_double_counts(tansu, taps, caplog, capfd):
+    """A broker with persistent storage comes back with the log the tap already read
+    (Tansu's memory storage forgets it: the test writes it back, same offsets). The tap
+    reconnects while only part of it is back: a log short of the tap's position for a
+    moment is not a truncation, so the records written back are not counted again, and
+    the next new record is counted once. librdkafka's lines go through Python logging."""
+    caplog.set_level(logging.INFO, logger="txnwatch")
+    create_topics(tansu.bootstrap, [TOPIC], partitions=1)
+    tap = taps(tansu.bootstrap, truncation_grace=30.0)
+    wait_for(lambda: tap.rebuilt and tap.view().partitions == 1, 30, what="tap rebuilt")
+    t = int(time.time() * 1000)
+
+    def counts():
+        tx = tap.view().transactions
+        return tx.get(("svc", "committed"), 0), tx.get(("svc", "aborted"), 0)
+
+    Log(tansu.bootstrap, partitions=1, flush_each=True).commit("svc-1", t)
+    Log(tansu.bootstrap, partitions=1, flush_each=True).abort("svc-2", t + 1000)
+    wait_for(lambda: counts() == (1, 1), 30, what="a commit and an abort")
+    position = tap._next[0]
+
+    tansu.kill()
+    wait_for(lambda: not tap.health().up, 30, what="tap reports the outage")
+    tansu.start()
+    create_topics(tansu.bootstrap, [TOPIC], partitions=1)
+    Log(tansu.bootstrap, partitions=1, flush_each=True).commit("svc-1", t)      # part of the log is back
+    wait_for(lambda: 0 in tap._short, 60, what="the tap to see the log short of its position")
+    Log(tansu.bootstrap, partitions=1, flush_each=True).abort("svc-2", t + 1000)   # the rest
+    wait_for(lambda: not tap._short and tap.health().up and tap.view().lag_records == 0, 60,
+             what="the tap to follow on from its position")
+    assert tap._next[0] == position
+    assert counts() == (1, 1)                               # nothing counted again
+    Log(tansu.bootstrap, partitions=1, flush_each=True).commit("svc-1", t + 10_000)   # new
+    wait_for(lambda: counts()[0] == 2, 30, what="the new commit")
+    time.sleep(1.0)
+    assert counts() == (2, 1)
+    assert not tap.health().errors.get("log_truncated")
+    assert any(r.name == "txnwatch.librdkafka" and "Connection refused" in r.getMessage()
+               for r in caplog.records)
+    _out, err = capfd.readouterr()
+    assert "txnwatch-tap-c1#consumer" not in err             # not printed by librdkafka itself
+
+
 def test_new_partitions_are_picked_up(tansu, taps):
     from confluent_kafka.admin import AdminClient, NewPartitions
 

@@ -86,9 +86,9 @@ def commit(p, off, tid, t=T0):
     return [rec(p, off, tid, 1, t), rec(p, off + 1, tid, 2, t + 10), rec(p, off + 2, tid, 4, t + 12)]
 
 
-def new_tap():
+def new_tap(truncation_grace=0.0):
     return TransactionLogTap("c1", {"bootstrap.servers": "unused:9092", "sasl.password": "pw-S3cret"},
-                             AppResolver(), cap=10)
+                             AppResolver(), cap=10, truncation_grace=truncation_grace)
 
 
 def test_rebuild_targets_counting_duplicates_and_new_partitions():
@@ -193,3 +193,121 @@ def test_a_replacement_client_resumes_at_the_next_offsets():
     assert OFFSET_BEGINNING not in dict(c2.tps).values()
     tap._apply_batch(c2, commit(1, 3, "r-2", T0 + 50) + commit(1, 6, "r-2", T0 + 90))   # overlap ignored
     assert tap._state.view().transactions == {("r", "committed"): 4}
+
+
+def test_a_log_short_for_a_moment_is_not_taken_as_truncated(monkeypatch):
+    """A restarted broker can report a log shorter than our position while it is written
+    back: re-reading it as truncated would count again the records written back
+    meanwhile. Only a log that stays short for `truncation_grace` seconds is."""
+    from txnwatch.exporter.tap import source
+
+    clock = [1000.0]
+    monkeypatch.setattr(source.time, "monotonic", lambda: clock[0])
+    tap = new_tap(truncation_grace=5.0)
+    c = FakeConsumer(partitions=[0, 1], highs={0: 0, 1: 0})
+    tap._refresh_partitions(c)
+    tap._apply_batch(c, commit(0, 0, "g-1") + commit(1, 0, "g-2"))
+    assert tap._state.view().transactions == {("g", "committed"): 2}
+    # after the restart: partition 0 is empty (fetches see no end), partition 1 says out of range
+    c.highs = {0: 0, 1: 3}
+    assert tap._lag(c) == 0 and set(tap._short) == {0}
+    c.highs = {0: 0, 1: 1}
+    tap._apply_batch(c, [Msg(1, 3, err=FakeErr(KafkaError._AUTO_OFFSET_RESET, "_AUTO_OFFSET_RESET"))])
+    for p in list(tap._short):
+        tap._resync(c, p)
+    assert c.seeks == [] and set(tap._short) == {0, 1} and not tap.health().errors
+    # the log is written back within the grace: followed on from our position, nothing re-read
+    clock[0] += 3
+    c.highs = {0: 3, 1: 3}
+    for p in list(tap._short):
+        tap._resync(c, p)
+    assert sorted(c.seeks) == [(0, 3), (1, 3)] and not tap._short
+    assert tap._next == {0: 3, 1: 3} and not tap.health().errors
+    tap._apply_batch(c, commit(0, 0, "g-1") + commit(0, 3, "g-1", T0 + 100))   # replayed, then new
+    assert tap._state.view().transactions == {("g", "committed"): 3}
+    # a log that stays short past the grace is truncated: re-read without counting
+    c.seeks.clear()
+    c.highs = {0: 6, 1: 0}
+    assert tap._lag(c) == 0 and set(tap._short) == {1}
+    clock[0] += 4.9
+    tap._resync(c, 1)
+    assert c.seeks == []
+    clock[0] += 0.2
+    tap._resync(c, 1)
+    assert c.seeks == [(1, 0)] and tap.health().errors["log_truncated"] == 1
+    assert tap._next[1] == 0 and tap._rebuild_to[1] == 0 and not tap._short
+    assert tap._stale_client   # the run loop goes on with a new client at the tap's positions
+
+
+def test_librdkafka_logs_go_through_python_logging():
+    import logging
+
+    cfg = new_tap()._consumer_config()
+    assert cfg["logger"] is logging.getLogger("txnwatch.librdkafka")
+
+
+def test_a_client_that_lost_the_cluster_is_replaced_at_the_tap_positions(monkeypatch):
+    """All brokers down: once the cluster answers again the tap goes on with a new client
+    assigned at its own next offsets (nothing of the old client's fetch state is kept)."""
+    import threading
+    import time
+
+    import confluent_kafka
+
+    made = []
+    cluster_up = threading.Event()
+    cluster_up.set()
+
+    class Client(FakeConsumer):
+        def __init__(self, config):
+            super().__init__(partitions=[0], highs={0: 0})
+            self.error_cb = config["error_cb"]
+            self.assigned_at: list[tuple[int, int]] = []
+            self.batches = [commit(0, 0, "l-1")] if not made else []
+            self.closed = False
+            made.append(self)
+
+        def list_topics(self, topic=None, timeout=None):
+            if not cluster_up.is_set():
+                raise confluent_kafka.KafkaException(
+                    confluent_kafka.KafkaError(confluent_kafka.KafkaError._TRANSPORT))
+            return super().list_topics(topic, timeout)
+
+        def incremental_assign(self, tps):
+            super().incremental_assign(tps)
+            self.assigned_at.extend((tp.partition, tp.offset) for tp in tps)
+
+        def consume(self, n, timeout):
+            if self is made[0] and not cluster_up.is_set() and not getattr(self, "told", False):
+                self.told = True
+                self.error_cb(confluent_kafka.KafkaError(confluent_kafka.KafkaError._ALL_BROKERS_DOWN))
+            time.sleep(0.01)
+            return self.batches.pop(0) if self.batches else []
+
+        def close(self):
+            self.closed = True
+
+    monkeypatch.setattr(confluent_kafka, "Consumer", Client)
+    tap = TransactionLogTap("c1", {"bootstrap.servers": "unused:9092"}, AppResolver(), cap=10,
+                            poll_timeout=0.01, view_interval=0.01, metadata_interval=30)
+    tap.start()
+    try:
+        _wait(lambda: tap._next.get(0) == 3)
+        cluster_up.clear()
+        _wait(lambda: tap._lost_cluster and not tap.health().up)
+        time.sleep(1.5)                  # probes that find the cluster still away
+        assert len(made) == 1 and tap._lost_cluster   # no client churn meanwhile
+        cluster_up.set()
+        _wait(lambda: len(made) == 2 and not tap._lost_cluster)
+        assert made[0].closed and made[1].assigned_at == [(0, 3)]
+    finally:
+        tap.stop()
+
+
+def _wait(cond, timeout=10.0):
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)

@@ -14,12 +14,22 @@ One thread per cluster. It assigns every partition of the coordinator's log expl
   Partitions added to a topic the tap already reads hold only new records and are
   counted from their first offset;
 * keeps the next offset per partition and ignores records below it, so broker
-  outages, reconnects and offset resets never double-count;
+  outages, reconnects and offset resets never double-count. After the client lost the
+  whole cluster (all brokers down) it is replaced once the cluster answers again, and
+  the new one resumes at these positions: nothing of the old client's fetch state
+  (positions, leader epochs, a topic id from before the restart) is trusted. The same
+  after a partition turned out truncated or recreated;
+* treats a log that ends before its position as truncated (re-read without counting)
+  only once it stays short for `truncation_grace` seconds: a restarted broker, or one
+  whose log is being written back, can report a short log for a moment, and re-reading
+  the records written back in that moment as new would count them twice;
 * counts undecodable records by reason and skips them;
 * publishes an immutable `TapView` (a reference swap) for the scrape to render.
 
 Client properties are passed to librdkafka as given and never logged (they may carry
-SASL passwords); only the cluster name appears in log lines.
+SASL passwords); only the cluster name appears in log lines. librdkafka's own log lines
+go to the `txnwatch.librdkafka` logger (rate-limited by logsetup), never straight to
+stderr: a broker outage makes it repeat connect errors many times a second.
 """
 
 from __future__ import annotations
@@ -38,6 +48,7 @@ log = logging.getLogger(__name__)
 
 TOPIC = "__transaction_state"
 SOURCE = "tap"
+LIBRDKAFKA_LOGGER = "txnwatch.librdkafka"
 
 
 class TransactionLogTap:
@@ -47,7 +58,7 @@ class TransactionLogTap:
                  resolver: Callable[[str], str], cap: int, expiration_ms: int | None = None,
                  poll_timeout: float = 1.0, *, topic: str = TOPIC, metadata_interval: float = 10.0,
                  view_interval: float = 0.5, idle_scan_interval: float = 1.0,
-                 batch_size: int = 2000) -> None:
+                 batch_size: int = 2000, truncation_grace: float = 5.0) -> None:
         self.cluster = cluster_name
         self._client_config = dict(client_config)
         self.cap = int(cap)
@@ -57,6 +68,7 @@ class TransactionLogTap:
         self.view_interval = view_interval
         self.idle_scan_interval = idle_scan_interval
         self.batch_size = batch_size
+        self.truncation_grace = truncation_grace
         self._state = TxnLogState(resolver, expiration_ms)
         self._health = HealthTracker(SOURCE)
         self._view = TapView(expiration_ms=self._state.expiration_ms, cap=self.cap)
@@ -74,7 +86,10 @@ class TransactionLogTap:
         self._errors_logged: set[str] = set()
         self._poll_error: str | None = None
         self._down = False   # the client reported all brokers down / transport errors
-        self._short: set[int] = set()   # partitions whose log ends before our position
+        self._lost_cluster = False   # all brokers down: replace the client once they answer
+        self._stale_client = False   # a partition is not the one the client knew: replace it
+        # partitions whose log ended before our position (or out of range), since when
+        self._short: dict[int, float] = {}
 
     # ------------------------------------------------------------------ public API
     def start(self) -> None:
@@ -117,6 +132,8 @@ class TransactionLogTap:
             "auto.offset.reset": "error",
             "allow.auto.create.topics": False,
             "error_cb": self._on_client_error,
+            # served from consume() on the tap thread; logsetup rate-limits this logger
+            "logger": logging.getLogger(LIBRDKAFKA_LOGGER),
         })
         return cfg
 
@@ -126,6 +143,8 @@ class TransactionLogTap:
         self._poll_error = name
         if name in ("all_brokers_down", "transport", "resolve", "timed_out"):
             self._down = True
+        if name == "all_brokers_down":
+            self._lost_cluster = True
         self._health.failure(name, f"kafka client: {err.str() if hasattr(err, 'str') else err}")
 
     def _log_once(self, key: str, msg: str, *args) -> None:
@@ -139,15 +158,26 @@ class TransactionLogTap:
         consumer = None
         next_metadata = 0.0
         next_view = 0.0
+        next_probe = 0.0
         backoff = 1.0
         failures = 0
         try:
             while not self._stop.is_set():
                 try:
                     if consumer is None:
-                        consumer = Consumer(self._consumer_config())
-                        self._assign_known(consumer)
+                        consumer = self._new_consumer(Consumer)
                     now = time.monotonic()
+                    if self._lost_cluster and now >= next_probe:
+                        # the client lost every broker: look for the cluster every second and,
+                        # once it answers, resume with a new client at our own positions
+                        next_probe = now + 1.0
+                        if self._cluster_answers(consumer):
+                            log.info("tap[%s]: the cluster answers again; resuming %s with a new client "
+                                     "at the tap's own positions", self.cluster, self.topic)
+                            self._close(consumer)
+                            consumer = None
+                            consumer = self._new_consumer(Consumer)
+                            next_metadata = now
                     if now >= next_metadata:
                         self._refresh_partitions(consumer)
                         next_metadata = now + self.metadata_interval
@@ -169,8 +199,14 @@ class TransactionLogTap:
                     if time.monotonic() >= next_view:
                         self._publish(consumer)
                         next_view = time.monotonic() + self.view_interval
-                        while self._short:
-                            self._resync(consumer, self._short.pop())
+                        for p in list(self._short):
+                            self._resync(consumer, p)
+                    if self._stale_client:
+                        log.info("tap[%s]: resuming %s with a new client at the tap's own positions",
+                                 self.cluster, self.topic)
+                        self._close(consumer)
+                        consumer = None
+                        consumer = self._new_consumer(Consumer)
                     backoff = 1.0
                     failures = 0
                 except Exception as exc:  # noqa: BLE001 - the tap never dies; it reports and retries
@@ -190,6 +226,21 @@ class TransactionLogTap:
             self._publish(consumer)
             if consumer is not None:
                 self._close(consumer)
+
+    def _new_consumer(self, factory):
+        consumer = factory(self._consumer_config())
+        self._lost_cluster = False
+        self._stale_client = False
+        self._short.clear()   # a log still short is seen again by the new client; its grace restarts
+        self._assign_known(consumer)
+        return consumer
+
+    def _cluster_answers(self, consumer) -> bool:
+        try:
+            consumer.list_topics(topic=self.topic, timeout=1.0)
+            return True
+        except Exception:  # noqa: BLE001 - still down: the outage is already reported
+            return False
 
     @staticmethod
     def _close(consumer) -> None:
@@ -279,6 +330,7 @@ class TransactionLogTap:
                         nxt[p] = m.offset()
                     continue
                 if err.code() == KafkaError._AUTO_OFFSET_RESET and m.partition() in nxt:
+                    self._short.setdefault(m.partition(), time.monotonic())
                     self._resync(consumer, m.partition())
                     continue
                 name = err.name().lstrip("_").lower()
@@ -308,30 +360,48 @@ class TransactionLogTap:
             self._update_rebuilt()
 
     def _resync(self, consumer, p: int) -> None:
-        """Our position is out of the log's range: the log start moved past it (retention),
-        or the log is shorter than what we read (unclean truncation, or the topic was
-        deleted and recreated). In the second case the records now in the log may be ones
-        already applied, so they are re-applied without counting (like a rebuild) and
-        counting resumes after the current end: never double-count."""
+        """Our position is out of the log's range (a fetch said so, or the log ends before
+        it). Either the log start moved past it (retention): skip ahead. Or the log is
+        shorter than what we read: unclean truncation, or the topic was deleted and
+        recreated, or a restarted broker is still getting its log back. Only a log that
+        stays short for `truncation_grace` seconds is taken as truncated; then the records
+        now in it may be ones already applied, so they are re-applied without counting
+        (like a rebuild) and counting resumes after the current end: never double-count.
+        A log that reaches our position again (the records before it are the ones we
+        applied) is followed on from our position."""
         from confluent_kafka import TopicPartition
 
-        low, high = consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10)
+        since = self._short.setdefault(p, time.monotonic())
+        try:
+            low, high = consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10)
+        except Exception:
+            # the log could not be looked at: the grace restarts once it can
+            self._short[p] = time.monotonic()
+            raise
         n = self._next[p]
-        if n > high:
+        if n < low:
+            self._next[p] = low
+            self._health.count_error("log_start_moved")
+            log.warning("tap[%s]: %s-%d starts at %d, after our position %d; skipping ahead",
+                        self.cluster, self.topic, p, low, n)
+            target = low
+        elif n > high:
+            if time.monotonic() - since < self.truncation_grace:
+                return   # look again at the next view tick
             self._rebuild_to[p] = high
             self._next[p] = low
             self._health.count_error("log_truncated")
             log.warning("tap[%s]: %s-%d ends at %d, before our position %d (truncated or recreated); "
                         "re-reading it without counting up to %d", self.cluster, self.topic, p, high, n, high)
             target = low
-        elif n < low:
-            self._next[p] = low
-            self._health.count_error("log_start_moved")
-            log.warning("tap[%s]: %s-%d starts at %d, after our position %d; skipping ahead",
-                        self.cluster, self.topic, p, low, n)
-            target = low
+            # the partition is not the one the client knew (its leader epochs, a topic id):
+            # a new client is assigned at our positions instead of trusting the old one
+            self._stale_client = True
         else:
+            log.info("tap[%s]: %s-%d reaches our position %d again (%d..%d); following on from it",
+                     self.cluster, self.topic, p, n, low, high)
             target = n
+        del self._short[p]
         consumer.seek(TopicPartition(self.topic, p, target))
 
     def _lag(self, consumer) -> int | None:
@@ -352,7 +422,7 @@ class TransactionLogTap:
                 total = None
                 continue
             if high < n:
-                self._short.add(p)
+                self._short.setdefault(p, time.monotonic())
             elif total is not None:
                 total += high - n
         return total
