@@ -8,13 +8,13 @@ bootstrap:
 test: bootstrap
 	.venv/bin/ruff check --quiet .
 	.venv/bin/python -m pytest -q tests/unit
-	.venv/bin/python -m pytest -q tests/integration
+	.venv/bin/python -m pytest -q --durations=15 tests/integration
 
 unit: bootstrap
 	.venv/bin/python -m pytest -q tests/unit
 
 integration: bootstrap
-	.venv/bin/python -m pytest -q tests/integration
+	.venv/bin/python -m pytest -q --durations=15 tests/integration
 
 lint: bootstrap
 	.venv/bin/ruff check .
