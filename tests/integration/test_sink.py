@@ -151,3 +151,41 @@ def test_transactions_reach_prometheus_through_the_listener(spark, broker, uniqu
         assert 0 < smp[("kafka_producer_transaction_timeout_headroom_seconds", (app, ("stat", "min"), tid))] < 20
     assert smp[("kafka_producer_transaction_commit_seconds_count", (app,))] == 6
     assert smp[("kafka_producer_transaction_duration_seconds_count", (app, ("outcome", "committed")))] == 6
+
+
+def test_spark_task_retry_within_the_batch(broker, unique, tmp_path):
+    """Real Spark task retries: the pipeline in a child process with master local[2,4]
+    (4 attempts per task). Task 1 of batch 2 raises after producing on its first attempt;
+    Spark retries the task inside the same batch, which aborted the first attempt's
+    transaction, reports it, and writes the rows once."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.integration.test_pipeline import assert_exactly_once, make_input, samples, total
+
+    name = unique("retry").replace("-", "_")
+    inp, out = f"{name}-in", f"{name}-out"
+    create_topics(broker.bootstrap, [inp, out], partitions=2)
+    expected = make_input(broker.bootstrap, inp)
+    flag = tmp_path / "failed-once"
+    fault = {"batch": 2, "task": 1, "once_file": str(flag)}
+    metrics = tmp_path / "metrics.txt"
+    cmd = [sys.executable, "-m", "txnwatch.pipeline", "--bootstrap", broker.bootstrap, "--input-topic", inp,
+           "--output-topic", out, "--checkpoint", str(tmp_path / "ckpt"), "--name", name,
+           "--master", "local[2,4]", "--trigger-seconds", "0.5", "--max-records-per-batch", "200",
+           "--window", "5 seconds", "--watermark", "5 seconds", "--transaction-timeout-ms", "30000",
+           "--broker-max-timeout-ms", "900000", "--metrics-file", str(metrics), "--exit-when-idle", "3",
+           "--timeout", "180", "--fault", f"fail_after_produce={json.dumps(fault)}"]
+    with open(tmp_path / "pipeline.log", "w") as log:
+        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=300).returncode
+    assert rc == 0, (tmp_path / "pipeline.log").read_text()[-3000:]
+    assert flag.exists()                                   # the failure happened...
+    assert "injected failure in task 1 of batch 2" in (tmp_path / "pipeline.log").read_text()
+    assert_exactly_once(broker.bootstrap, out, name, expected)   # ...and the output is exact
+    smp = samples(metrics.read_text())
+    tid1 = f"txnwatch.{name}.1"
+    assert total(smp, "kafka_producer_transactions_total", transactional_id=tid1, outcome="aborted") == 1
+    assert total(smp, "kafka_producer_transaction_errors_total", transactional_id=tid1,
+                 error="_APPLICATION") == 1
+    assert total(smp, "kafka_producer_transactions_total", app=name, outcome="committed") >= 4
