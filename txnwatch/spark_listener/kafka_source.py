@@ -190,6 +190,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 _CONSUMERS: dict[tuple, Any] = {}
 
 
+def _overrides(conf: tuple) -> dict:
+    """Explicit kafka.fetch.* options win over the defaults above."""
+    return {k: v for k, v in conf if k.startswith("fetch.")}
+
+
 def _consumer(conf: tuple) -> Any:
     c = _CONSUMERS.get(conf)
     if c is None:
@@ -198,7 +203,10 @@ def _consumer(conf: tuple) -> Any:
         c = _CONSUMERS[conf] = Consumer({
             "group.id": "txnwatch-kafka-source", **dict(conf), "enable.auto.commit": False,
             "isolation.level": "read_committed", "enable.partition.eof": True,
-            "auto.offset.reset": "earliest", "fetch.max.bytes": 52428800})
+            "auto.offset.reset": "earliest", "fetch.max.bytes": 52428800,
+            # A range ending in a transaction marker ends at EOF: do not let the broker hold
+            # that last fetch for the default 500 ms.
+            "fetch.wait.max.ms": 10, **_overrides(conf)})
     return c
 
 

@@ -196,7 +196,11 @@ class SinkConfig:
         return {"bootstrap.servers": self.bootstrap_servers, **dict(self.client_config),
                 "group.id": progress_group(self.name), "enable.auto.commit": False,
                 "isolation.level": "read_uncommitted", "enable.partition.eof": True,
-                "auto.offset.reset": "earliest"}
+                "auto.offset.reset": "earliest",
+                # Reads end at the partition's end (EOF); a long fetch wait would hold every
+                # progress read for fetch.wait.max.ms (500 ms by default) when the last
+                # offset is a commit marker.
+                "fetch.wait.max.ms": 10}
 
     def fault(self, name: str) -> dict | None:
         for k, v in self.faults:
