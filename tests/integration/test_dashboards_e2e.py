@@ -110,10 +110,11 @@ FAULTS: dict[tuple[str, str], str] = {
     (OV, "Groups behind a stalled LSO"): f"{BLOCKED_GROUP} committed offset 0 on {ORDERS}-{HANG_PARTITION}, "
                                          "whose LSO a SIGKILLed producer's open transaction stalls",
     (OV, "Fencing rate"): "tap: fences by a new instance and by timeout; client: the producer is fenced by a "
-                          "new instance with the same transactional.id every few transactions",
+                          "new instance with the same transactional.id every 5th transaction",
     (TX, "Timeouts and id expirations"): "tap: coordinator timeout aborts and transactional-id tombstones",
     (TX, "Fencing events"): "as Fencing rate",
-    (TX, "Producer transaction errors"): "the fenced producer's next commit fails with _FENCED",
+    (TX, "Producer transaction errors"): "the fenced producer's next transaction fails: Tansu refuses its "
+                                         "AddPartitionsToTxn (PRODUCER_FENCED), librdkafka reports _FENCED",
     (PA, "Hanging transactions and stalled LSOs"): f"the SIGKILLed producer's open transaction on {ORDERS}-1",
     (PA, "Groups blocked behind a stalled LSO"): f"as Groups behind a stalled LSO ({BLOCKED_GROUP})",
     (SP, "Terminations by error class"): f"{Q_FAILING} raises in foreachBatch and terminates",
