@@ -1,0 +1,68 @@
+"""Exporter memory and poll/scrape cost as the cluster grows.
+
+    .venv/bin/python bench/bench_memory.py [--sizes 1000,10000,50000] [--groups 500]
+
+For each size: a fresh Tansu broker with that many partitions (100 per topic) and
+--groups consumer groups, `txnwatch serve` (child process) polling every 5 s; after 3
+polls it reads the exporter's own process_resident_memory_bytes, the last poll's
+duration, the /metrics size and one Prometheus-style scrape's latency, and prints a
+table of how each grows with size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+import urllib.request
+
+from bench_scrape import PROMETHEUS_HEADERS, setup
+
+from txnwatch.devtools.broker import TansuBroker
+from txnwatch.devtools.exporter_proc import ExporterProcess
+
+
+def measure(partitions: int, groups: int) -> dict:
+    with TansuBroker() as broker:
+        t0 = time.perf_counter()
+        setup(broker.bootstrap, partitions, groups)
+        setup_s = time.perf_counter() - t0
+        exp = ExporterProcess({"clusters": [{"name": "bench", "bootstrap_servers": broker.bootstrap,
+                                             "poll_interval_seconds": 5, "poll_timeout_seconds": 120}]}).start()
+        try:
+            first = exp.wait_metric(lambda m: m.get_value("txnwatch_up") == 1, timeout=600, what="first poll")
+            t_first = first.get_value("txnwatch_last_success_timestamp_seconds")
+            m = exp.wait_metric(lambda m: m.get_value("txnwatch_last_success_timestamp_seconds") >= t_first + 10,
+                                timeout=600, what="3 polls")
+            lat = []
+            for _ in range(20):
+                t = time.perf_counter()
+                with urllib.request.urlopen(urllib.request.Request(exp.url + "/metrics",
+                                                                   headers=PROMETHEUS_HEADERS)) as r:
+                    gz = r.read()
+                lat.append(time.perf_counter() - t)
+            plain = urllib.request.urlopen(exp.url + "/metrics").read()
+            return {"partitions": partitions, "groups": groups, "setup_s": setup_s,
+                    "rss_mb": m.get_value("process_resident_memory_bytes") / 1e6,
+                    "poll_s": m.get_value("txnwatch_poll_duration_seconds"),
+                    "series": plain.count(b"\n") - plain.count(b"\n#"), "plain_mb": len(plain) / 1e6,
+                    "gzip_mb": len(gz) / 1e6, "scrape_ms_median": statistics.median(lat) * 1000}
+        finally:
+            exp.stop()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="1000,10000,50000")
+    ap.add_argument("--groups", type=int, default=500)
+    a = ap.parse_args()
+    rows = [measure(int(n), a.groups) for n in a.sizes.split(",")]
+    print("| partitions | groups | series | /metrics plain | gzip | exporter RSS | poll | scrape (median, idle) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['partitions']:,} | {r['groups']} | {r['series']:,} | {r['plain_mb']:.1f} MB | "
+              f"{r['gzip_mb']:.2f} MB | {r['rss_mb']:.0f} MB | {r['poll_s']:.2f} s | {r['scrape_ms_median']:.1f} ms |")
+
+
+if __name__ == "__main__":
+    main()
