@@ -17,8 +17,9 @@ from .forwarder import Forwarder
 from .serve import serve  # binds the function over the submodule attribute of the same name
 from .state import SparkQueryState
 
-__all__ = ["EventValidationError", "Forwarder", "SparkQueryState", "TxnWatchListener", "attach",
-           "detach", "serve", "validate_event", "validate_payload"]
+__all__ = ["AtLeastOnceKafkaSink", "EventValidationError", "ExactlyOnceKafkaSink", "Forwarder",
+           "SparkQueryState", "TxnWatchListener", "attach", "detach", "serve", "validate_event",
+           "validate_payload"]
 
 
 def __getattr__(name: str) -> Any:
@@ -26,4 +27,8 @@ def __getattr__(name: str) -> Any:
         from . import listener
 
         return getattr(listener, name)
+    if name in ("ExactlyOnceKafkaSink", "AtLeastOnceKafkaSink"):
+        from . import sink
+
+        return getattr(sink, name)
     raise AttributeError(name)
