@@ -86,6 +86,39 @@ def wrk(url: str, seconds: float, headers: dict | None = None) -> str:
     return "; ".join(keep)
 
 
+def _open_loop_worker(url: str, seconds: float, period: float, headers: dict, out) -> None:
+    import random
+
+    lat = []
+    next_at = time.monotonic() + random.uniform(0, period)
+    stop = time.monotonic() + seconds
+    while next_at < stop:
+        time.sleep(max(0.0, next_at - time.monotonic()))
+        t = time.perf_counter()
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=30) as r:
+            r.read()
+        lat.append(time.perf_counter() - t)
+        next_at += period
+    out.put(lat)
+
+
+def open_loop(url: str, seconds: float, scrapers: int = 4, period: float = 0.25,
+              headers: dict | None = None) -> list[float]:
+    """`scrapers` separate processes (no shared GIL), each scraping every `period` seconds
+    on its own schedule, like independent Prometheus servers (at a far higher rate)."""
+    import multiprocessing as mp
+
+    q = mp.Queue()
+    procs = [mp.Process(target=_open_loop_worker, args=(url, seconds, period, headers or {}, q))
+             for _ in range(scrapers)]
+    for p in procs:
+        p.start()
+    lat = [x for _ in procs for x in q.get()]
+    for p in procs:
+        p.join()
+    return lat
+
+
 def pct(xs: list[float], p: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
@@ -126,8 +159,12 @@ def main() -> None:
                       f"max {max(lat) * 1000:.1f} ms; last poll took "
                       f"{m1.get_value('txnwatch_poll_duration_seconds') * 1000:.0f} ms, polls advanced "
                       f"{m1.get_value('txnwatch_last_success_timestamp_seconds') - polls0:.0f}s")
-                print(f"  wrk (native client) {label}: "
+                print(f"  wrk (native client, closed loop: saturation) {label}: "
                       f"{wrk(exp.url + '/metrics', a.seconds, headers)}")
+                ol = open_loop(exp.url + "/metrics", a.seconds, headers=headers)
+                print(f"  open loop, 4 scraper processes x 4 scrapes/s each: {len(ol)} scrapes, "
+                      f"p50 {statistics.median(ol) * 1000:.1f} ms, p99 {pct(ol, 99) * 1000:.1f} ms, "
+                      f"max {max(ol) * 1000:.1f} ms")
             rss = exp.metrics().get_value("process_resident_memory_bytes")
             print(f"exporter RSS at {a.partitions} partitions / {a.groups} groups: {rss / 1e6:.0f} MB")
         finally:
