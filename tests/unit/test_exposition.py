@@ -22,7 +22,9 @@ def make():
     parts = [Part("a", cluster_part("a", a_val), key=lambda: a_key[0]),
              Part("b", cluster_part("b", b_val), key=lambda: b_key[0]),
              Part("live", lambda w: w.add("txnwatch_up", {"cluster": "a", "source": "poller"}, 1))]
-    return ExporterCollector(parts), a_val, a_key
+    c = ExporterCollector(parts)
+    c.response_ttl = 0  # these tests look at every change at once
+    return c, a_val, a_key
 
 
 def test_both_formats_parse_and_merge_families_across_sources():
@@ -68,3 +70,15 @@ def test_negotiation():
     assert not wants_openmetrics("text/plain")
     assert accepts_gzip("gzip") and accepts_gzip("deflate, gzip;q=0.8") and not accepts_gzip("identity")
     assert not accepts_gzip("gzip;q=0")
+
+
+def test_scrapes_close_together_share_one_response_until_a_publish():
+    c, a_val, a_key = make()
+    c.response_ttl = 60
+    first = c.exposition(False)
+    a_val[0], a_key[0] = 9, object()   # a live part changed: served after the ttl
+    assert c.exposition(False) is first
+    c.publish("poller:x", lambda w: w.add("kafka_brokers", {"cluster": "x"}, 4))  # new data: at once
+    again = c.exposition(False)
+    assert again is not first and b'kafka_brokers{cluster="x"} 4.0' in again
+    assert b'kafka_brokers{cluster="a"} 9.0' in again

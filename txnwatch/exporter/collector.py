@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import platform
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 
@@ -150,6 +151,10 @@ class ExporterCollector:
         self._part_errors: set[str] = set()
         self._process = ProcessCollector(registry=None)
         self._published = _Published({}, {})
+        # Whole responses, shared by scrapes within `response_ttl` seconds of each other
+        # (several Prometheus servers arriving together); a new publish invalidates them.
+        self.response_ttl = 0.5
+        self._responses: dict[tuple[bool, bool], tuple[float, _Published, bytes]] = {}
         # (openmetrics, gzip) pairs scrapers used; Prometheus only ever asks for one.
         self._formats: set[tuple[bool, bool]] = set()
 
@@ -226,6 +231,15 @@ class ExporterCollector:
         return chunks
 
     def exposition(self, openmetrics: bool, gzip: bool = False) -> bytes:
+        now = time.monotonic()
+        hit = self._responses.get((openmetrics, gzip))
+        if hit is not None and now - hit[0] < self.response_ttl and hit[1] is self._published:
+            return hit[2]
+        body = self._exposition(openmetrics, gzip)
+        self._responses[(openmetrics, gzip)] = (now, self._published, body)
+        return body
+
+    def _exposition(self, openmetrics: bool, gzip: bool) -> bytes:
         section = self._section_for(openmetrics, gzip)
         live = [self._live_chunks(p) for p in self._live]
         live.append(self._self_chunks())
