@@ -129,6 +129,9 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=10_000)
     ap.add_argument("--groups", type=int, default=500)
     ap.add_argument("--seconds", type=float, default=30)
+    ap.add_argument("--pin", action="store_true",
+                    help="pin the broker and the scrapers to CPU 1 and the exporter to CPU 0 (taskset), "
+                         "as if the broker and Prometheus ran on other machines")
     ap.add_argument("--poll-interval", type=float, default=2.0,
                     help="2 s keeps a 10k-partition poller busy all the time (the worst case)")
     a = ap.parse_args()
@@ -141,6 +144,13 @@ def main() -> None:
         exp = ExporterProcess({"clusters": [{"name": "bench", "bootstrap_servers": f"127.0.0.1:{proxy_port}",
                                              "poll_interval_seconds": a.poll_interval,
                                              "poll_timeout_seconds": 60}]}).start()
+        if a.pin:
+            import os
+            import subprocess
+
+            subprocess.run(["taskset", "-a", "-pc", "1", str(broker.proc.pid)], check=True, capture_output=True)
+            subprocess.run(["taskset", "-a", "-pc", "0", str(exp.proc.pid)], check=True, capture_output=True)
+            os.sched_setaffinity(0, {1})  # this process, its proxy thread and the scrapers it starts
         try:
             exp.wait_metric(lambda m: m.get_value("txnwatch_up") == 1, timeout=300, what="first poll")
             m0 = exp.metrics()

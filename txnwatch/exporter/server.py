@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import signal
 import threading
@@ -35,6 +36,21 @@ class _TLSServer:
         threading.Thread(target=self._server.stop, daemon=True).start()
 
 
+GC_THRESHOLDS = (10_000, 50, 1000)
+
+
+def tune_gc() -> None:
+    """Scrape latency: a poll of a big cluster allocates ~20k futures (the client library
+    makes one per partition), which with CPython's default thresholds triggers full
+    collections that hold the GIL for ~170 ms at 10k partitions (bench/bench_scrape.py,
+    docs/benchmarks.md). Freeze what startup built and collect young objects in bigger,
+    rarer steps; full collections become rare. Snapshots hold no reference cycles, so
+    they are still freed by reference counting as soon as the next one replaces them."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+
+
 def serve(config: Config, ready_event: threading.Event | None = None) -> int:
     exporter = Exporter(config)
     app = create_app(exporter)
@@ -46,6 +62,7 @@ def serve(config: Config, ready_event: threading.Event | None = None) -> int:
                                channel_timeout=30, clear_untrusted_proxy_headers=True,
                                # big clusters make multi-MB bodies: keep them in memory
                                outbuf_overflow=256 * 1024 * 1024, send_bytes=256 * 1024)
+    tune_gc()
     exporter.start()
     names = ", ".join(f"{c.name} ({c.bootstrap_servers})" for c in config.clusters)
     log.info("txnwatch serving on %s://%s:%s/ for %s", "https" if http.tls else "http", http.host,
