@@ -67,7 +67,7 @@ from txnwatch.devtools.broker import TansuBroker
 from txnwatch.devtools.exporter_proc import ExporterProcess
 from txnwatch.devtools.net import free_port, wait_for
 from txnwatch.devtools.prometheus import PrometheusProcess
-from txnwatch.devtools.workload import ProducerProcess, create_topics
+from txnwatch.devtools.workload import ProducerProcess, commit_group_offset, create_topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -340,15 +340,6 @@ def open_transaction_then_kill(bootstrap: str, stack: contextlib.ExitStack) -> N
             hang.kill()
             print(f"hanging producer attempt {attempt + 1}: {exc}")
     raise AssertionError("no producer could leave a transaction open on the broker (see above)")
-
-
-def commit_group_offset(bootstrap: str, group: str, topic: str, partition: int, offset: int) -> None:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
-                  "isolation.level": "read_committed"})
-    try:
-        c.commit(offsets=[TopicPartition(topic, partition, offset)], asynchronous=False)
-    finally:
-        c.close()
 
 
 def start_queries(spark, idle_dir: str) -> list:

@@ -7,23 +7,13 @@ import subprocess
 import sys
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 
 from tests.integration.conftest import cluster_config
 from txnwatch.devtools.broker import TansuBroker
 from txnwatch.devtools.net import wait_for
-from txnwatch.devtools.workload import create_topics
+from txnwatch.devtools.workload import commit_group_offset, create_topics
 
 pytestmark = pytest.mark.integration
-
-
-def commit_group_offset(bootstrap: str, group: str, topic: str, partition: int, offset: int) -> None:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
-                  "isolation.level": "read_committed"})
-    try:
-        c.commit(offsets=[TopicPartition(topic, partition, offset)], asynchronous=False)
-    finally:
-        c.close()
 
 
 def test_committed_and_aborted_transactions_leave_lso_at_hwm(broker, producers, unique, exporter_factory):

@@ -87,3 +87,15 @@ class ProducerProcess:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
+
+
+def commit_group_offset(bootstrap: str, group: str, topic: str, partition: int, offset: int) -> None:
+    """Commit `offset` for a consumer group, as a read_committed consumer of it would."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                  "isolation.level": "read_committed"})
+    try:
+        c.commit(offsets=[TopicPartition(topic, partition, offset)], asynchronous=False)
+    finally:
+        c.close()
