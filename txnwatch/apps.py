@@ -73,17 +73,6 @@ class AppResolver:
         return app
 
 
-def cap_ids(ids_by_value: Iterable[tuple[str, float]], cap: int) -> tuple[list[tuple[str, float]], int]:
-    """Keep at most `cap` ids (the lowest values first: they matter most for headroom);
-    the rest fold into one `__other__` entry carrying their minimum. Returns (kept, folded)."""
-    ordered = sorted(ids_by_value, key=lambda kv: kv[1])
-    if len(ordered) <= cap:
-        return ordered, 0
-    kept, rest = ordered[:cap], ordered[cap:]
-    kept.append(("__other__", rest[0][1]))
-    return kept, len(rest)
-
-
 def fold_ids(items: Iterable[tuple[str, str, float]], cap: int) -> tuple[list[tuple[str, str, float]], int]:
     """Per-transactional-id series under a cap: keep the `cap` lowest values (lowest headroom
     matters most); the rest fold into (app, "__other__", min value of that app's folded ids).

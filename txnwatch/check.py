@@ -9,7 +9,6 @@ import time
 from dataclasses import asdict
 
 from .config import Config
-from .exporter import derive
 from .exporter.kafka_io import classify, one_line
 from .exporter.model import ClusterSnapshot
 from .exporter.poller import ClusterPoller
@@ -122,5 +121,3 @@ def run_check(config: Config, as_json: bool, sample_seconds: float = 1.0) -> tup
                       indent=2, default=str) if as_json else format_text(results)
     return text, worst
 
-
-__all__ = ["run_check", "summarize", "derive"]

@@ -80,7 +80,6 @@ class KafkaIO:
         self.admin = AdminClient({**self._props, "socket.connection.setup.timeout.ms": int(timeout * 1000),
                                   "logger": logging.getLogger("txnwatch.librdkafka")})
         self._consumer: Consumer | None = None
-        self.requests = 0  # Kafka admin requests issued (benchmarks count them)
 
     # -- helpers
     def _wait(self, futures: Iterable[Future], deadline: float) -> None:
@@ -95,7 +94,6 @@ class KafkaIO:
 
     def metadata(self, topic_filter: Callable[[str], bool]) -> tuple[int, dict[str, int], list[int]]:
         """(broker count, {topic: partition count} of selected topics, broker ids)."""
-        self.requests += 1
         md = self.admin.list_topics(timeout=self.timeout)
         topics = {name: len(t.partitions) for name, t in md.topics.items()
                   if t.error is None and topic_filter(name)}
@@ -114,7 +112,6 @@ class KafkaIO:
         for i in range(0, len(tps), OFFSETS_CHUNK):
             chunk = {tp: latest for tp in tps[i:i + OFFSETS_CHUNK]}
             for iso in (IsolationLevel.READ_UNCOMMITTED, IsolationLevel.READ_COMMITTED):
-                self.requests += 1
                 results[iso].update(self.admin.list_offsets(chunk, isolation_level=iso,
                                                             request_timeout=self.timeout))
         out = []
@@ -130,14 +127,12 @@ class KafkaIO:
     def group_offsets(self, group_filter: Callable[[str], bool]) -> list[tuple[str, str, int, int]]:
         """(group, topic, partition, committed offset) for every selected group."""
         deadline = time.monotonic() + self.timeout
-        self.requests += 1
         listing = self.admin.list_consumer_groups(request_timeout=self.timeout)
         self._wait([listing], deadline)
         groups = sorted(g.group_id for g in listing.result().valid if group_filter(g.group_id))
         # The API takes one group per request; issue them all at once and wait together.
         futures: dict[str, Future] = {}
         for g in groups:
-            self.requests += 1
             futures.update(self.admin.list_consumer_group_offsets(
                 [ConsumerGroupTopicPartitions(g)], request_timeout=self.timeout))
         self._wait(futures.values(), deadline)
@@ -154,7 +149,6 @@ class KafkaIO:
         deadline = time.monotonic() + self.timeout
         values: dict[str, int] = {}
         if broker_ids:
-            self.requests += 1
             fs = self.admin.describe_configs([ConfigResource("BROKER", str(broker_ids[0]))],
                                              request_timeout=self.timeout)
             self._wait(fs.values(), deadline)
@@ -168,7 +162,6 @@ class KafkaIO:
         retention: dict[str, int] = {}
         topic_list = list(topics)
         if topic_list:
-            self.requests += 1
             fs = self.admin.describe_configs([ConfigResource("TOPIC", t) for t in topic_list],
                                              request_timeout=self.timeout)
             self._wait(fs.values(), deadline)

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from types import MappingProxyType
-
-from .health import SourceHealth
 
 TP = tuple[str, int]
 OPEN_STATES = frozenset({"Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence"})
@@ -108,8 +105,3 @@ class ClusterSnapshot:
     epoch_bumps: Mapping[str, int] = field(default_factory=dict)   # app -> monotonic count
     capabilities: Mapping[str, bool] = field(default_factory=dict)
     findings: tuple[Finding, ...] = ()
-    health: SourceHealth = SourceHealth("poller")
-
-    @staticmethod
-    def empty(cluster: str) -> ClusterSnapshot:
-        return ClusterSnapshot(cluster, 0.0, 0.0, MappingProxyType({}))
