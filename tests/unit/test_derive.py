@@ -28,8 +28,10 @@ def test_stall_clock_uses_the_record_timestamp_at_the_lso():
     assert s[("a", 1)].stalled_since == 40.0 and s[("a", 1)].stalled_seconds == 60.0
     future = {("a", 1, 4): 500.0}  # a producer clock ahead of ours is ignored
     assert derive.partition_states([po("a", 1, 10, 4)], {}, now=100.0, lso_record_ts=future)[("a", 1)].stalled_since == 100.0
-    assert derive.lso_timestamps_needed(s, {}) == [("a", 1, 4)]
-    assert derive.lso_timestamps_needed(s, ts) == []
+    stalled = derive.stalled_lsos([po("a", 1, 10, 4), po("a", 2, 5, 5)])
+    assert stalled == {("a", 1, 4)}
+    assert derive.lso_timestamps_needed(stalled, {}) == [("a", 1, 4)]
+    assert derive.lso_timestamps_needed(stalled, ts) == []
 
 
 def test_group_lag_against_lso_and_hwm():

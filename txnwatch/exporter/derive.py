@@ -49,11 +49,16 @@ def partition_states(offsets: Iterable[PartitionOffsets], previous: Mapping[TP, 
     return out
 
 
-def lso_timestamps_needed(states: Mapping[TP, PartitionState],
+def stalled_lsos(offsets: Iterable[PartitionOffsets]) -> set[tuple[str, int, int]]:
+    """(topic, partition, lso) of every partition whose LSO is below its HWM."""
+    return {(o.topic, o.partition, o.last_stable_offset) for o in offsets
+            if o.last_stable_offset < o.high_watermark}
+
+
+def lso_timestamps_needed(stalled: Iterable[tuple[str, int, int]],
                           known: Mapping[tuple[str, int, int], float]) -> list[tuple[str, int, int]]:
     """(topic, partition, lso) whose first-open-record timestamp is not known yet."""
-    return [(s.topic, s.partition, s.last_stable_offset) for s in states.values()
-            if s.stalled_since is not None and (s.topic, s.partition, s.last_stable_offset) not in known]
+    return sorted(k for k in stalled if k not in known)
 
 
 def group_lags(committed: Iterable[tuple[str, str, int, int]],

@@ -3,6 +3,7 @@ an immutable ClusterSnapshot. Scrapes only read the last published snapshot."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -15,7 +16,7 @@ from . import derive
 from .health import HealthTracker
 from .kafka_io import KafkaIO, PollError, classify, one_line
 from .kip664 import TransactionAPI
-from .model import ClusterFacts, ClusterSnapshot, PartitionState
+from .model import ClusterFacts, ClusterSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +55,7 @@ class ClusterPoller:
         cfg = self.cfg
         brokers, topics, broker_ids = self.io.metadata(cfg.topics)
         offsets = self.io.offsets(topics)
-        partitions = derive.partition_states(offsets, self._prev_partitions, now, self._lso_ts)
-        self._refresh_lso_timestamps(partitions, now)
+        self._refresh_lso_timestamps(derive.stalled_lsos(offsets), now)
         partitions = derive.partition_states(offsets, self._prev_partitions, now, self._lso_ts)
         committed = self.io.group_offsets(cfg.groups)
         groups = derive.group_lags(committed, partitions)
@@ -67,7 +67,7 @@ class ClusterPoller:
                 self.health.count_error("describe_configs_" + classify(exc))
                 log.info("cluster %s: DescribeConfigs failed (%s); keeping the last values",
                          cfg.name, one_line(exc))
-        facts = ClusterFacts(**{**self._facts.__dict__, "brokers": brokers})
+        facts = dataclasses.replace(self._facts, brokers=brokers)
 
         open_txns, hanging, method = self._transactions(partitions, facts, now)
         threshold = derive.hanging_threshold_seconds(facts, cfg.hanging_threshold_seconds,
@@ -87,12 +87,10 @@ class ClusterPoller:
             epoch_bumps=MappingProxyType(dict(self._epoch_bumps)),
             capabilities=MappingProxyType(dict(self._capabilities)), findings=tuple(findings))
 
-    def _refresh_lso_timestamps(self, partitions: dict[tuple[str, int], PartitionState], now: float) -> None:
+    def _refresh_lso_timestamps(self, stalled: set[tuple[str, int, int]], now: float) -> None:
         # Keep only entries for LSOs still stalled; fetch the new ones (one fetch per new LSO).
-        live = {(s.topic, s.partition, s.last_stable_offset) for s in partitions.values()
-                if s.stalled_since is not None}
-        self._lso_ts = {k: v for k, v in self._lso_ts.items() if k in live}
-        wanted = derive.lso_timestamps_needed(partitions, self._lso_ts)
+        self._lso_ts = {k: v for k, v in self._lso_ts.items() if k in stalled}
+        wanted = derive.lso_timestamps_needed(stalled, self._lso_ts)
         if not wanted:
             return
         try:
