@@ -31,18 +31,10 @@ SECTION = "## Spark listener"
 
 
 def session():
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    os.environ["PYSPARK_SUBMIT_ARGS"] = "--driver-java-options -Xss64m pyspark-shell"
-    from pyspark.sql import SparkSession
+    from txnwatch.pipeline import spark_session
 
-    s = (SparkSession.builder.master("local[2]").appName("txnwatch-bench-listener")
-         .config("spark.ui.enabled", "false")
-         .config("spark.sql.shuffle.partitions", "2")
-         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
-         .getOrCreate())
-    s.sparkContext.setLogLevel("ERROR")
-    return s
+    return spark_session("local[2]", "txnwatch-bench-listener", 2,
+                         **{"spark.sql.streaming.forceDeleteTempCheckpointLocation": "true"})
 
 
 def run_query(spark, name: str, batches: int, trigger: str) -> list[float]:

@@ -51,22 +51,10 @@ def producers():
 
 @pytest.fixture(scope="session")
 def spark():
-    """The one local SparkSession of the test session (Spark 4, local mode).
+    """The one local SparkSession of the test session (Spark 4, local mode)."""
+    from txnwatch.pipeline import spark_session
 
-    The larger driver thread stack avoids a StackOverflowError that Python streaming
-    sources hit on the stream thread; it must be set before the JVM starts.
-    """
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    os.environ["PYSPARK_SUBMIT_ARGS"] = "--driver-java-options -Xss64m pyspark-shell"
-    from pyspark.sql import SparkSession
-
-    session = (SparkSession.builder.master("local[2]").appName("txnwatch-tests")
-               .config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.driver.extraJavaOptions", "-Xss64m")
-               .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
-               .getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
+    session = spark_session("local[2]", "txnwatch-tests", 2,
+                            **{"spark.sql.streaming.forceDeleteTempCheckpointLocation": "true"})
     yield session
     session.stop()

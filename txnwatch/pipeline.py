@@ -146,17 +146,22 @@ def run_until_idle(query: Any, idle_seconds: float, timeout: float, poll: float 
     return "timeout"
 
 
-def spark_session(master: str, name: str, shuffle_partitions: int) -> Any:
+def spark_session(master: str, name: str, shuffle_partitions: int, **conf: str) -> Any:
+    """A SparkSession for the pipeline, the tests and the benchmarks. The larger driver
+    thread stack avoids a StackOverflowError that Python streaming sources hit on the
+    stream thread; it must be set before the JVM starts."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_SUBMIT_ARGS", "--driver-java-options -Xss64m pyspark-shell")
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master(master).appName(name)
-             .config("spark.ui.enabled", "false")
-             .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-             .config("spark.driver.extraJavaOptions", "-Xss64m")
-             .getOrCreate())
+    builder = (SparkSession.builder.master(master).appName(name)
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+               .config("spark.driver.extraJavaOptions", "-Xss64m"))
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
