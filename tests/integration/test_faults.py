@@ -73,7 +73,8 @@ def test_one_stalled_cluster_delays_no_other(proxied_broker, broker, exporter_fa
     exp.wait_metric(lambda m: m.get_value("txnwatch_up", cluster="stalled") == 1
                     and m.get_value("txnwatch_up", cluster="healthy") == 1, what="both clusters polled")
     proxy.stall()
-    time.sleep(1.0)  # let the stalled cluster's poll get stuck inside its 20 s timeout
+    # Once the proxy holds a request, the stalled cluster's poll is stuck inside its 20 s timeout.
+    wait_for(lambda: proxy.held > 0, 15, what="a poll of the stalled cluster to be held")
     stuck_at = exp.metrics().get_value("txnwatch_last_success_timestamp_seconds", cluster="stalled")
     first = exp.metrics().get_value("txnwatch_last_success_timestamp_seconds", cluster="healthy")
     # The healthy cluster completes several more polls while the other is stuck.

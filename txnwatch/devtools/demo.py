@@ -97,7 +97,7 @@ class Demo:
 
     def _start_pipeline(self, ingest: str) -> None:
         ckpt = self.state / "checkpoint"
-        if self.args.fresh and ckpt.exists():
+        if ckpt.exists():  # the embedded broker starts empty: old checkpoint offsets mean nothing
             shutil.rmtree(ckpt)
         cmd = [sys.executable, "-m", "txnwatch.pipeline", "--bootstrap", self.bootstrap, "--input-topic", INPUT,
                "--output-topic", OUTPUT, "--checkpoint", str(ckpt), "--name", "orders-totals",
@@ -229,7 +229,6 @@ def main(argv: list[str] | None = None) -> int:
                    help="seconds an LSO may stall before it counts as hanging (Tansu has no KIP-664)")
     p.add_argument("--rate", type=int, default=200, help="orders per second from the load generator")
     p.add_argument("--state-dir", default=str(ROOT / ".demo"), help="logs, checkpoints, Prometheus data")
-    p.add_argument("--fresh", action="store_true", default=True, help=argparse.SUPPRESS)
     p.add_argument("--duration", type=float, default=None, help="stop by itself after this many seconds")
     args = p.parse_args(argv)
     demo = Demo(args)

@@ -28,6 +28,7 @@ class KafkaProxy:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self.requests = 0                 # Kafka request frames seen client -> broker
+        self.held = 0                     # chunks that arrived while stalled
         self._conns: list[socket.socket] = []
         self._server: socket.socket | None = None
 
@@ -92,6 +93,9 @@ class KafkaProxy:
                     data = s.recv(65536)
                     if not data:
                         return
+                    if not self._open.is_set():
+                        with self._lock:
+                            self.held += 1
                     while not self._open.is_set() and not self._stop.is_set():
                         time.sleep(0.05)  # stalled: hold the bytes
                     if self.delay:
