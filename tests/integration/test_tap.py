@@ -379,11 +379,12 @@ def test_broker_restart_with_the_log_written_back_never_double_counts(tansu, tap
     assert counts() == (1, 1)                               # nothing counted again
     Log(tansu.bootstrap, partitions=1, flush_each=True).commit("svc-1", t + 10_000)   # new
     wait_for(lambda: counts()[0] == 2, 30, what="the new commit")
-    time.sleep(1.0)
+    wait_for(lambda: tap.view().lag_records == 0, 30, what="the tap at the end of the log")
     assert counts() == (2, 1)
     assert not tap.health().errors.get("log_truncated")
-    assert any(r.name == "txnwatch.librdkafka" and "Connection refused" in r.getMessage()
-               for r in caplog.records)
+    # librdkafka's lines about the outage (disconnects, refused connects: which ones depends
+    # on timing) come through Python logging...
+    assert any(r.name == "txnwatch.librdkafka" for r in caplog.records)
     _out, err = capfd.readouterr()
     assert "txnwatch-tap-c1#consumer" not in err             # not printed by librdkafka itself
 

@@ -10,6 +10,7 @@ from confluent_kafka import KafkaError
 
 from tests.txnlog_encoder import encode_key, encode_value
 from txnwatch.apps import AppResolver
+from txnwatch.devtools.net import wait_for
 from txnwatch.exporter.tap.source import TOPIC, TransactionLogTap
 
 T0 = 1_700_000_000_000
@@ -255,6 +256,7 @@ def test_a_client_that_lost_the_cluster_is_replaced_at_the_tap_positions(monkeyp
     import confluent_kafka
 
     made = []
+    probes_while_down = []
     cluster_up = threading.Event()
     cluster_up.set()
 
@@ -269,6 +271,7 @@ def test_a_client_that_lost_the_cluster_is_replaced_at_the_tap_positions(monkeyp
 
         def list_topics(self, topic=None, timeout=None):
             if not cluster_up.is_set():
+                probes_while_down.append(self)
                 raise confluent_kafka.KafkaException(
                     confluent_kafka.KafkaError(confluent_kafka.KafkaError._TRANSPORT))
             return super().list_topics(topic, timeout)
@@ -295,7 +298,7 @@ def test_a_client_that_lost_the_cluster_is_replaced_at_the_tap_positions(monkeyp
         _wait(lambda: tap._next.get(0) == 3)
         cluster_up.clear()
         _wait(lambda: tap._lost_cluster and not tap.health().up)
-        time.sleep(1.5)                  # probes that find the cluster still away
+        _wait(lambda: len(probes_while_down) >= 2)   # probes that find the cluster still away
         assert len(made) == 1 and tap._lost_cluster   # no client churn meanwhile
         cluster_up.set()
         _wait(lambda: len(made) == 2 and not tap._lost_cluster)
@@ -305,9 +308,4 @@ def test_a_client_that_lost_the_cluster_is_replaced_at_the_tap_positions(monkeyp
 
 
 def _wait(cond, timeout=10.0):
-    import time
-
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
+    wait_for(cond, timeout, interval=0.01)
