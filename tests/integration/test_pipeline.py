@@ -231,7 +231,10 @@ def test_driver_killed_mid_transaction_then_restart(broker, unique, tmp_path):
             os.killpg(restarted.pid, signal.SIGKILL)
     assert rc == 0, (tmp_path / "pipeline-restarted.log").read_text()[-3000:]
     good, bad = assert_exactly_once(broker.bootstrap, s.output_topic, s.name, expected)
-    assert len({a for _, a in bad}) <= 1           # the zombie's records (visible on Tansu only)
+    # Records of uncommitted attempts (visible on Tansu only): the paused zombie of task 0 and,
+    # depending on timing, task 1's transaction still open when the driver died: at most one
+    # open attempt per output task (transactional id).
+    assert 1 <= len({a for _, a in bad}) <= 2
     smp = samples((tmp_path / "metrics-restarted.txt").read_text())
     tid0 = f"txnwatch.{s.name}.0"
     # The restarted task 0 fenced the zombie that was left open and reported it.
