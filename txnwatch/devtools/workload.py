@@ -14,11 +14,13 @@ from .net import wait_for
 
 
 def create_topics(bootstrap: str, topics: Iterable[str], partitions: int = 1,
-                  timeout: float = 30.0) -> None:
+                  timeout: float = 30.0, replication_factor: int = 1,
+                  config: dict[str, str] | None = None) -> None:
     """Create topics (already-existing ones are fine) and wait until metadata shows them."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     wanted = list(topics)
-    futures = admin.create_topics([NewTopic(t, partitions, 1) for t in wanted],
+    futures = admin.create_topics([NewTopic(t, partitions, replication_factor, config=config or {})
+                                   for t in wanted],
                                   operation_timeout=timeout, request_timeout=timeout)
     for _topic, fut in futures.items():
         try:
