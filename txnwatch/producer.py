@@ -21,6 +21,14 @@ endpoint, or the standalone `ProducerMetricsCollector`, which renders the catalo
 kafka_producer_* series (commit latency, begin-to-end duration, outcome, errors by
 librdkafka name, headroom = transaction.timeout.ms - duration).
 
+Errors are recorded wherever they surface, once: a Kafka error raised by begin, produce,
+flush, send_offsets_to_transaction, commit or abort is the error of the open
+transaction (the first one wins: it is the cause, later ones are consequences). A fatal
+error (fencing included) ends the transaction there and then (the coordinator aborts it),
+so its record is written at once and a later commit or abort writes none. A fatal error
+that surfaces while no transaction is open gets a record with `outcome` None: it counts
+as an error, not as a transaction.
+
 Fencing is told apart: `is_fencing(name)` is true for PRODUCER_FENCED,
 INVALID_PRODUCER_EPOCH and librdkafka's local _FENCED; after fencing the producer is
 unusable (a newer instance owns the transactional id) and must be closed.
@@ -68,12 +76,15 @@ def error_name(exc: BaseException | None) -> str | None:
     return APPLICATION_ERROR
 
 
-def make_record(transactional_id: str, outcome: str, duration_seconds: float,
+def make_record(transactional_id: str, outcome: str | None, duration_seconds: float,
                 commit_seconds: float | None = None, timeout_ms: float | None = None,
                 error: str | None = None) -> Record:
-    """One transaction in the `producer_transactions` event-record shape."""
-    if outcome not in ("committed", "aborted"):
-        raise ValueError(f"outcome must be committed or aborted, got {outcome!r}")
+    """One transaction in the `producer_transactions` event-record shape (outcome None: an
+    error that surfaced outside any transaction; it needs `error`)."""
+    if outcome not in ("committed", "aborted", None):
+        raise ValueError(f"outcome must be committed, aborted or None, got {outcome!r}")
+    if outcome is None and not error:
+        raise ValueError("a record without an outcome must carry an error")
     return {"transactional_id": transactional_id, "outcome": outcome,
             "duration_seconds": max(0.0, float(duration_seconds)),
             "commit_seconds": None if commit_seconds is None else max(0.0, float(commit_seconds)),
@@ -127,6 +138,7 @@ class TransactionalProducer:
         self._records: list[Record] = []
         self._max_records = max_records
         self._began: float | None = None
+        self._txn_error: str | None = None   # first Kafka error of the open transaction
         self.initialized = False
         self.broken: str | None = None      # error name once the producer became unusable
 
@@ -155,8 +167,13 @@ class TransactionalProducer:
         self.initialized = True
 
     def begin(self) -> None:
-        self._producer.begin_transaction()
+        try:
+            self._producer.begin_transaction()
+        except Exception as exc:
+            self._surfaced(exc)
+            raise
         self._began = self._clock()
+        self._txn_error = None
 
     def produce(self, topic: str, value: Any = None, key: Any = None, partition: int | None = None,
                 headers: Any = None, on_delivery: Callable | None = None) -> None:
@@ -174,9 +191,42 @@ class TransactionalProducer:
                 return
             except BufferError:
                 self._producer.poll(0.05)
+            except Exception as exc:
+                self._surfaced(exc)
+                raise
 
     def flush(self, timeout: float = 60.0) -> int:
-        return self._producer.flush(timeout)
+        try:
+            return self._producer.flush(timeout)
+        except Exception as exc:
+            self._surfaced(exc)
+            raise
+
+    def send_offsets_to_transaction(self, offsets: Any, group_metadata: Any, timeout: float = 60.0) -> None:
+        """Add consumer offsets to the open transaction (exactly-once consume-transform-produce)."""
+        try:
+            self._producer.send_offsets_to_transaction(offsets, group_metadata, timeout)
+        except Exception as exc:
+            self._surfaced(exc)
+            raise
+
+    def _surfaced(self, exc: BaseException) -> None:
+        """An operation raised. A Kafka error becomes the open transaction's error (the first
+        one only); a fatal one (fencing included) ends the transaction and the producer."""
+        err = kafka_error_of(exc)
+        if err is None:
+            return   # not the client's error (the caller's own, recorded when it aborts)
+        name = error_name(exc)
+        fatal = _flag(err, "fatal") or is_fencing(name)
+        if self.in_transaction:
+            if self._txn_error is None:
+                self._txn_error = name
+            if fatal:
+                self.broken = self.broken or name
+                self._finish("aborted", None, self._txn_error)
+        elif fatal and self.broken is None:
+            self.broken = name
+            self._emit(make_record(self.transactional_id, None, 0.0, timeout_ms=self.timeout_ms, error=name))
 
     def elapsed(self) -> float | None:
         """Seconds since begin() of the open transaction (None when none is open)."""
@@ -193,6 +243,11 @@ class TransactionalProducer:
         rec = make_record(self.transactional_id, outcome, self._clock() - began, commit_seconds,
                           self.timeout_ms, error)
         self._began = None
+        self._txn_error = None
+        self._emit(rec)
+        return rec
+
+    def _emit(self, rec: Record) -> None:
         if len(self._records) < self._max_records:
             self._records.append(rec)
         if self._on_record is not None:
@@ -200,12 +255,15 @@ class TransactionalProducer:
                 self._on_record(rec)
             except Exception:  # noqa: BLE001, S110 - metrics never break the producer
                 pass
-        return rec
 
     def commit(self, timeout: float = 60.0) -> Record:
         """Commit the open transaction. Retriable errors are retried until `timeout`;
         abortable ones abort it and fatal ones (fencing included) leave the producer
-        unusable: both raise TransactionError carrying the aborted record."""
+        unusable: both raise TransactionError carrying the aborted record (None when a
+        fatal error had already ended the transaction, and was recorded then)."""
+        if not self.in_transaction and self.broken is not None:
+            raise TransactionError(f"commit of {self.transactional_id} failed: the transaction already ended "
+                                   f"with {self.broken}", None, self.broken, True)
         deadline = self._clock() + timeout
         t0 = self._clock()
         while True:
@@ -227,19 +285,29 @@ class TransactionalProducer:
                 else:
                     fatal = True
                 if fatal:
-                    self.broken = name
-                rec = self._finish("aborted", None, name)
-                raise TransactionError(f"commit of {self.transactional_id} failed: {name}", rec, name,
+                    self.broken = self.broken or name
+                cause = self._txn_error or name
+                rec = self._finish("aborted", None, cause)
+                raise TransactionError(f"commit of {self.transactional_id} failed: {cause}", rec, cause,
                                        fatal) from exc
 
-    def abort(self, timeout: float = 60.0, error: str | BaseException | None = None) -> Record:
+    def abort(self, timeout: float = 60.0, error: str | BaseException | None = None) -> Record | None:
         """Abort the open transaction; `error` (a name or the exception that caused the
-        abort) is recorded. If the abort itself fails the producer is marked broken."""
+        abort), else the first Kafka error the transaction met, is recorded. If the abort
+        itself fails the producer is marked broken. Without an open transaction (a fatal
+        error ended it and was recorded then) nothing more is recorded: None."""
         name = error_name(error) if isinstance(error, BaseException) else error
+        if not self.in_transaction:
+            try:
+                self._producer.abort_transaction(timeout)
+            except Exception as exc:  # noqa: BLE001 - already broken, or no transaction to abort
+                self._surfaced(exc)
+            return None
+        name = self._txn_error or name
         try:
             self._producer.abort_transaction(timeout)
         except Exception as exc:  # noqa: BLE001
-            self.broken = error_name(exc)
+            self.broken = self.broken or error_name(exc)
             name = name or self.broken
         return self._finish("aborted", None, name)
 

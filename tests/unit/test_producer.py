@@ -26,14 +26,22 @@ class Clock:
 
 
 class FakeProducer:
-    def __init__(self, conf, clock=None, commit_errors=(), init_error=None, buffer_errors=0):
+    """Stands in for confluent_kafka.Producer; `raises={op: [exc, ...]}` makes an operation
+    (begin, produce, flush, send_offsets, abort) raise once per listed error."""
+
+    def __init__(self, conf, clock=None, commit_errors=(), init_error=None, buffer_errors=0, raises=None):
         self.conf = conf
         self.clock = clock
         self.calls = []
         self.commit_errors = list(commit_errors)
         self.init_error = init_error
         self.buffer_errors = buffer_errors
+        self.raises = {k: list(v) for k, v in (raises or {}).items()}
         self.produced = []
+
+    def _maybe_raise(self, op):
+        if self.raises.get(op):
+            raise self.raises[op].pop(0)
 
     def init_transactions(self, timeout):
         self.calls.append("init")
@@ -42,8 +50,14 @@ class FakeProducer:
 
     def begin_transaction(self):
         self.calls.append("begin")
+        self._maybe_raise("begin")
+
+    def send_offsets_to_transaction(self, offsets, group_metadata, timeout):
+        self.calls.append("send_offsets")
+        self._maybe_raise("send_offsets")
 
     def produce(self, topic, value=None, key=None, **kw):
+        self._maybe_raise("produce")
         if self.buffer_errors:
             self.buffer_errors -= 1
             raise BufferError("queue full")
@@ -53,6 +67,7 @@ class FakeProducer:
         self.calls.append("poll")
 
     def flush(self, timeout):
+        self._maybe_raise("flush")
         return 0
 
     def commit_transaction(self, timeout):
@@ -64,6 +79,7 @@ class FakeProducer:
 
     def abort_transaction(self, timeout):
         self.calls.append("abort")
+        self._maybe_raise("abort")
 
 
 def make(clock=None, conf=None, **fake):
@@ -217,3 +233,86 @@ def test_collector_renders_the_catalogue_series():
     assert smp[("kafka_producer_transaction_duration_seconds_count", (app, ("outcome", "committed")))] == 3
     assert smp[("kafka_producer_transaction_timeout_headroom_seconds", (app, ("stat", "last"), tid))] == 25
     assert smp[("kafka_producer_transaction_timeout_headroom_seconds", (app, ("stat", "min"), tid))] == 25
+
+
+FENCED = dict(fatal=True)
+
+
+@pytest.mark.parametrize("op", ["produce", "flush", "send_offsets"])
+def test_a_fence_surfacing_mid_transaction_is_recorded_once(op):
+    """The fence of issue 12: a second instance fenced the first, whose next produce/flush/
+    send_offsets raises _FENCED. It is recorded there, once; the later commit and abort add
+    nothing and the producer is broken."""
+    p, fake, _, records = make(raises={op: [kerr(KafkaError._FENCED, **FENCED)]})
+    p.begin()
+    with pytest.raises(KafkaException):
+        if op == "produce":
+            p.produce("out", value=b"v")
+        elif op == "flush":
+            p.flush(1)
+        else:
+            p.send_offsets_to_transaction([], object(), 1)
+    assert records == [{"transactional_id": "txnwatch.orders.3", "outcome": "aborted", "duration_seconds": 0.0,
+                        "commit_seconds": None, "timeout_ms": 30000.0, "error": "_FENCED"}]
+    assert p.broken == "_FENCED" and not p.in_transaction
+    with pytest.raises(TransactionError) as ei:
+        p.commit()
+    assert ei.value.fenced and ei.value.record is None
+    assert p.abort(error="_FENCED") is None
+    assert len(records) == 1 and "commit" not in fake.calls
+
+
+def test_an_abortable_error_in_produce_is_the_transaction_error_recorded_by_the_abort():
+    err = kerr(KafkaError.TOPIC_AUTHORIZATION_FAILED, txn_requires_abort=True)
+    p, fake, _, records = make(raises={"produce": [err]})
+    with pytest.raises(KafkaException):
+        with p.transaction():
+            p.produce("forbidden", value=b"v")
+    assert [r["error"] for r in records] == ["TOPIC_AUTHORIZATION_FAILED"]
+    assert records[0]["outcome"] == "aborted" and fake.calls[-1] == "abort" and p.broken is None
+
+
+def test_the_first_kafka_error_of_a_transaction_is_its_cause():
+    """An abortable error swallowed by the application, then a commit failure: the record
+    names the first error (the cause), once."""
+    first = kerr(KafkaError.TOPIC_AUTHORIZATION_FAILED, txn_requires_abort=True)
+    p, _, _, records = make(raises={"produce": [first]},
+                            commit_errors=[kerr(KafkaError.INVALID_TXN_STATE, txn_requires_abort=True)])
+    p.begin()
+    with pytest.raises(KafkaException):
+        p.produce("forbidden", value=b"v")
+    with pytest.raises(TransactionError) as ei:
+        p.commit()
+    assert ei.value.error == "TOPIC_AUTHORIZATION_FAILED"
+    assert [r["error"] for r in records] == ["TOPIC_AUTHORIZATION_FAILED"]
+
+
+def test_a_fatal_error_outside_a_transaction_is_an_error_without_an_outcome():
+    p, _, _, records = make(raises={"begin": [kerr(KafkaError._FENCED, **FENCED)] * 2})
+    for _ in range(2):
+        with pytest.raises(KafkaException):
+            p.begin()
+    assert records == [{"transactional_id": "txnwatch.orders.3", "outcome": None, "duration_seconds": 0.0,
+                        "commit_seconds": None, "timeout_ms": 30000.0, "error": "_FENCED"}]
+    assert p.broken == "_FENCED"
+
+
+def test_a_failing_abort_is_recorded_with_its_error_and_breaks_the_producer():
+    p, _, _, records = make(raises={"abort": [kerr(KafkaError._FENCED, **FENCED)]})
+    p.begin()
+    rec = p.abort()
+    assert rec["outcome"] == "aborted" and rec["error"] == "_FENCED" and p.broken == "_FENCED"
+    assert len(records) == 1
+
+
+def test_errors_outside_transactions_are_counted_but_not_as_transactions():
+    collector = ProducerMetricsCollector()
+    collector.record(make_record("txnwatch.orders.3", None, 0.0, error="_FENCED"))
+    reg = CollectorRegistry()
+    reg.register(collector)
+    names = {(s.name, s.labels.get("error"), s.value)
+             for f in text_string_to_metric_families(generate_latest(reg).decode()) for s in f.samples}
+    assert ("kafka_producer_transaction_errors_total", "_FENCED", 1.0) in names
+    assert not any(n == "kafka_producer_transactions_total" for n, _, _ in names)
+    with pytest.raises(ValueError, match="error"):
+        make_record("a", None, 0.0)

@@ -11,7 +11,7 @@ Event schema (every event is a JSON object)::
     {"type": "terminated", "query_id": str, "query": str, "timestamp": float,
      "error_class": str | null, "exception": str | null}
     {"type": "producer_transactions", "app": str, "timestamp": float?,
-     "records": [{"transactional_id": str, "outcome": "committed" | "aborted",
+     "records": [{"transactional_id": str, "outcome": "committed" | "aborted" | null,
                   "duration_seconds": float, "commit_seconds": float | null,
                   "timeout_ms": float | null, "error": str | null}, ...]}
 
@@ -346,15 +346,18 @@ def _validate_record(r: Any) -> dict[str, Any]:
         raise EventValidationError("", f"a record must be an object, got {type(r).__name__}")
     tid = _req_str(r, "transactional_id")
     outcome = r.get("outcome")
-    if outcome not in OUTCOMES:
-        raise EventValidationError("outcome", "must be committed or aborted")
+    if outcome not in OUTCOMES and outcome is not None:
+        raise EventValidationError("outcome", "must be committed, aborted or null (an error outside a transaction)")
+    error = _opt_str(r, "error")
+    if outcome is None and not error:
+        raise EventValidationError("error", "a record with a null outcome must name its error")
     return {
         "transactional_id": tid,
         "outcome": outcome,
         "duration_seconds": _num(r.get("duration_seconds"), "duration_seconds"),
         "commit_seconds": _num(r.get("commit_seconds"), "commit_seconds", nullable=True),
         "timeout_ms": _num(r.get("timeout_ms"), "timeout_ms", nullable=True),
-        "error": _opt_str(r, "error"),
+        "error": error,
     }
 
 

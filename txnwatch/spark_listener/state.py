@@ -399,10 +399,16 @@ class SparkQueryState:
                 continue
             outcome = r.get("outcome")
             tid = r.get("transactional_id")
-            if outcome not in ("committed", "aborted") or not isinstance(tid, str) or not tid:
+            err = r.get("error")
+            if outcome not in ("committed", "aborted", None) or not isinstance(tid, str) or not tid \
+                    or (outcome is None and not (isinstance(err, str) and err)):
                 self._dropped["bad_record"] = self._dropped.get("bad_record", 0) + 1
                 continue
             tid = self._capped_id(app_name, tid)
+            if outcome is None:   # an error outside any transaction: counted as an error only
+                key = (tid, _label(err))
+                app.errors[key] = app.errors.get(key, 0) + 1
+                continue
             app.totals[(tid, outcome)] = app.totals.get((tid, outcome), 0) + 1
             duration = num(r.get("duration_seconds"))
             if duration is not None and duration >= 0:
