@@ -1,7 +1,13 @@
 from txnwatch.apps import AppResolver
 from txnwatch.exporter import derive
 from txnwatch.exporter.derive import ActiveProducer, TxnDescription
-from txnwatch.exporter.model import ClusterFacts, GroupLag, PartitionOffsets, PartitionState
+from txnwatch.exporter.model import (
+    ClusterFacts,
+    GroupLag,
+    HangingTransaction,
+    PartitionOffsets,
+    PartitionState,
+)
 
 
 def po(t, p, hwm, lso):
@@ -101,3 +107,16 @@ def test_config_findings():
     assert kinds[0][0] == "critical"
     assert set(kinds) == {("critical", "min_isr"), ("critical", "past_timeout"), ("warning", "timeout_above_cap"),
                           ("warning", "lso_stalled"), ("warning", "group_blocked")}
+
+
+def test_ended_since_names_ids_that_closed_and_are_still_known():
+    assert derive.ended_since({"a", "b", "c"}, now_open={"a"}, listed={"a", "b", "d"}) == {"b"}
+    assert derive.ended_since(set(), now_open={"a"}, listed={"a"}) == set()
+
+
+def test_a_hanging_finding_gives_the_abort_command():
+    h = HangingTransaction("orders", 3, 7, 0, 1234, 950.0, "billing-1", "partition_not_in_transaction")
+    f = derive.config_findings(ClusterFacts(), [], [h], {}, [], stall_warning_seconds=60, bootstrap="k1:9092")
+    assert f[0].kind == "hanging" and f[0].severity == "critical"
+    assert f[0].message.endswith("kafka-transactions.sh --bootstrap-server k1:9092 abort --topic orders "
+                                 "--partition 3 --start-offset 1234")

@@ -184,6 +184,12 @@ def hanging_threshold_seconds(facts: ClusterFacts, configured: float | None, def
     return (max_ms + LATE_TRANSACTION_SLACK_MS) / 1000
 
 
+def ended_since(previously_open: Iterable[str], now_open: set[str], listed: set[str]) -> set[str]:
+    """Transactional ids open at the last poll that are not open now but still known to the
+    coordinator: described once more to see how their transaction ended."""
+    return {tid for tid in previously_open if tid not in now_open and tid in listed}
+
+
 def epoch_bumps(previous: Mapping[str, tuple[int, int]], current: Iterable[TxnDescription]) -> list[str]:
     """Transactional ids whose producer epoch rose (same producer id) or whose producer id
     changed since the last poll. Under transaction version 2 every completion bumps the
@@ -197,10 +203,17 @@ def epoch_bumps(previous: Mapping[str, tuple[int, int]], current: Iterable[TxnDe
 
 
 # ------------------------------------------------------------------ config risks
+def abort_command(h: HangingTransaction, bootstrap: str = "<bootstrap>") -> str:
+    """The runbook's command that ends a hanging transaction (writes the abort marker)."""
+    return (f"kafka-transactions.sh --bootstrap-server {bootstrap} abort --topic {h.topic} "
+            f"--partition {h.partition} --start-offset {h.start_offset}")
+
+
 def config_findings(facts: ClusterFacts, open_txns: Iterable[OpenTransaction] | None,
                     hanging: Iterable[HangingTransaction],
                     partitions: Mapping[TP, PartitionState],
-                    groups: Iterable[GroupLag], stall_warning_seconds: float) -> list[Finding]:
+                    groups: Iterable[GroupLag], stall_warning_seconds: float,
+                    bootstrap: str = "<bootstrap>") -> list[Finding]:
     """Findings a person should act on, most severe first."""
     out: list[Finding] = []
     if facts.brokers is not None and facts.transaction_state_log_min_isr is not None and \
@@ -213,7 +226,8 @@ def config_findings(facts: ClusterFacts, open_txns: Iterable[OpenTransaction] | 
         who = f" transactional id {h.transactional_id}" if h.transactional_id else ""
         out.append(Finding("critical", "hanging",
                            f"hanging transaction on {h.topic}-{h.partition} at offset {h.start_offset} "
-                           f"({age}, {h.reason}){who}: read_committed consumers are blocked"))
+                           f"({age}, {h.reason}){who}: read_committed consumers are blocked; once sure no "
+                           f"producer will end it, abort it: {abort_command(h, bootstrap)}"))
     hanging_tps = {(h.topic, h.partition) for h in hanging}
     for p in partitions.values():
         if p.stalled_since is not None and p.stalled_seconds >= stall_warning_seconds and \

@@ -40,6 +40,7 @@ class ClusterPoller:
         self._prev_partitions: dict = {}
         self._lso_ts: dict[tuple[str, int, int], float] = {}
         self._prev_epochs: dict[str, tuple[int, int]] = {}
+        self._prev_open: set[str] = set()
         self._epoch_bumps: dict[str, int] = {}
         self._capabilities: dict[str, bool] = {}
         self._kip664_error: str | None = None
@@ -76,7 +77,8 @@ class ClusterPoller:
             hanging = derive.lso_hanging(partitions, threshold)
         blocked = derive.blocked_groups(groups, partitions, min_stall_seconds=min(threshold, 60))
         findings = derive.config_findings(facts, open_txns, hanging, partitions, blocked,
-                                          stall_warning_seconds=min(threshold, 60))
+                                          stall_warning_seconds=min(threshold, 60),
+                                          bootstrap=cfg.bootstrap_servers)
         self._prev_partitions = partitions
         self.polls += 1
         return ClusterSnapshot(
@@ -116,17 +118,21 @@ class ClusterPoller:
         now_ms = int(now * 1000)
         try:
             listings = self.txn_api.list_transactions()
-            open_ids = [t.transactional_id for t in listings if t.state in derive.OPEN_STATES]
-            descriptions = self.txn_api.describe_transactions(open_ids)
+            listed = {t.transactional_id for t in listings}
+            open_ids = {t.transactional_id for t in listings if t.state in derive.OPEN_STATES}
+            # Ids open at the last poll and ended since are described once more: a transaction
+            # ended by a fence or the coordinator's timeout shows as an epoch bump only then.
+            ended = derive.ended_since(self._prev_open, open_ids, listed)
+            descriptions = self.txn_api.describe_transactions(sorted(open_ids | ended))
             open_txns = derive.open_transactions(descriptions.values(), self.resolver, now_ms)
             for tid in derive.epoch_bumps(self._prev_epochs, descriptions.values()):
                 app = self.resolver(tid)
                 self._epoch_bumps[app] = self._epoch_bumps.get(app, 0) + 1
+            # remembered while listed (an id the coordinator expired is forgotten)
+            self._prev_epochs = {tid: e for tid, e in self._prev_epochs.items() if tid in listed}
             self._prev_epochs.update({d.transactional_id: (d.producer_id, d.producer_epoch)
                                       for d in descriptions.values()})
-            if len(self._prev_epochs) > 200_000:
-                self._prev_epochs = {d.transactional_id: (d.producer_id, d.producer_epoch)
-                                     for d in descriptions.values()}
+            self._prev_open = open_ids
             # Only partitions with LSO < HWM can hold a hanging transaction.
             stalled = sorted(tp for tp, s in partitions.items() if s.stalled_since is not None)
             max_ms = facts.transaction_max_timeout_ms or self.cfg.default_transaction_max_timeout_ms
