@@ -7,7 +7,6 @@ import shutil
 import ssl
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 
@@ -15,7 +14,6 @@ import pytest
 import yaml
 
 from tests.integration.conftest import cluster_config
-from txnwatch.devtools.broker import TansuBroker
 from txnwatch.devtools.exporter_proc import ExporterProcess
 from txnwatch.devtools.net import free_port, wait_for
 from txnwatch.devtools.proxy import KafkaProxy
@@ -25,14 +23,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
 
 @pytest.fixture
-def proxied_broker(tmp_path):
-    """A broker reachable only through a proxy the test can stall."""
+def proxied_broker(own_broker):
+    """A broker reachable only through a proxy the test can stall (it advertises the proxy's
+    port to clients; replication and transaction markers use the broker's own listener)."""
     proxy_port = free_port()
-    b = TansuBroker(log_path=tmp_path / "tansu.log", advertised_port=proxy_port).start()
+    b = own_broker(advertised_port=proxy_port)
     proxy = KafkaProxy("127.0.0.1", b.port, port=proxy_port).start()
     yield b, proxy
     proxy.stop()
-    b.stop()
 
 
 def test_stalled_broker_polls_time_out_scrapes_stay_fast_page_says_stale(proxied_broker, exporter_factory, unique):
@@ -208,46 +206,41 @@ def test_ingest_needs_a_token_beyond_loopback(broker, tmp_path):
             exp.stop()
 
 
-def test_broker_restarts_during_the_tap_never_double_count(tmp_path):
-    """Fault: the broker dies and comes back three times while the tap follows
-    __transaction_state. Expected: the exporter keeps serving, reports the outage, recovers
-    by itself, and its counters never go backwards nor count again records already applied.
-    Tansu's memory storage forgets everything on restart, so after each restart the test
-    writes the same log again (same offsets), as a broker with persistent storage would
-    still have it, then appends one new transaction."""
-    from tests.integration.test_tap import PARTITIONS, TOPIC, Log
+def test_broker_restarts_during_the_tap_never_double_count(own_broker, tmp_path, unique):
+    """Fault: the broker dies (SIGKILL) and comes back three times while the tap follows the
+    real __transaction_state. Expected: the exporter keeps serving, reports the outage,
+    recovers by itself, and its counters never go backwards nor count again records already
+    applied: after each restart exactly the new transactions are counted."""
+    from txnwatch.producer import TransactionalProducer
 
-    b = TansuBroker(log_path=tmp_path / "tansu.log").start()
-    history: list[tuple] = []
+    b = own_broker()
+    topic = unique("payments")
+    create_topics(b.bootstrap, [topic])
 
-    def write(log: Log, kind: str, tid: str, t: int) -> None:
-        getattr(log, kind)(tid, t)
-        log.flush()
+    def run(tid: str, outcome: str) -> None:
+        p = TransactionalProducer({"bootstrap.servers": b.bootstrap, "transactional.id": tid,
+                                   "transaction.timeout.ms": 10000, "log_level": 3})
+        p.init_transactions(60)
+        p.begin()
+        p.produce(topic, value=tid.encode())
+        p.flush(30)   # the partition is in the transaction: an abort reaches the coordinator (else it is local)
+        p.commit(30) if outcome == "commit" else p.abort(30)
+        p.close()
 
-    def replay() -> None:
-        create_topics(b.bootstrap, [TOPIC], partitions=PARTITIONS)
-        log = Log(b.bootstrap, flush_each=True)
-        for kind, tid, t in history:
-            write(log, kind, tid, t)
-
-    exp = None
+    for i, kind in enumerate(["commit", "commit", "abort"]):   # written before the exporter starts
+        run(f"billing-{i}", kind)
+    exp = ExporterProcess(cluster_config(b.bootstrap, [topic], transaction_log_tap=True, poll_interval_seconds=0.5,
+                                         poll_timeout_seconds=2), log_path=tmp_path / "exporter.log").start()
     try:
-        create_topics(b.bootstrap, [TOPIC], partitions=PARTITIONS)
-        exp = ExporterProcess(cluster_config(b.bootstrap, transaction_log_tap=True, poll_interval_seconds=0.5,
-                                             poll_timeout_seconds=2), log_path=tmp_path / "exporter.log").start()
         wait_for(lambda: exp.get("/readyz")[0] == 200, 60, what="ready (tap rebuilt)")
-        t0 = int(time.time() * 1000)
-        log = Log(b.bootstrap, flush_each=True)
-        for i, kind in enumerate(["commit", "commit", "abort"]):
-            history.append((kind, f"billing-{i}", t0 + i * 1000))
-            write(log, *history[-1])
 
         def counts(m):
-            # summed over apps: the new transactions ("billing-new-N") are app "billing-new",
-            # and get_value would return only the first matching series (app "billing")
             return tuple(sum(v for _labels, v in m.select("kafka_transactions_total", outcome=outcome))
                          for outcome in ("committed", "aborted"))
 
+        assert counts(exp.metrics()) == (0, 0)    # the log as of start is state, not news
+        for i, kind in enumerate(["commit", "commit", "abort"]):
+            run(f"billing-{i}", kind)
         exp.wait_metric(lambda m: counts(m) == (2, 1), timeout=60, what="2 commits and 1 abort counted")
         expected = (2, 1)
         for round_ in range(3):
@@ -257,20 +250,16 @@ def test_broker_restarts_during_the_tap_never_double_count(tmp_path):
             assert counts(m) == expected                     # nothing lost while down
             assert exp.get("/metrics")[0] == 200
             b.start()
-            replay()
             exp.wait_metric(lambda m: m.get_value("txnwatch_up", source="poller") == 1
                             and m.get_value("txnwatch_up", source="tap") == 1
                             and m.get_value("txnwatch_tap_lag_records") == 0, timeout=90,
                             what=f"recovery after restart {round_ + 1}")
-            assert counts(exp.metrics()) == expected         # the replayed log is not counted again
-            history.append(("commit", f"billing-new-{round_}", int(time.time() * 1000)))
-            write(Log(b.bootstrap, flush_each=True), *history[-1])
+            assert counts(exp.metrics()) == expected         # the log read again is not counted again
+            run(f"billing-new-{round_}", "commit")
             expected = (expected[0] + 1, expected[1])
             m = exp.wait_metric(lambda m, e=expected: counts(m)[0] >= e[0], timeout=60,
                                 what="the new commit to be counted")
             assert counts(m) == expected, (counts(m), expected)  # exactly once
         assert "Traceback" not in exp.log()
     finally:
-        if exp:
-            exp.stop()
-        b.stop()
+        exp.stop()

@@ -29,3 +29,25 @@ def test_client_library_log_storms_are_rate_limited(capsys):
         assert err.count("Connection refused") == 1
     finally:
         setup_logging("WARNING")
+
+
+def test_kafka_python_outage_lines_are_one_line_each_and_rate_limited(capsys):
+    """kafka-python logs a broker outage from child loggers (kafka.net.*), with tracebacks,
+    many times a second: one line per shape gets through, without the traceback. The
+    exporter's own lines are never limited."""
+    setup_logging("INFO")
+    try:
+        for i in range(300):
+            try:
+                raise ConnectionResetError(104, "Connection reset by peer")
+            except ConnectionResetError:
+                logging.getLogger("kafka.net.transport").exception("Error sending request data: attempt %d", i)
+            logging.getLogger("kafka.cluster").error("Metadata refresh: failed KafkaConnectionError: 111 ECONNREFUSED")
+        for i in range(3):
+            logging.getLogger("txnwatch.exporter.poller").warning("cluster c: poll %d failed", i)
+        err = capsys.readouterr().err
+        assert err.count("Error sending request data") == 1 and "Traceback" not in err
+        assert err.count("Metadata refresh") == 1
+        assert err.count("txnwatch.exporter.poller") == 3
+    finally:
+        setup_logging("WARNING")
