@@ -1,14 +1,17 @@
-"""End to end (issue 6): a real Prometheus scrapes the real exporter watching a real broker.
+"""End to end (issue 6, on the real broker since issue 12): a real Prometheus scrapes the
+real exporter watching a real Apache Kafka broker.
 
 Everything is real and running at once:
 
-- a dedicated Tansu broker with a hanging transaction (a transactional producer
-  SIGKILLed mid-transaction on e2e.orders-1) and a read_committed consumer group stuck
-  behind it;
-- a `__transaction_state` topic on that broker, written continuously with encoded
-  coordinator histories (commits and aborts under TV0 and TV2, timeout aborts, fences by
-  a new instance, id expirations) and read by the exporter's transaction-log tap
-  (Tansu has no coordinator log of its own);
+- a dedicated Kafka broker (transaction.max.timeout.ms 8 s, transactional ids expire after
+  10 s of idleness, the coordinator's timeout check every second) with a hanging
+  transaction on e2e.orders-1 (KAFKA-9144: a transactional batch the coordinator never
+  heard of) and a read_committed consumer group stuck behind it;
+- real transactional producers writing through the coordinator, so the exporter's
+  transaction-log tap reads the real `__transaction_state`: commits and aborts by fresh
+  transactional ids every round (which later expire), producers SIGKILLed mid-transaction
+  that the coordinator aborts at their timeout, and a settlement producer that keeps a
+  transaction open most of the time (open transactions, headroom);
 - an instrumented transactional producer (txnwatch.producer) committing and aborting on
   e2e.payments and, every few transactions, fenced by a new instance with the same
   transactional.id; its records go to the exporter as `producer_transactions` events
@@ -17,43 +20,31 @@ Everything is real and running at once:
   watermarked window count (state, watermark, phases), a query over e2e.payments through
   the confluent-kafka source (source lag), an idle query (QueryIdleEvents) and a query
   that fails (terminations by error class);
-- `txnwatch serve` with the tap on, a 3 s hanging threshold and a small per-id series cap,
-  plus a second cluster that cannot be reached (poll errors);
+- `txnwatch serve` with the tap on and a small per-id series cap, plus a second cluster
+  that cannot be reached (poll errors);
 - Debian's `prometheus` on its own port scraping the exporter every second with the
   generated rules (short `for` durations).
 
 Then every query of every dashboard panel is sent to Prometheus's /api/v1/query and must
-return at least one series with a number (NaN does not count). Queries that cannot have
-data on Tansu are listed in NO_DATA_ON_TANSU with the reason and must be empty; the
-panels that only have data under a fault are listed in FAULTS with the fault this test
-makes happen. KafkaTransactionHanging must be firing in /api/v1/alerts for e2e.orders-1.
+return at least one series with a number (NaN does not count): on Kafka nothing is
+excluded (the broker config values and the KIP-664 epoch bumps that Tansu lacked have
+data). The panels that only have data under a fault are listed in FAULTS with the fault
+this test makes happen. KafkaTransactionHanging must be firing in /api/v1/alerts for
+e2e.orders-1.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-import random
 import tempfile
 import threading
 import time
-import uuid
-import zlib
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from tests.integration.conftest import cluster_config
-from tests.txnlog_encoder import (
-    COMPLETE_ABORT,
-    COMPLETE_COMMIT,
-    EMPTY,
-    ONGOING,
-    PREPARE_ABORT,
-    PREPARE_COMMIT,
-    encode_key,
-    encode_value,
-)
 from txnwatch.alerts.rules import AlertConfig, generate_alerts
 from txnwatch.dashboards import ids
 from txnwatch.dashboards.build import (
@@ -63,8 +54,9 @@ from txnwatch.dashboards.build import (
     query_requirements,
 )
 from txnwatch.dashboards.names import metric_names
-from txnwatch.devtools.broker import TansuBroker
+from txnwatch.devtools.broker import KafkaBroker
 from txnwatch.devtools.exporter_proc import ExporterProcess
+from txnwatch.devtools.hanging import make_hanging_transaction
 from txnwatch.devtools.net import free_port, wait_for
 from txnwatch.devtools.prometheus import PrometheusProcess
 from txnwatch.devtools.workload import ProducerProcess, commit_group_offset, create_topics
@@ -74,7 +66,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 RATE_INTERVAL = "30s"           # $__rate_interval in the dashboards' queries
 RATE_SECONDS = 30
 CLUSTER = "e2e"
-TXN_LOG = "__transaction_state"
 ORDERS, PAYMENTS = "e2e.orders", "e2e.payments"
 HANG_PARTITION = 1
 BLOCKED_GROUP = "e2e-orders-reader"          # committed offset 0 on the hanging partition
@@ -89,33 +80,23 @@ OV, TX, PA, SP, EX = (ids.OVERVIEW.title, ids.TRANSACTIONS.title, ids.PARTITIONS
 
 # Queries that cannot return data on this broker: (dashboard, panel, metric read) -> why.
 # Each must come back EMPTY; if one ever has data, it leaves this list.
-_NO_KIP664 = ("Tansu does not implement the KIP-664 admin APIs (ListTransactions/DescribeTransactions), "
-              "and epoch bumps are only counted by the KIP-664 poller (the tap does not derive them)")
-_NO_CONFIGS = ("Tansu answers DescribeConfigs(BROKER) with no entries at all (checked with confluent-kafka's "
-               "AdminClient), so the exporter has no broker config value to report")
-NO_DATA_ON_TANSU: dict[tuple[str, str, str], str] = {
-    (OV, "Oldest open transaction vs its timeout", "kafka_broker_transaction_max_timeout_seconds"): _NO_CONFIGS,
-    (TX, "Producer timeout vs broker cap", "kafka_broker_transaction_max_timeout_seconds"): _NO_CONFIGS,
-    (TX, "Producer epoch bumps", "kafka_transaction_epoch_bumps_total"): _NO_KIP664,
-    (TX, "Broker transaction configs", "kafka_broker_transaction_max_timeout_seconds"): _NO_CONFIGS,
-    (TX, "Broker transaction configs", "kafka_broker_transactional_id_expiration_seconds"): _NO_CONFIGS,
-    (TX, "Broker transaction configs", "kafka_broker_producer_id_expiration_seconds"): _NO_CONFIGS,
-    (PA, "Brokers vs transaction.state.log.min.isr", "kafka_transaction_state_log_min_isr"): _NO_CONFIGS,
-    (PA, "Brokers vs transaction.state.log.min.isr",
-     "kafka_transaction_state_log_replication_factor"): _NO_CONFIGS,
+NO_DATA_ON_BROKER: dict[tuple[str, str, str], str] = {
+    (TX, "Broker transaction configs", "kafka_broker_producer_id_expiration_seconds"):
+        "producer.id.expiration.ms arrived with KIP-854 in Kafka 3.5: DescribeConfigs of Kafka 3.1 has no such entry",
 }
 
 # Every panel that only has data under a fault, and the fault this test makes happen.
 FAULTS: dict[tuple[str, str], str] = {
     (OV, "Groups behind a stalled LSO"): f"{BLOCKED_GROUP} committed offset 0 on {ORDERS}-{HANG_PARTITION}, "
-                                         "whose LSO a SIGKILLed producer's open transaction stalls",
+                                         "whose LSO a hanging transaction stalls",
     (OV, "Fencing rate"): "tap: fences by a new instance and by timeout; client: the producer is fenced by a "
                           "new instance with the same transactional.id every 5th transaction",
-    (TX, "Timeouts and id expirations"): "tap: coordinator timeout aborts and transactional-id tombstones",
+    (TX, "Timeouts and id expirations"): "tap: the coordinator aborts SIGKILLed producers' transactions at their "
+                                         "timeout, and expires idle transactional ids (tombstones)",
     (TX, "Fencing events"): "as Fencing rate",
-    (TX, "Producer transaction errors"): "the fenced producer's next transaction fails: Tansu refuses its "
-                                         "AddPartitionsToTxn (PRODUCER_FENCED), librdkafka reports _FENCED",
-    (PA, "Hanging transactions and stalled LSOs"): f"the SIGKILLed producer's open transaction on {ORDERS}-1",
+    (TX, "Producer transaction errors"): "the fenced producer's next transaction fails: librdkafka reports "
+                                         "_FENCED from produce/flush (or PRODUCER_FENCED at commit)",
+    (PA, "Hanging transactions and stalled LSOs"): f"the hanging transaction on {ORDERS}-{HANG_PARTITION}",
     (PA, "Groups blocked behind a stalled LSO"): f"as Groups behind a stalled LSO ({BLOCKED_GROUP})",
     (SP, "Terminations by error class"): f"{Q_FAILING} raises in foreachBatch and terminates",
     (EX, "Poll errors by cause"): "a second configured cluster that nothing listens for",
@@ -130,17 +111,14 @@ WORKLOADS: dict[tuple[str, str], str] = {
 }
 
 # Fault/workload queries allowed to show 0 under their fault: (dashboard, panel, metric) -> why.
-ZERO_OK: dict[tuple[str, str, str], str] = {
-    (PA, "Hanging transactions and stalled LSOs", "kafka_partition_last_stable_offset"):
-        "Tansu reports LSO 0 while any transaction is open on the partition (Kafka: the open one's first offset)",
-}
+ZERO_OK: dict[tuple[str, str, str], str] = {}
 
 
 def test_fault_and_workload_lists_match_the_dashboards():
     assert set(FAULTS) == set(FAULT_ONLY_PANELS)
     assert set(WORKLOADS) == set(CONDITIONAL_PANELS)
     queries = dashboard_queries(RATE_INTERVAL)
-    for key, reason in NO_DATA_ON_TANSU.items():
+    for key, reason in NO_DATA_ON_BROKER.items():
         hits = [e for d, p, e in queries if (d, p) == key[:2] and key[2] in metric_names(e)]
         assert len(hits) == 1, (key, hits)
         assert query_requirements(hits[0]) & {"kip664", "broker_configs"}, (key, reason)
@@ -148,90 +126,45 @@ def test_fault_and_workload_lists_match_the_dashboards():
 
 # ----------------------------------------------------------------------------- workload
 
-class TxnLogWriter:
-    """Writes realistic coordinator histories to `__transaction_state` in a thread: one
-    round a second, each with fresh transactional ids (so the id cap folds some)."""
+class TxnWorkload:
+    """Real transactions through the coordinator, one round a second, each with fresh
+    transactional ids (so the id cap folds some, and idle ids expire 10 s later):
+    a commit and an abort per round, and every 5th round a producer that opens a
+    transaction with a 2 s timeout and is then abandoned, as a crashed one would be (the
+    coordinator aborts it: a timeout, a fence by timeout)."""
 
-    def __init__(self, bootstrap: str, partitions: int) -> None:
-        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-        self.partitions = partitions
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
         self.stop_event = threading.Event()
         self.rounds = 0
         self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, name="txnlog-writer", daemon=True)
-        self._pid = 50_000
+        self.thread = threading.Thread(target=self._run, name="txn-workload", daemon=True)
+        self.abandoned: list = []
 
-    def put(self, tid: str, status: int | None, epoch: int = 0, *, start: int = -1, last: int,
-            timeout: int = 60_000, pid: int, tv: int = 0) -> None:
-        version = 1 if tv else 0
-        if status is None:
-            value = None   # tombstone: the coordinator expired the id
-        else:
-            parts = [(ORDERS, [0, 1])] if status in (ONGOING, PREPARE_COMMIT, PREPARE_ABORT) else None
-            value = encode_value(version=version, producer_id=pid, producer_epoch=epoch, timeout_ms=timeout,
-                                 status=status, partitions=parts, last_update_ms=last, start_ms=start,
-                                 client_transaction_version=tv)
-        self.producer.produce(TXN_LOG, key=encode_key(tid), value=value,
-                              partition=zlib.crc32(tid.encode()) % self.partitions, timestamp=last)
+    def _producer(self, tid: str, timeout_ms: int = 5000):
+        from txnwatch.producer import TransactionalProducer
 
-    def transaction(self, tid: str, pid: int, t: int, epoch: int, outcome: str, tv: int = 0,
-                    took: int = 500, complete: int = 20) -> int:
-        bump = 1 if tv >= 2 else 0
-        prepare, done = (PREPARE_COMMIT, COMPLETE_COMMIT) if outcome == "commit" else (PREPARE_ABORT, COMPLETE_ABORT)
-        self.put(tid, ONGOING, epoch, start=t, last=t, pid=pid, tv=tv)
-        self.put(tid, prepare, epoch + bump, start=t, last=t + took, pid=pid, tv=tv)
-        self.put(tid, done, epoch + bump, start=t, last=t + took + complete, pid=pid, tv=tv)
-        return epoch + bump
-
-    def fenced(self, tid: str, pid: int, t: int, epoch: int, after: int, timeout: int = 60_000,
-               tv: int = 0) -> int:
-        """Ongoing, then aborted by the coordinator with a fencing epoch bump `after` ms later
-        (a timeout when `after` > `timeout`, else a new instance)."""
-        bump = 2 if tv >= 2 else 1
-        self.put(tid, ONGOING, epoch, start=t, last=t, timeout=timeout, pid=pid, tv=tv)
-        self.put(tid, PREPARE_ABORT, epoch + bump, start=t, last=t + after, timeout=timeout, pid=pid, tv=tv)
-        self.put(tid, COMPLETE_ABORT, epoch + bump, start=t, last=t + after + 10, timeout=timeout, pid=pid, tv=tv)
-        return epoch + bump
-
-    def open_transaction(self, tid: str) -> None:
-        """A healthy open transaction (15 min timeout) the tap reports as open."""
-        now = int(time.time() * 1000)
-        self._pid += 1
-        self.put(tid, EMPTY, 0, last=now - 1000, pid=self._pid)
-        self.put(tid, ONGOING, 0, start=now, last=now, timeout=900_000, pid=self._pid)
-        assert self.producer.flush(15) == 0
+        p = TransactionalProducer({"bootstrap.servers": self.bootstrap, "transactional.id": tid,
+                                   "transaction.timeout.ms": timeout_ms, "linger.ms": 0, "log_level": 0})
+        p.init_transactions(30)
+        return p
 
     def round(self, k: int) -> None:
-        rnd = random.Random(k)
-        now = int(time.time() * 1000)
-        t = now - 3000
-        pids = iter(range(self._pid + 1, self._pid + 10))
-        self._pid += 10
-        # TV0: a commit and an abort by an orders producer
-        tid, pid = f"orders-{k}", next(pids)
-        self.put(tid, EMPTY, 0, last=t - 500, pid=pid)
-        e = self.transaction(tid, pid, t, 0, "commit", took=rnd.randint(100, 1500), complete=rnd.randint(5, 60))
-        self.transaction(tid, pid, t + 1600, e, "abort", took=rnd.randint(50, 300), complete=rnd.randint(5, 30))
-        # TV2 (Kafka Streams EOS v2): commits bump the epoch
-        tid, pid = f"streams-app-{uuid.uuid4()}-{k % 4}", next(pids)
-        self.put(tid, EMPTY, 0, last=t - 500, pid=pid, tv=2)
-        e = self.transaction(tid, pid, t, 0, "commit", tv=2, took=rnd.randint(100, 900))
-        self.transaction(tid, pid, t + 1000, e, "commit", tv=2, took=rnd.randint(100, 900))
-        # a timeout abort: 10 s timeout, aborted by the coordinator 14 s after the start
-        tid, pid = f"payments-{k}", next(pids)
-        self.put(tid, EMPTY, 3, last=t - 20_000, pid=pid)
-        self.fenced(tid, pid, t - 14_000, 3, after=14_000, timeout=10_000)
-        # a fence by a new instance under TV0, and the new instance's InitProducerId
-        tid, pid = f"inventory-{k}", next(pids)
-        self.put(tid, EMPTY, 7, last=t - 6000, pid=pid)
-        e = self.fenced(tid, pid, t - 5000, 7, after=4000)
-        self.put(tid, EMPTY, e + 1, last=t, pid=pid)
-        # an id that goes idle, expired (tombstone) one round later
-        pid = next(pids)
-        self.put(f"legacy-{k}", EMPTY, 0, last=t, pid=pid)
-        if k:
-            self.put(f"legacy-{k - 1}", None, last=now, pid=pid)
-        assert self.producer.flush(15) == 0
+        p = self._producer(f"orders-{k}")
+        try:
+            for outcome in ("commit", "abort"):
+                p.begin()
+                p.produce(ORDERS, value=f"order-{k}".encode(), partition=0)
+                p.flush(10)   # the partition is in the transaction: the abort reaches the coordinator
+                p.commit(10) if outcome == "commit" else p.abort(10)
+        finally:
+            p.close(2)
+        if k % 5 == 0:
+            doomed = self._producer(f"payments-{k}", timeout_ms=2000)
+            doomed.begin()
+            doomed.produce(ORDERS, value=b"never ends", partition=0)
+            doomed.flush(10)
+            self.abandoned.append(doomed)   # never touched again: the coordinator times it out
 
     def _run(self) -> None:
         try:
@@ -242,7 +175,46 @@ class TxnLogWriter:
         except BaseException as exc:  # noqa: BLE001 - reported by the test
             self.error = exc
 
-    def start(self) -> TxnLogWriter:
+    def start(self) -> TxnWorkload:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.thread.join(60)
+        for p in self.abandoned:
+            p.close(0.1)
+
+
+class OpenTransactions:
+    """A settlement producer that keeps a transaction open most of the time (4 s of every
+    ~4.1 s, within the 5 s timeout): open transactions, their age and headroom."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        self.stop_event = threading.Event()
+        self.committed = 0
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="open-transactions", daemon=True)
+
+    def _run(self) -> None:
+        from txnwatch.producer import TransactionalProducer
+
+        try:
+            p = TransactionalProducer({"bootstrap.servers": self.bootstrap, "transactional.id": "settlement-0",
+                                       "transaction.timeout.ms": 5000, "linger.ms": 0, "log_level": 3})
+            p.init_transactions(30)
+            while not self.stop_event.is_set():
+                with p.transaction(10):
+                    p.produce(ORDERS, value=b"settlement", partition=0)
+                    p.flush(10)
+                    self.stop_event.wait(4.0)
+                self.committed += 1
+            p.close(2)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            self.error = exc
+
+    def start(self) -> OpenTransactions:
         self.thread.start()
         return self
 
@@ -277,7 +249,8 @@ class ClientWorkload:
         from txnwatch.producer import TransactionalProducer
 
         p = TransactionalProducer({"bootstrap.servers": self.bootstrap, "transactional.id": CLIENT_TID,
-                                   "transaction.timeout.ms": 10_000, "linger.ms": 5}, on_record=self._record)
+                                   "transaction.timeout.ms": 5000, "linger.ms": 5, "log_level": 3},
+                                  on_record=self._record)
         p.init_transactions(30)
         return p
 
@@ -290,14 +263,19 @@ class ClientWorkload:
             while not self.stop_event.is_set():
                 n += 1
                 if n % 5 == 0:
-                    newer = self._producer()   # same transactional.id: fences p
                     p.begin()
-                    p.produce(PAYMENTS, value=b"late", partition=0)
-                    try:
+                    p.produce(PAYMENTS, value=b"before the fence", partition=0)
+                    p.flush(10)
+                    newer = self._producer()   # same transactional.id: fences p mid-transaction
+                    try:   # the fence surfaces in produce/flush (_FENCED) or at commit (PRODUCER_FENCED)
+                        p.produce(PAYMENTS, value=b"late", partition=0)
+                        p.flush(10)
                         p.commit(10)
                         raise AssertionError("a fenced producer committed")
                     except TransactionError as exc:
                         assert exc.fenced, exc.error
+                    except KafkaException:
+                        assert p.broken, "an error other than the fence"
                     p.close(1)
                     p = newer
                 elif n % 3 == 0:
@@ -322,24 +300,6 @@ class ClientWorkload:
         self.stop_event.set()
         self.thread.join(30)
         self.group.close()
-
-
-def open_transaction_then_kill(bootstrap: str, stack: contextlib.ExitStack) -> None:
-    """Two commits, then a transaction left open on ORDERS-1 and its producer SIGKILLed.
-    Seen once: a fresh Tansu never answered the first commit (the child printed `ready`
-    only); a new producer (new transactional id) is tried then, at most three in all."""
-    for attempt in range(3):
-        hang = ProducerProcess(bootstrap, ORDERS, f"orders-enricher-{attempt}", action="commit", count=2,
-                               records=3, partition=HANG_PARTITION, then_hang=True)
-        stack.callback(hang.kill)
-        try:
-            hang.wait_line("open", timeout=20)
-            hang.kill()
-            return
-        except TimeoutError as exc:
-            hang.kill()
-            print(f"hanging producer attempt {attempt + 1}: {exc}")
-    raise AssertionError("no producer could leave a transaction open on the broker (see above)")
 
 
 def start_queries(spark, idle_dir: str) -> list:
@@ -464,7 +424,7 @@ def describe(result: list[dict]) -> str:
 
 
 def exclusion_of(dash: str, panel: str, expr: str) -> tuple[str, str, str] | None:
-    hits = [k for k in NO_DATA_ON_TANSU if k[:2] == (dash, panel) and k[2] in metric_names(expr)]
+    hits = [k for k in NO_DATA_ON_BROKER if k[:2] == (dash, panel) and k[2] in metric_names(expr)]
     return hits[0] if hits else None
 
 
@@ -480,10 +440,10 @@ def evaluate(prom: PrometheusProcess) -> tuple[list[str], list[str], list[str]]:
             continue
         if key is not None:
             if result:
-                failures.append(f"{dash} / {panel}: listed in NO_DATA_ON_TANSU ({key[2]}) but has data: "
+                failures.append(f"{dash} / {panel}: listed in NO_DATA_ON_BROKER ({key[2]}) but has data: "
                                 f"{describe(result)}\n    {expr}")
             else:
-                excluded.append(f"{dash} / {panel} [{key[2]}]: {NO_DATA_ON_TANSU[key]}")
+                excluded.append(f"{dash} / {panel} [{key[2]}]: {NO_DATA_ON_BROKER[key]}")
             continue
         values = numbers(result)
         # A fault or workload panel must show it: some series above 0, not only zeros.
@@ -518,18 +478,23 @@ def test_every_dashboard_query_has_data_and_the_hanging_alert_fires(spark, tmp_p
     t0 = time.monotonic()
     stack = contextlib.ExitStack()
     with stack:
-        broker = stack.enter_context(TansuBroker(log_path=tmp_path / "tansu.log"))
+        broker = KafkaBroker(workdir=tmp_path / "kafka", properties={
+            "transaction.max.timeout.ms": 8000, "transactional.id.expiration.ms": 10_000,
+            "transaction.remove.expired.transaction.cleanup.interval.ms": 1000}).start()
+        stack.callback(broker.cleanup)
         bootstrap = broker.bootstrap
-        create_topics(bootstrap, [TXN_LOG], partitions=3)
         create_topics(bootstrap, [ORDERS], partitions=2)
         create_topics(bootstrap, [PAYMENTS], partitions=1)
 
-        # The hanging transaction: two commits, then a transaction left open and its producer killed.
-        open_transaction_then_kill(bootstrap, stack)
+        # The hanging transaction: two committed transactions, then a transactional batch that
+        # the coordinator never added to a transaction (KAFKA-9144), and a group behind it.
+        ProducerProcess(bootstrap, ORDERS, "orders-enricher-0", action="commit", count=2, records=3,
+                        partition=HANG_PARTITION, timeout_ms=5000).wait()
+        make_hanging_transaction(bootstrap, ORDERS, HANG_PARTITION)
         commit_group_offset(bootstrap, BLOCKED_GROUP, ORDERS, HANG_PARTITION, 0)
 
         config = cluster_config(bootstrap, [ORDERS, PAYMENTS], name=CLUSTER, transaction_log_tap=True,
-                                hanging_threshold_seconds=3, max_transactional_id_series=3)
+                                max_transactional_id_series=3)
         config["clusters"].append({"name": "e2e-unreachable", "bootstrap_servers": f"127.0.0.1:{free_port()}",
                                    "poll_interval_seconds": 0.5, "poll_timeout_seconds": 1})
         exporter = ExporterProcess(config, log_path=tmp_path / "exporter.log").start()
@@ -542,10 +507,10 @@ def test_every_dashboard_query_has_data_and_the_hanging_alert_fires(spark, tmp_p
                                  log_path=tmp_path / "prometheus.log", data_dir=tmp_path / "prometheus").start()
         stack.callback(prom.stop)
 
-        txnlog = TxnLogWriter(bootstrap, partitions=3)
-        txnlog.open_transaction("orders-open-1")
-        txnlog.start()
-        stack.callback(txnlog.stop)
+        txns = TxnWorkload(bootstrap).start()
+        stack.callback(txns.stop)
+        settlement = OpenTransactions(bootstrap).start()
+        stack.callback(settlement.stop)
 
         from txnwatch.spark_listener import attach, detach
 
@@ -582,6 +547,10 @@ def test_every_dashboard_query_has_data_and_the_hanging_alert_fires(spark, tmp_p
                 "client fenced": (v("kafka_producer_transaction_errors_total", app=CLIENT_APP) or 0) > 0,
                 "tap timeouts": (v("kafka_transaction_fencing_events_total", cluster=CLUSTER, app="payments",
                                    reason="timeout") or 0) > 0,
+                "tap expirations": sum(n for _, n in m.select("kafka_transactional_id_expirations_total",
+                                                              cluster=CLUSTER)) > 0,
+                "epoch bumps": sum(n for _, n in m.select("kafka_transaction_epoch_bumps_total", cluster=CLUSTER)) > 0,
+                "broker configs": v("kafka_broker_transaction_max_timeout_seconds", cluster=CLUSTER) == 8,
                 "hanging": v("kafka_transaction_hanging", cluster=CLUSTER, topic=ORDERS,
                              partition=HANG_PARTITION) == 1,
                 "poll errors": (v("txnwatch_poll_errors_total", cluster="e2e-unreachable") or 0) > 0,
@@ -597,7 +566,8 @@ def test_every_dashboard_query_has_data_and_the_hanging_alert_fires(spark, tmp_p
             m = exporter.metrics()
             spark_series = sorted({(n, dict(lb).get("query")) for n, lb in m if n.startswith("spark_")})
             stopped = {q.name: str(q.exception())[:3000] for q in queries if not q.isActive}
-            raise AssertionError(f"sources not flowing: {pending(m)}; writer={txnlog.error!r} "
+            raise AssertionError(f"sources not flowing: {pending(m)}; txns={txns.error!r} "
+                                 f"settlement={settlement.error!r} "
                                  f"client={client.error!r} failing={failing.error!r} kafka={kafka.error!r}; "
                                  f"{Q_KAFKA} runs: {kafka.failures}; queries stopped: {stopped}; "
                                  f"spark series: {spark_series}") from None
@@ -626,12 +596,13 @@ def test_every_dashboard_query_has_data_and_the_hanging_alert_fires(spark, tmp_p
         print(summary)
         print("\n".join(f"  data {s}" for s in ok))
         print("\n".join(f"  excluded {s}" for s in excluded))
-        assert txnlog.error is None, txnlog.error
+        assert txns.error is None, txns.error
+        assert settlement.error is None, settlement.error
         assert client.error is None, client.error
         assert failing.error is None, failing.error
         assert kafka.error is None, kafka.error
         assert not failures, summary
-        assert len(excluded) == len(NO_DATA_ON_TANSU), excluded
+        assert len(excluded) == len(NO_DATA_ON_BROKER), excluded
         assert all(f"{d} / {p}" in "\n".join(ok) for d, p in FAULTS), "a fault-only panel without data"
 
         # The hanging-transaction alert, for the partition the killed producer left open.
