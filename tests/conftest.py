@@ -22,21 +22,31 @@ _names = itertools.count()
 SESSION_BROKER_PROPERTIES = {"transactional.id.expiration.ms": 3_600_000}
 
 
-def pytest_report_header(config):
-    """First lines of the test log: which broker the integration tests run on."""
+def broker_line() -> str:
+    """Which broker the integration tests run on, for the first line of the run."""
     from txnwatch.devtools.broker import BrokerUnavailable, broker_kind, find_kafka, tansu_binary
 
     try:
         kind = broker_kind()
     except BrokerUnavailable as exc:
-        return [f"broker: ERROR {exc}"]
+        return f"broker: ERROR {exc}"
     if kind == "kafka":
         install = find_kafka()
         if install is None:
-            return ["broker: ERROR TXNWATCH_BROKER=kafka but no Kafka distribution with Java was found"]
-        return [f"broker: {install.describe()}, KRaft, java {install.java}"]
-    return [f"broker: FALLBACK to Tansu ({tansu_binary()}): no Java or Kafka distribution found; "
-            "tests of transaction features that only Apache Kafka has are skipped (marker 'kafka')"]
+            return "broker: ERROR TXNWATCH_BROKER=kafka but no Kafka distribution with Java was found"
+        return f"broker: {install.describe()}, KRaft, java {install.java}"
+    why = ("TXNWATCH_BROKER=tansu" if os.environ.get("TXNWATCH_BROKER", "").strip().lower() == "tansu"
+           else "no Java or Kafka distribution found")
+    return (f"broker: FALLBACK to Tansu ({tansu_binary()}): {why}; "
+            "tests of transaction features that only Apache Kafka has are skipped (marker 'kafka')")
+
+
+def pytest_sessionstart(session):
+    # Written even under -q (a report header is not): the test log names its broker first.
+    if any("integration" in str(a) for a in session.config.args):
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(broker_line())
 
 
 def pytest_collection_modifyitems(config, items):

@@ -61,7 +61,7 @@ from txnwatch.devtools.net import free_port, wait_for
 from txnwatch.devtools.prometheus import PrometheusProcess
 from txnwatch.devtools.workload import ProducerProcess, commit_group_offset, create_topics
 
-pytestmark = [pytest.mark.integration, pytest.mark.spark]
+pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.kafka]
 
 RATE_INTERVAL = "30s"           # $__rate_interval in the dashboards' queries
 RATE_SECONDS = 30

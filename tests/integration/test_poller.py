@@ -21,7 +21,7 @@ from txnwatch.devtools.hanging import make_hanging_transaction
 from txnwatch.devtools.net import wait_for
 from txnwatch.devtools.workload import commit_group_offset, create_topics
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 
 
 def check(bootstrap: str, *args: str) -> subprocess.CompletedProcess:
