@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bench_memory.py [--sizes 1000,10000,50000] [--groups 500]
 
-For each size: a fresh Tansu broker with that many partitions (100 per topic) and
+For each size: a fresh broker (Apache Kafka where found, see devtools.broker) with that many partitions (100 per topic) and
 --groups consumer groups, `txnwatch serve` (child process) polling every 5 s; after 3
 polls it reads the exporter's own process_resident_memory_bytes, the last poll's
 duration, the /metrics size and one Prometheus-style scrape's latency, and prints a
@@ -18,12 +18,12 @@ import urllib.request
 
 from bench_scrape import PROMETHEUS_HEADERS, setup
 
-from txnwatch.devtools.broker import TansuBroker
+from txnwatch.devtools.broker import make_broker
 from txnwatch.devtools.exporter_proc import ExporterProcess
 
 
 def measure(partitions: int, groups: int) -> dict:
-    with TansuBroker() as broker:
+    with make_broker() as broker:
         t0 = time.perf_counter()
         setup(broker.bootstrap, partitions, groups)
         setup_s = time.perf_counter() - t0

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bench_poll.py [--partitions 10000] [--topics 100] [--groups 500] [--rounds 5]
 
-Starts its own Tansu broker, creates `--topics` topics sharing `--partitions`
+Starts its own broker (Apache Kafka where found, else Tansu), creates `--topics` topics sharing `--partitions`
 partitions, commits offsets for `--groups` consumer groups, then times
   floor: ListOffsets in both isolation levels + list groups + each group's offsets,
          issued bare with confluent-kafka (the same batched futures), and
@@ -22,7 +22,7 @@ from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, IsolationLev
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from txnwatch.config import load_config
-from txnwatch.devtools.broker import TansuBroker
+from txnwatch.devtools.broker import make_broker
 from txnwatch.exporter.kafka_io import OFFSETS_CHUNK
 from txnwatch.exporter.poller import ClusterPoller
 
@@ -74,7 +74,7 @@ def main() -> None:
     ap.add_argument("--groups", type=int, default=500)
     ap.add_argument("--rounds", type=int, default=5)
     a = ap.parse_args()
-    with TansuBroker() as broker:
+    with make_broker() as broker:
         t0 = time.perf_counter()
         names = setup(broker.bootstrap, a.topics, a.partitions, a.groups)
         print(f"setup: {a.topics} topics / {a.partitions} partitions / {a.groups} groups in "

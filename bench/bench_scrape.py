@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bench_scrape.py [--partitions 10000] [--groups 500] [--seconds 30]
 
-Starts Tansu behind a request-counting TCP proxy, creates the partitions and groups,
+Starts a broker (Apache Kafka where found, else Tansu) behind a request-counting TCP proxy, creates the partitions and groups,
 runs `txnwatch serve` (a child process) polling every 2 s, then:
   1. 4 concurrent scrapers hit /metrics for --seconds while polls run: p50/p99/max;
   2. request attribution: Kafka requests through the proxy in a window with the same 4
@@ -21,7 +21,7 @@ import urllib.request
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from txnwatch.devtools.broker import TansuBroker
+from txnwatch.devtools.broker import make_broker
 from txnwatch.devtools.exporter_proc import ExporterProcess
 from txnwatch.devtools.net import free_port
 from txnwatch.devtools.proxy import KafkaProxy
@@ -136,7 +136,7 @@ def main() -> None:
                     help="2 s keeps a 10k-partition poller busy all the time (the worst case)")
     a = ap.parse_args()
     proxy_port = free_port()
-    with TansuBroker(advertised_port=proxy_port) as broker:
+    with make_broker(advertised_port=proxy_port) as broker:
         proxy = KafkaProxy("127.0.0.1", broker.port, port=proxy_port).start()
         t0 = time.perf_counter()
         setup(broker.bootstrap, a.partitions, a.groups)
@@ -148,7 +148,7 @@ def main() -> None:
             import os
             import subprocess
 
-            subprocess.run(["taskset", "-a", "-pc", "1", str(broker.proc.pid)], check=True, capture_output=True)
+            subprocess.run(["taskset", "-a", "-pc", "1", str(broker.pid)], check=True, capture_output=True)
             subprocess.run(["taskset", "-a", "-pc", "0", str(exp.proc.pid)], check=True, capture_output=True)
             os.sched_setaffinity(0, {1})  # this process, its proxy thread and the scrapers it starts
         try:

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bench_sink.py [--records 200000] [--keys 5000] [--triggers 1,5] [--reps 2]
 
-Starts its own Tansu broker (or uses --bootstrap), writes one input set (2 partitions,
+Starts its own broker (Apache Kafka where found, else Tansu; or uses --bootstrap), writes one input set (2 partitions,
 read_committed, event time increasing so windows close every batch), then for each
 trigger interval runs the same pipeline (Python Kafka source -> keyed windowed
 aggregation with watermark -> sink) over the same input from the start, alternating
@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from txnwatch.devtools.broker import TansuBroker
+from txnwatch.devtools.broker import make_broker
 from txnwatch.devtools.workload import create_topics
 from txnwatch.pipeline import Settings, executed, run_until_idle, spark_session, start_query
 from txnwatch.producer import TransactionalProducer
@@ -123,7 +123,7 @@ def main() -> int:
     broker = None
     bootstrap = a.bootstrap
     if bootstrap is None:
-        broker = TansuBroker(log_path=Path(tempfile.gettempdir()) / "bench-sink-tansu.log").start()
+        broker = make_broker().start()
         bootstrap = broker.bootstrap
     results = []
     try:
@@ -155,7 +155,7 @@ def main() -> int:
         spark.stop()
     finally:
         if broker is not None:
-            broker.stop()
+            broker.cleanup()
     print(f"\nmachine: {platform.processor() or platform.machine()}, python {platform.python_version()}")
     print("| trigger | max records/batch | sink | processing rows/s (median) | wall rows/s (median) "
           "| sink write s per run (median) | output rows | batches | median addBatch ms |")

@@ -11,8 +11,8 @@ Prints
 * churn: 5k / 50k / 500k ids created, committed and expired with a bounded live
   window -- retained memory must not grow with the number churned.
 
-With `--broker N`: also end to end through a real (Tansu) broker on this machine --
-N records written to a `__transaction_state` topic, then a TransactionLogTap started
+With `--broker N`: also end to end through a real broker (Apache Kafka where found) on this machine --
+N records written to a stand-in for `__transaction_state` (a topic of the same record format), then a TransactionLogTap started
 and timed until it has applied them all (consume + decode + apply on the tap thread).
 """
 
@@ -135,18 +135,20 @@ def churn(n_ids: int, live: int = 1000) -> dict:
 def end_to_end(n_records: int, n_ids: int, partitions: int = 3) -> dict:
     from confluent_kafka import Producer
 
-    from txnwatch.devtools.broker import TansuBroker
+    from txnwatch.devtools.broker import make_broker
     from txnwatch.devtools.workload import create_topics
     from txnwatch.exporter.tap.source import TransactionLogTap
 
     recs = build_records(n_records, n_ids)
-    with TansuBroker() as b:
-        create_topics(b.bootstrap, ["__transaction_state"], partitions=partitions)
+    # A stand-in topic: clients cannot write Kafka's own __transaction_state.
+    log_topic = "bench.transaction-log"
+    with make_broker() as b:
+        create_topics(b.bootstrap, [log_topic], partitions=partitions)
         p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 20, "batch.num.messages": 5000})
         for i, (k, v) in enumerate(recs):
             while True:
                 try:
-                    p.produce("__transaction_state", key=k, value=v, partition=hash(k) % partitions)
+                    p.produce(log_topic, key=k, value=v, partition=hash(k) % partitions)
                     break
                 except BufferError:
                     p.poll(0.05)
@@ -154,7 +156,7 @@ def end_to_end(n_records: int, n_ids: int, partitions: int = 3) -> dict:
                 p.poll(0)
         assert p.flush(60) == 0
         tap = TransactionLogTap("bench", {"bootstrap.servers": b.bootstrap}, AppResolver(), 500,
-                                poll_timeout=0.2, view_interval=0.2)
+                                poll_timeout=0.2, view_interval=0.2, topic=log_topic)
         t0 = time.perf_counter()
         tap.start()
         try:
@@ -193,7 +195,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--records", type=int, default=300_000)
     ap.add_argument("--ids", type=int, default=100_000)
     ap.add_argument("--broker", type=int, default=0, metavar="N",
-                    help="also measure N records end to end through a local Tansu broker")
+                    help="also measure N records end to end through a local broker")
     args = ap.parse_args(argv)
 
     print(f"machine: {cpu_model()}, {os.cpu_count()} CPUs; Python {platform.python_version()}")
@@ -219,7 +221,7 @@ def main(argv: list[str] | None = None) -> None:
 
     if args.broker:
         e = end_to_end(args.broker, min(args.ids, 20_000))
-        print(f"end to end (Tansu on the same cores): {e['records']:,} records consumed, decoded and applied "
+        print(f"end to end (broker on the same cores): {e['records']:,} records consumed, decoded and applied "
               f"in {e['seconds']:.2f} s = {e['rate']:,.0f} records/s (tap start included)")
 
 

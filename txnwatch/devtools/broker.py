@@ -222,6 +222,7 @@ class KafkaBroker:
             self.controller_port = None
             self.controller = controller
         self.cluster_id = cluster_id or _cluster_id()
+        self._own_workdir = workdir is None   # made here: removed on exit
         if workdir is None:
             workdir = tempfile.mkdtemp(prefix=f"txnwatch-kafka-{node_id}-")
         self.workdir = Path(workdir)
@@ -396,7 +397,10 @@ class KafkaBroker:
         return self.start()
 
     def __exit__(self, *exc) -> None:
-        self.stop()
+        if self._own_workdir:
+            self.cleanup()
+        else:
+            self.stop()
 
 
 class KafkaCluster:
