@@ -69,3 +69,42 @@ def test_kafka_python_config_maps_security_settings():
                                  "sasl.oauthbearer.token": "tok123"}, timeout=5)
     assert oauth["sasl_oauth_token_provider"].token() == "tok123"
     assert "tok123" not in repr(oauth)
+
+
+def test_kafka_python_config_follows_librdkafka_semantics():
+    import ssl
+
+    from txnwatch.exporter.kip664 import unsupported_security_properties
+
+    cfg = kafka_python_config({"bootstrap.servers": "a:1", "security.protocol": "sasl_ssl",
+                               "sasl.mechanisms": "scram-sha-512", "ssl.ca.location": "probe",
+                               "ssl.endpoint.identification.algorithm": "none"}, timeout=5)
+    # librdkafka takes any case; kafka-python compares upper case
+    assert (cfg["security_protocol"], cfg["sasl_mechanism"]) == ("SASL_SSL", "SCRAM-SHA-512")
+    assert "ssl_cafile" not in cfg            # 'probe': the system's CA store, kafka-python's default
+    assert cfg["ssl_check_hostname"] is False
+    # no certificate verification at all (librdkafka's enable.ssl.certificate.verification=false)
+    ctx = kafka_python_config({"bootstrap.servers": "a:1", "security.protocol": "SSL",
+                               "enable.ssl.certificate.verification": "false"}, timeout=5)["ssl_context"]
+    assert ctx.verify_mode == ssl.CERT_NONE and ctx.check_hostname is False
+    assert "ssl_context" not in kafka_python_config({"bootstrap.servers": "a:1",
+                                                     "enable.ssl.certificate.verification": "true"}, timeout=5)
+    assert set(unsupported_security_properties({"ssl.keystore.location": "/k.p12", "ssl.keystore.password": "x",
+                                                "sasl.oauthbearer.method": "oidc"})) == {
+        "ssl.keystore.location", "sasl.oauthbearer.method"}
+    assert unsupported_security_properties({"sasl.oauthbearer.method": "default", "ssl.ca.location": "/c"}) == {}
+
+
+def test_kip664_client_refuses_settings_it_cannot_use():
+    import pytest
+
+    from txnwatch.exporter.kafka_io import PollError
+    from txnwatch.exporter.kip664 import TransactionAPI
+
+    api = TransactionAPI({"bootstrap.servers": "127.0.0.1:1", "security.protocol": "SSL",
+                          "ssl.keystore.location": "/etc/kafka/client.p12", "ssl.keystore.password": "pw-1234"}, 1)
+    with pytest.raises(PollError) as err:
+        api.detect()
+    assert err.value.cause == "kip664_config"
+    assert "ssl.keystore.location: give the client certificate and key as PEM files" in str(err.value)
+    assert "pw-1234" not in str(err.value)

@@ -93,11 +93,25 @@ class ProducerProcess:
 
 def commit_group_offset(bootstrap: str, group: str, topic: str, partition: int, offset: int) -> None:
     """Commit `offset` for a consumer group, as a read_committed consumer of it would."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+    loading = (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+               KafkaError.COORDINATOR_NOT_AVAILABLE)
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
                   "isolation.level": "read_committed"})
+
+    def commit() -> bool:
+        try:
+            c.commit(offsets=[TopicPartition(topic, partition, offset)], asynchronous=False)
+            return True
+        except KafkaException as exc:
+            # NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS on a broker that just started:
+            # __consumer_offsets is still being loaded; a consumer would retry, so do we
+            if exc.args and exc.args[0].code() in loading:
+                return False
+            raise
+
     try:
-        c.commit(offsets=[TopicPartition(topic, partition, offset)], asynchronous=False)
+        wait_for(commit, 30, what=f"the coordinator of group {group} to accept a commit")
     finally:
         c.close()

@@ -19,6 +19,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec
 
+from . import access
 from .model import ClusterFacts, PartitionOffsets
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,16 @@ class PollError(Exception):
         self.cause = cause
 
 
+AUTHENTICATION = frozenset({KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED})
+AUTHORIZATION = frozenset({KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED,
+                           KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+                           KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED})
+
+
 def classify(exc: BaseException) -> str:
+    """The `cause` label of txnwatch_poll_errors_total for a failed poll step: auth (credentials
+    rejected), authorization (an ACL is missing), tls (handshake), timeout, broker_unavailable,
+    kafka_<error name>, unexpected."""
     if isinstance(exc, PollError):
         return exc.cause
     err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
@@ -54,11 +64,13 @@ def classify(exc: BaseException) -> str:
         if code in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE,
                     KafkaError.BROKER_NOT_AVAILABLE, KafkaError.NETWORK_EXCEPTION):
             return "broker_unavailable"
-        if code in (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED,
-                    KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED,
-                    KafkaError.CLUSTER_AUTHORIZATION_FAILED):
+        if code in AUTHENTICATION:
             return "auth"
-        return "kafka_" + (err.name() or str(code)).lower()
+        if code in AUTHORIZATION:
+            return "authorization"
+        if code == KafkaError._SSL:
+            return "tls"
+        return "kafka_" + (err.name() or str(code)).lstrip("_").lower()
     if isinstance(exc, TimeoutError):
         return "timeout"
     return "unexpected"
@@ -77,9 +89,29 @@ class KafkaIO:
     def __init__(self, client_props: dict[str, str], timeout: float) -> None:
         self.timeout = timeout
         self._props = dict(client_props)
+        # librdkafka tells why it cannot connect (rejected credentials, a failed TLS handshake)
+        # only through error_cb; a request just fails with a transport error or times out.
+        self._connect_errors: dict[int, KafkaError] = {}   # since the last answered request
         self.admin = AdminClient({**self._props, "socket.connection.setup.timeout.ms": int(timeout * 1000),
-                                  "logger": logging.getLogger("txnwatch.librdkafka")})
+                                  "logger": logging.getLogger("txnwatch.librdkafka"),
+                                  "error_cb": self._on_client_error})
         self._consumer: Consumer | None = None
+
+    def _on_client_error(self, err: KafkaError) -> None:
+        if err.code() in AUTHENTICATION or err.code() == KafkaError._SSL:
+            self._connect_errors[err.code()] = err
+
+    def _why_unreachable(self, exc: KafkaException) -> Exception:
+        """A failed request, named by what librdkafka reported meanwhile: PollError('auth') or
+        PollError('tls') with what to check, else the request's own error."""
+        self.admin.poll(0)   # serves error_cb (and the logger)
+        auth = next((e for c, e in self._connect_errors.items() if c in AUTHENTICATION), None)
+        if auth is not None:
+            return PollError("auth", access.auth_failure_message(self._props, auth.str()))
+        tls = self._connect_errors.get(KafkaError._SSL)
+        if tls is not None:
+            return PollError("tls", access.tls_failure_message(self._props, tls.str()))
+        return exc
 
     # -- helpers
     def _wait(self, futures: Iterable[Future], deadline: float) -> None:
@@ -94,7 +126,12 @@ class KafkaIO:
 
     def metadata(self, topic_filter: Callable[[str], bool]) -> tuple[int, dict[str, int], list[int]]:
         """(broker count, {topic: partition count} of selected topics, broker ids)."""
-        md = self.admin.list_topics(timeout=self.timeout)
+        try:
+            md = self.admin.list_topics(timeout=self.timeout)
+        except KafkaException as exc:
+            raise self._why_unreachable(exc) from None
+        self.admin.poll(0)
+        self._connect_errors.clear()   # connected: older connect errors are history
         topics = {name: len(t.partitions) for name, t in md.topics.items()
                   if t.error is None and topic_filter(name)}
         return len(md.brokers), topics, sorted(md.brokers)
@@ -173,6 +210,33 @@ class KafkaIO:
                     except ValueError:
                         pass
         return ClusterFacts(topic_retention_ms=retention, configs_from_broker=bool(values), **values)
+
+    def topic_operations(self, topic: str) -> tuple[frozenset[str] | None, str | None]:
+        """(operations the principal may perform on `topic`, None) from DescribeTopics with
+        authorized operations (KIP-430), or (None, error name) when the broker refuses or
+        does not know the topic."""
+        from confluent_kafka import TopicCollection
+
+        futures = self.admin.describe_topics(TopicCollection([topic]), request_timeout=self.timeout,
+                                             include_authorized_operations=True)
+        try:
+            d = futures[topic].result(timeout=self.timeout)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            return None, err.name() if isinstance(err, KafkaError) else type(exc).__name__
+        ops = d.authorized_operations
+        return (None if ops is None else frozenset(o.name for o in ops)), None
+
+    def cluster_operations(self) -> frozenset[str] | None:
+        """Operations the principal may perform on the cluster (DescribeCluster with authorized
+        operations), None when unknown."""
+        try:
+            d = self.admin.describe_cluster(include_authorized_operations=True,
+                                            request_timeout=self.timeout).result(timeout=self.timeout)
+        except Exception:  # noqa: BLE001 - unknown
+            return None
+        ops = d.authorized_operations
+        return None if ops is None else frozenset(o.name for o in ops)
 
     def record_timestamps(self, wanted: list[tuple[str, int, int]], timeout: float) -> dict[tuple[str, int, int], float]:
         """Timestamp (unix seconds) of the record at each (topic, partition, offset): at the LSO

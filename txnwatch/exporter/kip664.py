@@ -32,6 +32,30 @@ _PROP_MAP = {
     "sasl.kerberos.service.name": "sasl_kerberos_service_name",
     "client.id": "client_id",
 }
+_UPPER = {"security_protocol", "sasl_mechanism"}   # librdkafka takes any case, kafka-python upper only
+
+# Security settings librdkafka understands and kafka-python cannot use. Connecting without
+# them would fail, or worse, authenticate differently: the KIP-664 client refuses to start
+# and says what to use instead.
+UNSUPPORTED_SECURITY = {
+    "ssl.keystore.location": "give the client certificate and key as PEM files instead "
+                             "(ssl.certificate.location, ssl.key.location, ssl.key.password)",
+    "ssl.certificate.pem": "give the certificate as a file (ssl.certificate.location)",
+    "ssl.key.pem": "give the key as a file (ssl.key.location)",
+    "ssl.ca.pem": "give the CA certificates as a file (ssl.ca.location)",
+    "ssl.engine.location": "kafka-python has no OpenSSL engine support",
+    "sasl.oauthbearer.method": "kafka-python takes only a static token (sasl.oauthbearer.token)",
+    "sasl.kerberos.keytab": "kafka-python uses the process's Kerberos credentials (kinit)",
+}
+
+
+def unsupported_security_properties(props: Mapping[str, str]) -> dict[str, str]:
+    """{property: what to do instead} for set security properties kafka-python cannot use
+    (sasl.oauthbearer.method=default is librdkafka's default and fine)."""
+    out = {k: hint for k, hint in UNSUPPORTED_SECURITY.items() if props.get(k) not in (None, "")}
+    if str(props.get("sasl.oauthbearer.method", "")).lower() == "default":
+        out.pop("sasl.oauthbearer.method", None)
+    return out
 
 
 def kafka_python_config(props: Mapping[str, str], timeout: float) -> dict:
@@ -46,11 +70,15 @@ def kafka_python_config(props: Mapping[str, str], timeout: float) -> dict:
         if k == "bootstrap.servers":
             continue
         if k in _PROP_MAP:
-            cfg[_PROP_MAP[k]] = v
-        elif k == "enable.ssl.certificate.verification":
-            cfg["ssl_check_hostname"] = str(v).lower() == "true"
-        else:
+            cfg[_PROP_MAP[k]] = str(v).upper() if _PROP_MAP[k] in _UPPER else v
+        elif k == "ssl.endpoint.identification.algorithm":
+            cfg["ssl_check_hostname"] = str(v).lower() == "https"
+        elif k != "enable.ssl.certificate.verification":
             unmapped.append(k)
+    if cfg.get("ssl_cafile") == "probe":   # librdkafka: look for the system's CA store
+        del cfg["ssl_cafile"]
+    if str(props.get("enable.ssl.certificate.verification", "true")).lower() == "false":
+        cfg["ssl_context"] = _unverified_context(cfg)
     if cfg.get("sasl_mechanism", "").upper() == "OAUTHBEARER":
         token = props.get("sasl.oauthbearer.token")  # static token (tests, short-lived jobs)
         if token:
@@ -58,6 +86,20 @@ def kafka_python_config(props: Mapping[str, str], timeout: float) -> dict:
     if unmapped:
         log.debug("kafka-python has no equivalent for: %s", ", ".join(sorted(unmapped)))
     return cfg
+
+
+def _unverified_context(cfg: Mapping[str, object]):
+    """enable.ssl.certificate.verification=false: librdkafka then accepts any broker
+    certificate; kafka-python only offers hostname checks, so it gets a context that does
+    the same (the client certificate, if any, still goes with it)."""
+    import ssl
+
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    if cfg.get("ssl_certfile"):
+        ctx.load_cert_chain(cfg["ssl_certfile"], cfg.get("ssl_keyfile"), cfg.get("ssl_password"))
+    return ctx
 
 
 class _StaticToken:
@@ -114,14 +156,25 @@ class TransactionAPI:
         self._timeout = timeout
         self._admin = None
         self.capabilities: dict[str, bool] | None = None
+        self.denied_topics: tuple[str, ...] = ()   # DescribeProducers refused (last call)
 
     def _client(self):
         if self._admin is None:
             from kafka.admin import KafkaAdminClient
+            unsupported = unsupported_security_properties(self._props)
+            if unsupported:
+                raise PollError("kip664_config", "the KIP-664 client (kafka-python) cannot use " + "; ".join(
+                    f"{k}: {hint}" for k, hint in sorted(unsupported.items())))
             try:
                 self._admin = KafkaAdminClient(**kafka_python_config(self._props, self._timeout))
-            except Exception as exc:  # NoBrokersAvailable, auth errors ...
-                raise PollError("broker_unavailable", f"kafka-python admin: {type(exc).__name__}: {exc}") from None
+            except Exception as exc:  # noqa: BLE001 - kafka-python reports failed bootstraps as timeouts
+                # kafka-python logs why a bootstrap failed (authentication, TLS) but raises a
+                # timeout; the poller's librdkafka client, which runs first, names auth and TLS
+                # failures itself, so one here with librdkafka connected points at the mapping.
+                raise PollError("kip664_connect", (
+                    f"the KIP-664 client (kafka-python) could not connect: {type(exc).__name__}: {exc}. If "
+                    "the other sources connect, check that every security property has a kafka-python "
+                    "equivalent (see docs/configuration.md)")) from None
         return self._admin
 
     def detect(self) -> dict[str, bool]:
@@ -148,17 +201,54 @@ class TransactionAPI:
         return {t.producer_id: t.transactional_id for t in listings}
 
     def describe_producers(self, partitions: list[tuple[str, int]]) -> list[ActiveProducer]:
+        """Producer state of the partitions. Topics the principal may not READ (DescribeProducers
+        needs it) are left out and named in `denied_topics`, so one such topic does not cost
+        the hanging detection of all the others."""
+        from kafka.errors import TopicAuthorizationFailedError
         from kafka.structs import TopicPartition
         out: list[ActiveProducer] = []
+        denied: set[str] = set()
         for i in range(0, len(partitions), DESCRIBE_PRODUCERS_BATCH):
             batch = [TopicPartition(t, p) for t, p in partitions[i:i + DESCRIBE_PRODUCERS_BATCH]]
-            out.extend(producers_from_response(self._call("describe_producers", batch)))
+            try:
+                out.extend(producers_from_response(self._call("describe_producers", batch, keep=(
+                    TopicAuthorizationFailedError,))))
+            except TopicAuthorizationFailedError:
+                # kafka-python raises for the first refused partition: ask per topic to tell which
+                for topic in sorted({tp.topic for tp in batch}):
+                    try:
+                        out.extend(producers_from_response(self._call(
+                            "describe_producers", [tp for tp in batch if tp.topic == topic],
+                            keep=(TopicAuthorizationFailedError,))))
+                    except TopicAuthorizationFailedError:
+                        denied.add(topic)
+        self.denied_topics = tuple(sorted(denied))
         return out
 
-    def _call(self, name: str, *args, **kwargs):
+    def denied_ids(self, ids: Iterable[str]) -> list[str]:
+        """The ids DescribeTransactions refuses (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), one
+        request each: kafka-python raises for the first refused id of a request. Any other
+        answer (not found: expired since the tap read it; a coordinator moving) says nothing
+        about ACLs and must not cost the poll its KIP-664 view."""
+        from kafka.errors import TransactionalIdAuthorizationFailedError
+        out = []
+        for tid in ids:
+            try:
+                self._call("describe_transactions", [tid], keep=(Exception,))
+            except TransactionalIdAuthorizationFailedError:
+                out.append(tid)
+            except Exception as exc:  # noqa: BLE001 - see above
+                log.debug("DescribeTransactions probe of an id failed: %s", type(exc).__name__)
+        return out
+
+    def _call(self, name: str, *args, keep: tuple[type[Exception], ...] = (), **kwargs):
+        """Call the admin client; errors become PollError (and a new connection next time),
+        except those in `keep`, which the caller handles (the connection stays)."""
         try:
             return getattr(self._client(), name)(*args, **kwargs)
         except PollError:
+            raise
+        except keep:
             raise
         except Exception as exc:
             self.close()  # reconnect next time

@@ -13,6 +13,7 @@ from types import MappingProxyType
 from ..apps import AppResolver
 from ..config import ClusterConfig
 from . import derive
+from .access_probe import AccessProbe
 from .health import HealthTracker
 from .kafka_io import KafkaIO, PollError, classify, one_line
 from .kip664 import TransactionAPI
@@ -33,6 +34,9 @@ class ClusterPoller:
         self.health = HealthTracker("poller")
         self.io = KafkaIO(cfg.client_properties(), cfg.poll_timeout_seconds)
         self.txn_api = TransactionAPI(cfg.client_properties(), cfg.poll_timeout_seconds)
+        # missing ACLs as findings; service.py sets access.tap when the cluster's tap runs here
+        self.access = AccessProbe(cfg.client_properties(), cfg.bootstrap_servers, self.io, self.txn_api,
+                                  cfg.transaction_log_tap)
         self.snapshot: ClusterSnapshot | None = None
         self.on_snapshot: Callable[[ClusterSnapshot], None] | None = None  # called in the poll thread
         self.polls = 0
@@ -64,7 +68,9 @@ class ClusterPoller:
         if self.polls % max(cfg.describe_configs_every, 1) == 0:
             try:
                 self._facts = self.io.configs(broker_ids, topics)
+                self.access.observe_configs(None)
             except Exception as exc:  # noqa: BLE001 - configs are optional facts
+                self.access.observe_configs(exc)
                 self.health.count_error("describe_configs_" + classify(exc))
                 log.info("cluster %s: DescribeConfigs failed (%s); keeping the last values",
                          cfg.name, one_line(exc))
@@ -79,6 +85,7 @@ class ClusterPoller:
         findings = derive.config_findings(facts, open_txns, hanging, partitions, blocked,
                                           stall_warning_seconds=min(threshold, 60),
                                           bootstrap=cfg.bootstrap_servers)
+        findings += self.access.findings(self.polls, cfg.describe_configs_every)
         self._prev_partitions = partitions
         self.polls += 1
         return ClusterSnapshot(
@@ -112,8 +119,10 @@ class ClusterPoller:
         except PollError as exc:
             self._kip664_error = str(exc)
             self.health.count_error(exc.cause)
+            self.access.kip664_unavailable()
             return None, [], "lso_stall"
         if not self.txn_api.available:
+            self.access.kip664_unavailable()
             return None, [], "lso_stall"
         now_ms = int(now * 1000)
         try:
@@ -136,7 +145,9 @@ class ClusterPoller:
             # Only partitions with LSO < HWM can hold a hanging transaction.
             stalled = sorted(tp for tp, s in partitions.items() if s.stalled_since is not None)
             max_ms = facts.transaction_max_timeout_ms or self.cfg.default_transaction_max_timeout_ms
-            candidates = derive.hanging_candidates(self.txn_api.describe_producers(stalled), max_ms, now_ms)
+            producers = self.txn_api.describe_producers(stalled)
+            self.access.observe_kip664(listings, producers)
+            candidates = derive.hanging_candidates(producers, max_ms, now_ms)
             hanging = []
             if candidates:
                 pid_map = self.txn_api.pids_to_ids(c.producer_id for c in candidates)
@@ -147,6 +158,7 @@ class ClusterPoller:
         except PollError as exc:
             self._kip664_error = str(exc)
             self.health.count_error(exc.cause)
+            self.access.kip664_unavailable()
             log.warning("cluster %s: KIP-664 poll failed (%s); falling back to LSO-based detection",
                         self.cfg.name, exc)
             return None, [], "lso_stall"
