@@ -120,3 +120,10 @@ def test_a_hanging_finding_gives_the_abort_command():
     assert f[0].kind == "hanging" and f[0].severity == "critical"
     assert f[0].message.endswith("kafka-transactions.sh --bootstrap-server k1:9092 abort --topic orders "
                                  "--partition 3 --start-offset 1234")
+
+
+def test_the_abort_command_on_a_secured_cluster_names_the_admin_settings():
+    h = HangingTransaction("orders", 0, 7, 0, 5, 950.0, None, "no_transactional_id")
+    assert derive.abort_command(h, "k1:9093", secured=True) == (
+        "kafka-transactions.sh --bootstrap-server k1:9093 --command-config admin.properties abort "
+        "--topic orders --partition 0 --start-offset 5")

@@ -203,9 +203,11 @@ def epoch_bumps(previous: Mapping[str, tuple[int, int]], current: Iterable[TxnDe
 
 
 # ------------------------------------------------------------------ config risks
-def abort_command(h: HangingTransaction, bootstrap: str = "<bootstrap>") -> str:
-    """The runbook's command that ends a hanging transaction (writes the abort marker)."""
-    return (f"kafka-transactions.sh --bootstrap-server {bootstrap} abort --topic {h.topic} "
+def abort_command(h: HangingTransaction, bootstrap: str = "<bootstrap>", secured: bool = False) -> str:
+    """The runbook's command that ends a hanging transaction (writes the abort marker). On a
+    secured cluster the tool needs an admin's client settings: `--command-config` names them."""
+    return (f"kafka-transactions.sh --bootstrap-server {bootstrap}"
+            f"{' --command-config admin.properties' if secured else ''} abort --topic {h.topic} "
             f"--partition {h.partition} --start-offset {h.start_offset}")
 
 
@@ -213,7 +215,7 @@ def config_findings(facts: ClusterFacts, open_txns: Iterable[OpenTransaction] | 
                     hanging: Iterable[HangingTransaction],
                     partitions: Mapping[TP, PartitionState],
                     groups: Iterable[GroupLag], stall_warning_seconds: float,
-                    bootstrap: str = "<bootstrap>") -> list[Finding]:
+                    bootstrap: str = "<bootstrap>", secured: bool = False) -> list[Finding]:
     """Findings a person should act on, most severe first."""
     out: list[Finding] = []
     if facts.brokers is not None and facts.transaction_state_log_min_isr is not None and \
@@ -227,7 +229,7 @@ def config_findings(facts: ClusterFacts, open_txns: Iterable[OpenTransaction] | 
         out.append(Finding("critical", "hanging",
                            f"hanging transaction on {h.topic}-{h.partition} at offset {h.start_offset} "
                            f"({age}, {h.reason}){who}: read_committed consumers are blocked; once sure no "
-                           f"producer will end it, abort it: {abort_command(h, bootstrap)}"))
+                           f"producer will end it, abort it: {abort_command(h, bootstrap, secured)}"))
     hanging_tps = {(h.topic, h.partition) for h in hanging}
     for p in partitions.values():
         if p.stalled_since is not None and p.stalled_seconds >= stall_warning_seconds and \

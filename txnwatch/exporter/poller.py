@@ -84,7 +84,9 @@ class ClusterPoller:
         blocked = derive.blocked_groups(groups, partitions, min_stall_seconds=min(threshold, 60))
         findings = derive.config_findings(facts, open_txns, hanging, partitions, blocked,
                                           stall_warning_seconds=min(threshold, 60),
-                                          bootstrap=cfg.bootstrap_servers)
+                                          bootstrap=cfg.bootstrap_servers,
+                                          secured=cfg.client_properties().get("security.protocol",
+                                                                              "PLAINTEXT").upper() != "PLAINTEXT")
         findings += self.access.findings(self.polls, cfg.describe_configs_every)
         self._prev_partitions = partitions
         self.polls += 1
