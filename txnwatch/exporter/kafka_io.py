@@ -124,6 +124,17 @@ class KafkaIO:
             except TimeoutError:
                 raise PollError("timeout", f"poll did not finish within {self.timeout:.0f}s") from None
 
+    def _wait_settled(self, futures: Iterable[Future], deadline: float) -> None:
+        """Like _wait, but a future that failed is left for the caller to look at."""
+        for f in futures:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise PollError("timeout", f"poll did not finish within {self.timeout:.0f}s")
+            try:
+                f.exception(timeout=left)
+            except TimeoutError:
+                raise PollError("timeout", f"poll did not finish within {self.timeout:.0f}s") from None
+
     def metadata(self, topic_filter: Callable[[str], bool]) -> tuple[int, dict[str, int], list[int]]:
         """(broker count, {topic: partition count} of selected topics, broker ids)."""
         try:
@@ -201,8 +212,10 @@ class KafkaIO:
         if topic_list:
             fs = self.admin.describe_configs([ConfigResource("TOPIC", t) for t in topic_list],
                                              request_timeout=self.timeout)
-            self._wait(fs.values(), deadline)
+            self._wait_settled(fs.values(), deadline)
             for res, f in fs.items():
+                if f.exception() is not None:
+                    continue   # one refused topic (ACLs) costs its retention only, not the broker values
                 entry = f.result().get("retention.ms")
                 if entry is not None and entry.value not in (None, ""):
                     try:
