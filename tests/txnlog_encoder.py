@@ -1,7 +1,8 @@
 """Test-side encoder for __transaction_state records, written from the Kafka message
 schemas (TransactionLogKey.json, TransactionLogValue.json), independently of the
 decoder: byte-level helpers built from scratch, used to produce test vectors and the
-records the integration tests write to a fake `__transaction_state` topic.
+records the integration tests write to a regular topic standing in for
+`__transaction_state` (no client can write to the real one).
 """
 
 from __future__ import annotations

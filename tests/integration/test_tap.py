@@ -1,23 +1,37 @@
-"""The transaction-log tap against a real (Tansu) broker.
+"""The transaction-log tap against a real Apache Kafka broker.
 
-Tansu has no coordinator log of its own, so each test gets a fresh broker, creates a
-topic named `__transaction_state` and writes records encoded by the test-side encoder
-(tests/txnlog_encoder.py) for realistic coordinator histories.
+Two kinds of tests:
+
+* Synthetic coordinator histories, written by tests/txnlog_encoder.py, pin the decoder
+  and the state machine exactly, also for what Kafka 3.1 never writes (value version 1,
+  transaction version 2 of KIP-890, undecodable records). No client can write to the
+  real `__transaction_state`: these tests point the tap (its `topic=`) at a regular topic
+  of their own on the session broker.
+* The real `__transaction_state`, written by Kafka's transaction coordinator for real
+  transactional producers: commits, client aborts, fencing by a new instance, coordinator
+  timeouts of a killed producer, expiration of idle ids, broker and tap restarts, a
+  cluster whose log appears after the tap started, and the exporter serving all of it.
+  Every test's transactional ids belong to an app of its own (`app_name`), so per-app
+  counts are exact also on the shared session broker; tests that need other broker
+  settings, restarts or a cluster without a log start a broker of their own.
 """
 
 from __future__ import annotations
 
 import logging
+import random
+import string
 import time
 import uuid
 import zlib
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
+from tests.integration.conftest import cluster_config
 from tests.txnlog_encoder import (
     COMPLETE_ABORT,
     COMPLETE_COMMIT,
@@ -29,29 +43,23 @@ from tests.txnlog_encoder import (
     encode_value,
 )
 from txnwatch.apps import AppResolver
-from txnwatch.devtools.broker import TansuBroker
+from txnwatch.devtools.broker import SINGLE_NODE_DEFAULTS
 from txnwatch.devtools.net import wait_for
 from txnwatch.devtools.workload import create_topics
+from txnwatch.exporter.tap.decoder import decode_key, decode_value
 from txnwatch.exporter.tap.render import render_tap
-from txnwatch.exporter.tap.source import TransactionLogTap
+from txnwatch.exporter.tap.source import TOPIC, TransactionLogTap
 from txnwatch.metrics import FamilyWriter
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 
-TOPIC = "__transaction_state"
 PARTITIONS = 3
-
-
-@pytest.fixture
-def tansu(tmp_path):
-    """A broker of the test's own: each test needs its own `__transaction_state`."""
-    b = TansuBroker(log_path=tmp_path / "tansu.log").start()
-    yield b
-    b.stop()
+LOG_PARTITIONS = SINGLE_NODE_DEFAULTS["transaction.state.log.num.partitions"]
 
 
 @pytest.fixture
 def taps():
+    """Start TransactionLogTaps in this process (cluster name "c1"); stopped at teardown."""
     started: list[TransactionLogTap] = []
 
     def start(bootstrap: str, **kw) -> TransactionLogTap:
@@ -70,17 +78,38 @@ def taps():
         t.stop()
 
 
-class Log:
-    """Writes coordinator records to __transaction_state (partition chosen from the id)."""
+def scrape(tap: TransactionLogTap, now: float | None = None) -> dict:
+    """Render the tap's view through FamilyWriter and prometheus_client's text format."""
+    w = FamilyWriter()
+    render_tap(w, "c1", tap.view(), now=now, health=tap.health())
+    assert not w.invalid, w.invalid
 
-    def __init__(self, bootstrap: str, partitions: int = PARTITIONS, flush_each: bool = False) -> None:
+    class _C(Collector):
+        def collect(self):
+            return w.families()
+
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(_C())
+    out = {}
+    for fam in text_string_to_metric_families(generate_latest(reg).decode()):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def val(ms: dict, name: str, **labels):
+    return ms.get((name, tuple(sorted({"cluster": "c1", **labels}.items()))))
+
+
+# ====================================================================== synthetic histories
+class Log:
+    """Writes coordinator records to a topic standing in for __transaction_state (the
+    partition is chosen from the id, the record timestamp is the record's update time)."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int = PARTITIONS) -> None:
         self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+        self.topic = topic
         self.partitions = partitions
-        # Tansu answers ListOffsets(latest) with the last *batch's* base offset + 1, so the
-        # tap's "end offsets as of start" are only exact when every record is its own batch
-        # (Kafka answers with the log end offset). Histories written before a tap starts
-        # use one batch per record.
-        self.flush_each = flush_each
 
     def put(self, tid: str, status: int | None = None, epoch: int = 0, *, start: int = -1, last: int,
             timeout: int = 60_000, pid: int = 4000, version: int = 0, tv: int = 0, raw: bytes | None = None):
@@ -93,10 +122,8 @@ class Log:
             value = encode_value(version=version, producer_id=pid, producer_epoch=epoch, timeout_ms=timeout,
                                  status=status, partitions=parts, last_update_ms=last, start_ms=start,
                                  client_transaction_version=tv)
-        self.producer.produce(TOPIC, key=encode_key(tid), value=value,
+        self.producer.produce(self.topic, key=encode_key(tid), value=value,
                               partition=zlib.crc32(tid.encode()) % self.partitions, timestamp=last)
-        if self.flush_each:
-            self.flush()
 
     def flush(self) -> None:
         assert self.producer.flush(15) == 0
@@ -130,34 +157,18 @@ class Log:
         return epoch + bump
 
 
-def scrape(tap: TransactionLogTap, now: float | None = None) -> dict:
-    """Render the tap's view through FamilyWriter and prometheus_client's text format."""
-    w = FamilyWriter()
-    render_tap(w, "c1", tap.view(), now=now, health=tap.health())
-    assert not w.invalid, w.invalid
-
-    class _C(Collector):
-        def collect(self):
-            return w.families()
-
-    reg = CollectorRegistry(auto_describe=False)
-    reg.register(_C())
-    out = {}
-    for fam in text_string_to_metric_families(generate_latest(reg).decode()):
-        for s in fam.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out
+@pytest.fixture
+def log_topic(broker, unique):
+    """A topic of the test's own standing in for __transaction_state (PARTITIONS partitions)."""
+    topic = unique("txnlog")
+    create_topics(broker.bootstrap, [topic], partitions=PARTITIONS)
+    return topic
 
 
-def val(ms: dict, name: str, **labels):
-    return ms.get((name, tuple(sorted({"cluster": "c1", **labels}.items()))))
-
-
-def test_histories_render_every_derived_metric(tansu, taps):
-    create_topics(tansu.bootstrap, [TOPIC], partitions=PARTITIONS)
-    tap = taps(tansu.bootstrap, cap=500, expiration_ms=3_600_000)
-    wait_for(lambda: tap.rebuilt and tap.view().partitions == PARTITIONS, 30, what="tap rebuilt")
-    log = Log(tansu.bootstrap)
+def test_histories_render_every_derived_metric(broker, log_topic, taps):
+    tap = taps(broker.bootstrap, topic=log_topic, cap=500, expiration_ms=3_600_000)
+    wait_for(lambda: tap.view().rebuilt and tap.view().partitions == PARTITIONS, 30, what="tap rebuilt")
+    log = Log(broker.bootstrap, log_topic)
     now = int(time.time() * 1000)
     t = now - 120_000
     streams_id = f"streams-app-{uuid.uuid4()}-1"
@@ -252,9 +263,8 @@ def test_histories_render_every_derived_metric(tansu, taps):
     assert val(ms, "txnwatch_up", source="tap") == 1
 
 
-def test_rebuild_does_not_count_history_then_counts_new_records(tansu, taps):
-    create_topics(tansu.bootstrap, [TOPIC], partitions=PARTITIONS)
-    log = Log(tansu.bootstrap, flush_each=True)
+def test_rebuild_does_not_count_history_then_counts_new_records(broker, log_topic, taps):
+    log = Log(broker.bootstrap, log_topic)
     t = int(time.time() * 1000) - 60_000
     # history written before the tap starts
     e = log.commit("billing-1", t)
@@ -267,8 +277,8 @@ def test_rebuild_does_not_count_history_then_counts_new_records(tansu, taps):
     log.put("billing-4", PREPARE_COMMIT, 0, start=t + 10, last=t + 900)   # completes after start
     log.flush()
 
-    tap = taps(tansu.bootstrap)
-    wait_for(lambda: tap.rebuilt, 30, what="rebuild")
+    tap = taps(broker.bootstrap, topic=log_topic)
+    wait_for(lambda: tap.view().rebuilt, 30, what="rebuild")
     ms = scrape(tap)
     assert val(ms, "txnwatch_tap_rebuilt") == 1
     assert val(ms, "kafka_transactions_total", app="billing", outcome="committed") == 0
@@ -293,185 +303,509 @@ def test_rebuild_does_not_count_history_then_counts_new_records(tansu, taps):
     assert val(ms, "kafka_transactional_ids", app="billing") == 2
 
 
-def test_waits_for_the_topic_then_follows_it(tansu, taps, caplog, capfd):
+def test_waits_for_the_topic_then_counts_what_was_written_after_it_looked(broker, unique, taps, caplog, capfd):
+    """The tap starts before its topic exists: it waits (up, no error) and, once the topic
+    is there, counts the records stamped after the moment it first saw the topic absent,
+    also those written before it noticed the topic (here: while its thread is paused, as
+    a late metadata check would be), and rebuilds the older ones without counting."""
     caplog.set_level(logging.DEBUG, logger="txnwatch")
-    tap = taps(tansu.bootstrap, client={"sasl.password": "s3cr3t-pw", "sasl.username": "someone"})
+    topic = unique("txnlog-late")
+    tap = taps(broker.bootstrap, topic=topic, client={"sasl.password": "s3cr3t-pw", "sasl.username": "someone"})
     # Waiting is not a failure: no transactional producer has run here yet.
     wait_for(lambda: tap.health().last_success is not None, 30, what="the tap to look for the topic")
     h = tap.health()
     assert h.up and not h.errors
     assert tap.view().topic_found is False and tap.view().partitions == 0
     assert tap.rebuilt   # nothing to rebuild
-    create_topics(tansu.bootstrap, [TOPIC], partitions=PARTITIONS)
-    wait_for(lambda: tap.view().partitions == PARTITIONS and tap.rebuilt, 30, what="partitions assigned")
-    log = Log(tansu.bootstrap)
-    log.commit("late-1", int(time.time() * 1000))
+    tap.stop()           # the tap's next metadata check comes after the writes below
+
+    create_topics(broker.bootstrap, [topic], partitions=PARTITIONS)
+    log = Log(broker.bootstrap, topic)
+    now = int(time.time() * 1000)
+    log.commit("before-1", now - 600_000)       # stamped before the tap started: a log it found
+    log.commit("late-1", now)                   # written after the tap looked: news
+    log.abort("late-2", now + 10)
     log.flush()
-    wait_for(lambda: tap.view().transactions.get(("late", "committed")) == 1, 30, what="commit counted")
-    wait_for(lambda: tap.health().up, 10, what="tap up")
-    assert tap.view().partitions == PARTITIONS
+    tap.start()
+    wait_for(lambda: tap.view().partitions == PARTITIONS and tap.view().rebuilt and tap.view().lag_records == 0,
+             30, what="partitions assigned and rebuilt")
+    v = tap.view()
+    assert dict(v.transactions) == {("late", "committed"): 1, ("late", "aborted"): 1}
+    assert v.ids_per_app == {"before": 1, "late": 2}
+    log.commit("late-1", now + 5000)
+    log.flush()
+    wait_for(lambda: tap.view().transactions.get(("late", "committed")) == 2, 30, what="commit counted")
+    wait_for(lambda: tap.health().up and tap.view().lag_records == 0, 10, what="tap up at the end")
+    assert dict(tap.view().transactions) == {("late", "committed"): 2, ("late", "aborted"): 1}
     assert "s3cr3t-pw" not in caplog.text
     assert "s3cr3t-pw" not in str(tap.health())
     out, err = capfd.readouterr()        # librdkafka logs to stderr
     assert "s3cr3t-pw" not in out + err
 
 
-def test_broker_outage_keeps_state_and_never_double_counts(tansu, taps):
-    create_topics(tansu.bootstrap, [TOPIC], partitions=1)
-    tap = taps(tansu.bootstrap)
-    wait_for(lambda: tap.rebuilt and tap.view().partitions == 1, 30, what="tap rebuilt")
-    log = Log(tansu.bootstrap, partitions=1)
+def test_a_recreated_log_is_read_again_without_counting(broker, log_topic, taps):
+    """The log turns out shorter than the tap's position (deleted and recreated here; an
+    unclean leader election truncates it likewise): after `truncation_grace` it is taken
+    as truncated (counted in txnwatch_poll_errors_total{cause="log_truncated"}), read
+    again without counting, and what comes after is counted once."""
+    from confluent_kafka.admin import AdminClient
+
+    tap = taps(broker.bootstrap, topic=log_topic, truncation_grace=1.0)
+    wait_for(lambda: tap.view().rebuilt and tap.view().partitions == PARTITIONS, 30, what="tap rebuilt")
+    log = Log(broker.bootstrap, log_topic, partitions=1)     # everything in partition 0
     t = int(time.time() * 1000)
-    e = log.commit("svc-1", t)
-    log.put("svc-2", EMPTY, 0, last=t)
-    log.put("svc-2", ONGOING, 0, start=t, last=t)
+    e = log.commit("rc-1", t)
+    e = log.commit("rc-1", t + 2000, epoch=e)
     log.flush()
-    wait_for(lambda: tap.view().transactions.get(("svc", "committed")) == 1, 30, what="commit")
+    wait_for(lambda: tap.view().transactions.get(("rc", "committed")) == 2, 30, what="two commits")
+    assert tap._next[0] == 8
 
-    tansu.kill()
-    wait_for(lambda: not tap.health().up, 30, what="tap reports the outage")
-    # Tansu's memory storage comes back empty: the log is shorter than the tap's position
-    tansu.start()
-    create_topics(tansu.bootstrap, [TOPIC], partitions=1)
-    wait_for(lambda: tap.health().errors.get("log_truncated"), 60, what="truncation detected")
-    assert tap.view().ids_per_app.get("svc") == 2          # state kept
-    assert tap.view().transactions[("svc", "committed")] == 1
-    log = Log(tansu.bootstrap, partitions=1)
-    log.commit("svc-1", t + 10_000, epoch=e)
+    tap.stop()   # the topic is deleted and recreated with a shorter log while the tap is away
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.delete_topics([log_topic], operation_timeout=30)[log_topic].result(30)
+    wait_for(lambda: log_topic not in admin.list_topics(timeout=5).topics, 30, what="topic deleted")
+
+    def recreate():
+        create_topics(broker.bootstrap, [log_topic], partitions=PARTITIONS)
+        return True
+
+    wait_for(recreate, 30, what="topic recreated")
+    log = Log(broker.bootstrap, log_topic, partitions=1)
+    log.commit("rc-1", t)     # 4 records, the tap's position is 8
     log.flush()
-    wait_for(lambda: tap.view().transactions.get(("svc", "committed")) == 2, 60, what="commit after outage")
-    wait_for(lambda: tap.health().up, 30, what="tap up again")
-    assert tap.view().transactions[("svc", "committed")] == 2
-    assert len(tap.view().open_txns) == 1
+    tap.start()
+    wait_for(lambda: tap.health().errors.get("log_truncated") == 1 and tap.view().lag_records == 0, 60,
+             what="truncation detected and the log read again")
+    assert tap.view().transactions == {("rc", "committed"): 2}
+    log.commit("rc-1", t + 10_000, epoch=e)
+    log.flush()
+    wait_for(lambda: tap.view().transactions.get(("rc", "committed")) == 3, 30, what="the new commit")
+    wait_for(lambda: tap.view().lag_records == 0 and tap.health().up, 30, what="tap at the end of the log")
+    assert tap.view().transactions == {("rc", "committed"): 3}
+    assert tap.health().errors.get("log_truncated") == 1
 
 
-def test_broker_restart_with_the_log_written_back_never_double_counts(tansu, taps, caplog, capfd):
-    """A broker with persistent storage comes back with the log the tap already read
-    (Tansu's memory storage forgets it: the test writes it back, same offsets). The tap
-    reconnects while only part of it is back: a log short of the tap's position for a
-    moment is not a truncation, so the records written back are not counted again, and
-    the next new record is counted once. librdkafka's lines go through Python logging."""
-    caplog.set_level(logging.INFO, logger="txnwatch")
-    create_topics(tansu.bootstrap, [TOPIC], partitions=1)
-    tap = taps(tansu.bootstrap, truncation_grace=30.0)
-    wait_for(lambda: tap.rebuilt and tap.view().partitions == 1, 30, what="tap rebuilt")
-    t = int(time.time() * 1000)
-
-    def counts():
-        tx = tap.view().transactions
-        return tx.get(("svc", "committed"), 0), tx.get(("svc", "aborted"), 0)
-
-    Log(tansu.bootstrap, partitions=1, flush_each=True).commit("svc-1", t)
-    Log(tansu.bootstrap, partitions=1, flush_each=True).abort("svc-2", t + 1000)
-    wait_for(lambda: counts() == (1, 1), 30, what="a commit and an abort")
-    position = tap._next[0]
-
-    tansu.kill()
-    wait_for(lambda: not tap.health().up, 30, what="tap reports the outage")
-    tansu.start()
-    create_topics(tansu.bootstrap, [TOPIC], partitions=1)
-    Log(tansu.bootstrap, partitions=1, flush_each=True).commit("svc-1", t)      # part of the log is back
-    wait_for(lambda: 0 in tap._short, 60, what="the tap to see the log short of its position")
-    Log(tansu.bootstrap, partitions=1, flush_each=True).abort("svc-2", t + 1000)   # the rest
-    wait_for(lambda: not tap._short and tap.health().up and tap.view().lag_records == 0, 60,
-             what="the tap to follow on from its position")
-    assert tap._next[0] == position
-    assert counts() == (1, 1)                               # nothing counted again
-    Log(tansu.bootstrap, partitions=1, flush_each=True).commit("svc-1", t + 10_000)   # new
-    wait_for(lambda: counts()[0] == 2, 30, what="the new commit")
-    wait_for(lambda: tap.view().lag_records == 0, 30, what="the tap at the end of the log")
-    assert counts() == (2, 1)
-    assert not tap.health().errors.get("log_truncated")
-    # librdkafka's lines about the outage (disconnects, refused connects: which ones depends
-    # on timing) come through Python logging...
-    assert any(r.name == "txnwatch.librdkafka" for r in caplog.records)
-    _out, err = capfd.readouterr()
-    assert "txnwatch-tap-c1#consumer" not in err             # not printed by librdkafka itself
-
-
-def test_new_partitions_are_picked_up(tansu, taps):
+def test_new_partitions_are_picked_up(broker, unique, taps):
     from confluent_kafka.admin import AdminClient, NewPartitions
 
-    create_topics(tansu.bootstrap, [TOPIC], partitions=1)
-    tap = taps(tansu.bootstrap)
-    wait_for(lambda: tap.rebuilt and tap.view().partitions == 1, 30, what="tap rebuilt")
-    admin = AdminClient({"bootstrap.servers": tansu.bootstrap})
-    try:
-        admin.create_partitions([NewPartitions(TOPIC, 3)])[TOPIC].result(15)
-    except Exception as exc:  # noqa: BLE001
-        pytest.skip(f"the test broker cannot add partitions: {exc}")
+    topic = unique("txnlog-grow")
+    create_topics(broker.bootstrap, [topic], partitions=1)
+    tap = taps(broker.bootstrap, topic=topic)
+    wait_for(lambda: tap.view().rebuilt and tap.view().partitions == 1, 30, what="tap rebuilt")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_partitions([NewPartitions(topic, 3)])[topic].result(15)
     wait_for(lambda: tap.view().partitions == 3, 30, what="new partitions assigned")
-    p = Producer({"bootstrap.servers": tansu.bootstrap})
+    p = Producer({"bootstrap.servers": broker.bootstrap})
     t = int(time.time() * 1000)
     for status, last in ((ONGOING, t), (PREPARE_COMMIT, t + 100), (COMPLETE_COMMIT, t + 110)):
-        p.produce(TOPIC, key=encode_key("np-1"), partition=2, timestamp=last, value=encode_value(
+        p.produce(topic, key=encode_key("np-1"), partition=2, timestamp=last, value=encode_value(
             producer_id=1, producer_epoch=0, timeout_ms=60_000, status=status, partitions=None,
             last_update_ms=last, start_ms=t))
     assert p.flush(15) == 0
-    wait_for(lambda: tap.view().transactions.get(("np", "committed")) == 1, 30, what="commit on partition 2")
+    wait_for(lambda: tap.view().transactions.get(("np", "committed")) == 1 and tap.view().lag_records == 0,
+             30, what="commit on partition 2")
+    assert tap.view().transactions == {("np", "committed"): 1}
 
 
-def test_exporter_serves_tap_metrics(tansu, exporter_factory):
-    """`txnwatch serve` with `transaction_log_tap: true`: every derived series on /metrics."""
-    from tests.integration.conftest import cluster_config
+# ====================================================================== the real __transaction_state
+def app_name(prefix: str) -> str:
+    """An app of the test's own: ids `<app>-<n>` map to it (trailing numbers are stripped)
+    and no other test's ids do, so its counts are exact on a shared broker."""
+    return f"{prefix}-{''.join(random.choices(string.ascii_lowercase, k=8))}"
 
-    create_topics(tansu.bootstrap, [TOPIC], partitions=PARTITIONS)
-    pre = Log(tansu.bootstrap, flush_each=True)
-    t_pre = int(time.time() * 1000) - 300_000
-    pre.commit("legacy-1", t_pre)                      # history: rebuilt, never counted
-    exp = exporter_factory(cluster_config(tansu.bootstrap, transaction_log_tap=True,
-                                          default_transactional_id_expiration_ms=3_600_000))
-    exp.wait_metric(lambda m: m.get_value("txnwatch_tap_rebuilt", cluster="test") == 1, 60,
-                    what="tap rebuilt")
 
-    log = Log(tansu.bootstrap)
-    now = int(time.time() * 1000)
-    t = now - 120_000
-    e = log.commit("orders-1", t, took=1200, complete=15)
-    log.commit("orders-1", t + 2000, epoch=e, took=800, complete=25)
-    log.abort("orders-2", t, took=300, complete=8)
-    log.fenced("payments-1", t, 3, after=14_000, timeout=10_000)            # timeout (TV0)
-    log.fenced("inventory-1", t, 7, after=5000)                             # new instance (TV0)
-    sid = f"streams-app-{uuid.uuid4()}-1"
-    e = log.commit(sid, t, tv=2)
-    e = log.abort(sid, t + 2000, epoch=e, tv=2)
-    log.fenced(sid, t + 4000, e, after=2000, tv=2)                          # new instance (TV2)
-    log.put("legacy-1", None, last=now - 1000)                              # expiration
-    log.put("hang-1", ONGOING, 0, start=now - 40_000, last=now - 40_000, timeout=90_000)
-    log.put("bad-1", raw=b"\x00\x05\x00", last=now)
-    log.flush()
+def txn_producer(bootstrap: str, tid: str, timeout_ms: int = 60_000) -> Producer:
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid, "transaction.timeout.ms": timeout_ms,
+                  "linger.ms": 0, "log_level": 3})
+    p.init_transactions(60)
+    return p
 
-    def ready(m):
-        return (m.get_value("kafka_transactional_id_expirations_total", cluster="test", app="legacy") == 1
-                and m.get_value("txnwatch_tap_records_skipped_total", cluster="test") == 1
-                and m.get_value("kafka_transaction_fencing_events_total", cluster="test", app="streams-app",
-                                reason="new_instance") == 1
-                and m.get_value("kafka_transactional_id_expiration_headroom_seconds", cluster="test",
-                                transactional_id="orders-2") is not None)
 
-    m = exp.wait_metric(ready, 60, what="tap metrics on /metrics")
-    g = lambda name, **lb: m.get_value(name, cluster="test", **lb)  # noqa: E731
-    assert g("kafka_transactions_total", app="orders", outcome="committed") == 2
-    assert g("kafka_transactions_total", app="orders", outcome="aborted") == 1
-    assert g("kafka_transactions_total", app="legacy", outcome="committed") in (None, 0)
-    assert g("kafka_transaction_duration_seconds_sum", app="orders", outcome="committed") == \
-        pytest.approx(2.04)
-    assert g("kafka_transaction_completion_seconds_count", app="orders", outcome="committed") == 2
-    assert g("kafka_transaction_completion_seconds_sum", app="orders", outcome="committed") == \
-        pytest.approx(0.04)
-    assert g("kafka_transaction_fencing_events_total", app="payments", reason="timeout") == 1
-    assert g("kafka_transaction_timeouts_total", app="payments") == 1
-    assert g("kafka_transaction_fencing_events_total", app="inventory", reason="new_instance") == 1
-    assert g("kafka_transaction_fencing_events_total", app="inventory", reason="timeout") == 0
-    assert g("kafka_transactions_total", app="streams-app", outcome="committed") == 1
-    assert g("kafka_transactions_total", app="streams-app", outcome="aborted") == 2
-    assert g("kafka_transaction_open", app="hang") == 1
-    assert g("kafka_transaction_timeout_headroom_seconds", app="hang", transactional_id="hang-1") == \
-        pytest.approx(50, abs=15)
-    assert g("kafka_transaction_oldest_open_age_seconds", app="hang") == pytest.approx(40, abs=15)
-    assert g("kafka_transactional_id_expiration_headroom_seconds", app="orders",
-             transactional_id="orders-2") == pytest.approx(3600 - 120, abs=20)
-    assert g("kafka_transactional_ids", app="orders") == 2
-    assert g("txnwatch_tap_records_skipped_total", reason="unknown_value_version") == 1
-    assert g("txnwatch_tap_partitions") == PARTITIONS
-    assert g("txnwatch_up", source="tap") == 1
+def open_txn(p: Producer, topic: str) -> None:
+    """Begin and write one record: once it is delivered the partition is in the
+    transaction, so the coordinator holds it Ongoing (and an abort reaches it)."""
+    p.begin_transaction()
+    p.produce(topic, value=b"x")
+    assert p.flush(30) == 0
+
+
+def end_txn(p: Producer, commit: bool) -> None:
+    """Commit or abort; a retriable error (the broker was away) is retried, as the API says."""
+    for attempt in range(3):
+        try:
+            p.commit_transaction(60) if commit else p.abort_transaction(60)
+            return
+        except KafkaException as exc:
+            if not exc.args[0].retriable() or attempt == 2:
+                raise
+
+
+def run(p: Producer, topic: str, commits: int = 0, aborts: int = 0) -> None:
+    for commit in [True] * commits + [False] * aborts:
+        open_txn(p, topic)
+        end_txn(p, commit)
+
+
+ZERO = {"committed": 0, "aborted": 0, "fenced_new_instance": 0, "fenced_timeout": 0, "timeouts": 0,
+        "expired": 0}
+
+
+def tally(tap: TransactionLogTap, app: str) -> dict[str, int]:
+    v = tap.view()
+    return {"committed": v.transactions.get((app, "committed"), 0),
+            "aborted": v.transactions.get((app, "aborted"), 0),
+            "fenced_new_instance": v.fencing.get((app, "new_instance"), 0),
+            "fenced_timeout": v.fencing.get((app, "timeout"), 0),
+            "timeouts": v.timeouts.get(app, 0),
+            "expired": v.expirations.get(app, 0)}
+
+
+def wait_until_following(tap: TransactionLogTap) -> None:
+    """Until the tap has rebuilt the log as of its start (or seen there is none yet):
+    every transaction from now on is counted."""
+    wait_for(lambda: tap.view().rebuilt and tap.health().up, 30, what="tap rebuilt and up")
+
+
+def wait_tally(tap: TransactionLogTap, app: str, within: float = 60, **expected: int) -> None:
+    """Until the tap, at the end of the log, shows exactly `expected` (the rest 0) for `app`."""
+    want = {**ZERO, **expected}
+    try:
+        wait_for(lambda: tally(tap, app) == want and tap.view().lag_records == 0, within,
+                 what=f"{app}: {expected}")
+    except TimeoutError:
+        pass
+    v, h = tap.view(), tap.health()
+    assert tally(tap, app) == want, f"lag {v.lag_records}, partitions {v.partitions}, health {h}"
+    assert v.lag_records == 0, f"lag {v.lag_records}, partitions {v.partitions}, health {h}"
+
+
+def hist_counts(tap: TransactionLogTap, app: str) -> dict[tuple[str, str], int]:
+    """{(histogram, outcome): observations} for `app`."""
+    v = tap.view()
+    out = {}
+    for name, hists in (("duration", v.duration), ("completion", v.completion)):
+        for (a, outcome), h in hists.items():
+            if a == app:
+                out[(name, outcome)] = h.count
+    return out
+
+
+def history(bootstrap: str, tid: str) -> list[tuple[str, int, int]]:
+    """(status, producer epoch, value version) of every record of `tid` in the real
+    __transaction_state, in order; tombstones as ("TOMBSTONE", -1, -1)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused", "enable.partition.eof": True,
+                  "enable.auto.commit": False})
+    try:
+        parts = c.list_topics(TOPIC, timeout=10).topics[TOPIC].partitions
+        c.assign([TopicPartition(TOPIC, p, 0) for p in parts])
+        out, eof = [], set()
+        deadline = time.monotonic() + 30
+        while len(eof) < len(parts) and time.monotonic() < deadline:
+            m = c.poll(1.0)
+            if m is None:
+                continue
+            if m.error():
+                eof.add(m.partition())
+                continue
+            if decode_key(m.key()).transactional_id == tid:
+                v = None if m.value() is None else decode_value(m.value())
+                out.append(("TOMBSTONE", -1, -1) if v is None else (v.status.name, v.producer_epoch, v.version))
+        assert len(eof) == len(parts), "the log was not read to its end"
+        return out
+    finally:
+        c.close()
+
+
+def wait_completed(bootstrap: str, tid: str) -> None:
+    """Until the coordinator has written the Complete* record of `tid`'s last transaction.
+    It answers the client's EndTxn once Prepare* is written and writes Complete* after the
+    markers: a tap started in between rightly counts that completion (it happens after the
+    tap started), so a test that wants it to be history waits for it."""
+    wait_for(lambda: history(bootstrap, tid)[-1][0] in ("COMPLETE_COMMIT", "COMPLETE_ABORT"), 30,
+             what=f"{tid}'s transaction to be complete in the log")
+
+
+def test_real_commits_and_aborts_are_counted_exactly(broker, unique, taps):
+    """Commits and client aborts by real producers: exact counts by outcome, one duration
+    and one completion observation per transaction, and the history Kafka 3.1 writes is
+    the one the state machine expects (value version 0, no epoch change)."""
+    topic = unique("tap-data")
+    create_topics(broker.bootstrap, [topic])
+    app = app_name("orders")
+    p1 = txn_producer(broker.bootstrap, f"{app}-1")
+    run(p1, topic, commits=1)                       # before the tap: state, not news
+    wait_completed(broker.bootstrap, f"{app}-1")
+    tap = taps(broker.bootstrap)
+    wait_for(lambda: tap.view().rebuilt and tap.view().topic_found, 30, what="tap rebuilt")
+    assert tally(tap, app) == ZERO and tap.view().ids_per_app.get(app) == 1
+
+    p2 = txn_producer(broker.bootstrap, f"{app}-2")
+    run(p1, topic, commits=3, aborts=1)
+    run(p2, topic, commits=1, aborts=1)
+    wait_tally(tap, app, committed=4, aborted=2)
+    assert hist_counts(tap, app) == {("duration", "committed"): 4, ("duration", "aborted"): 2,
+                                     ("completion", "committed"): 4, ("completion", "aborted"): 2}
+    v = tap.view()
+    assert v.ids_per_app[app] == 2 and not [t for t in v.open_txns if t.app == app]
+    h = history(broker.bootstrap, f"{app}-2")
+    assert h == [("EMPTY", 0, 0), ("ONGOING", 0, 0), ("PREPARE_COMMIT", 0, 0), ("COMPLETE_COMMIT", 0, 0),
+                 ("ONGOING", 0, 0), ("PREPARE_ABORT", 0, 0), ("COMPLETE_ABORT", 0, 0)]
+
+
+def test_real_fence_by_a_new_instance(broker, unique, taps):
+    """A second producer with the same transactional.id initialises while the first has a
+    transaction open: the coordinator aborts it with an epoch bump (fencing the first),
+    counted once as reason="new_instance", not as a timeout."""
+    topic = unique("tap-data")
+    create_topics(broker.bootstrap, [topic])
+    app = app_name("inventory")
+    tid = f"{app}-1"
+    tap = taps(broker.bootstrap)
+    wait_until_following(tap)
+    first = txn_producer(broker.bootstrap, tid)
+    run(first, topic, commits=1)
+    open_txn(first, topic)
+    wait_for(lambda: [t for t in tap.view().open_txns if t.transactional_id == tid], 30,
+             what="the open transaction in the tap")
+    second = txn_producer(broker.bootstrap, tid)     # fences the first
+    wait_tally(tap, app, committed=1, aborted=1, fenced_new_instance=1)
+    with pytest.raises(KafkaException) as err:
+        first.commit_transaction(30)
+    assert err.value.args[0].fatal() or "fenced" in str(err.value).lower()
+    run(second, topic, commits=1)
+    wait_tally(tap, app, committed=2, aborted=1, fenced_new_instance=1)
+    assert hist_counts(tap, app) == {("duration", "committed"): 2, ("duration", "aborted"): 1,
+                                     ("completion", "committed"): 2, ("completion", "aborted"): 1}
+    # Kafka 3.1: Ongoing(e) -> PrepareAbort(e+1) -> CompleteAbort(e+1), then the new
+    # instance's InitProducerId retry bumps once more: Empty(e+2)
+    h = history(broker.bootstrap, tid)
+    assert h == [("EMPTY", 0, 0), ("ONGOING", 0, 0), ("PREPARE_COMMIT", 0, 0), ("COMPLETE_COMMIT", 0, 0),
+                 ("ONGOING", 0, 0), ("PREPARE_ABORT", 1, 0), ("COMPLETE_ABORT", 1, 0), ("EMPTY", 2, 0),
+                 ("ONGOING", 2, 0), ("PREPARE_COMMIT", 2, 0), ("COMPLETE_COMMIT", 2, 0)], h
+
+
+def test_real_timeout_of_a_killed_producer(broker, unique, taps, producers):
+    """A producer SIGKILLed with a transaction open: after its transaction.timeout.ms (3 s)
+    the coordinator aborts it with an epoch bump: one coordinator timeout, one fence with
+    reason="timeout", one aborted transaction that lasted longer than the timeout."""
+    topic = unique("tap-data")
+    create_topics(broker.bootstrap, [topic])
+    app = app_name("payments")
+    tid = f"{app}-1"
+    tap = taps(broker.bootstrap)
+    wait_until_following(tap)
+    p = producers(broker.bootstrap, topic, tid, action="commit", count=2, then_hang=True, timeout_ms=3000)
+    p.wait_line("open")
+    p.kill()
+    wait_tally(tap, app, committed=2, aborted=1, fenced_timeout=1, timeouts=1)
+    v = tap.view()
+    # the coordinator aborts only once start + timeout is past: longer than the timeout
+    aborted = v.duration[(app, "aborted")]
+    assert aborted.count == 1 and aborted.sum > 3.0
+    assert v.completion[(app, "aborted")].count == 1
+    assert not [t for t in v.open_txns if t.app == app]
+    h = history(broker.bootstrap, tid)
+    assert h[-3:] == [("ONGOING", 0, 0), ("PREPARE_ABORT", 1, 0), ("COMPLETE_ABORT", 1, 0)], h
+
+
+def test_real_expiration_of_idle_ids(own_broker, unique, taps):
+    """The coordinator writes a tombstone for an id idle (Empty or Complete*) for longer than
+    transactional.id.expiration.ms (5 s here): counted once, and the id leaves the tap's
+    state. An id with a transaction open meanwhile is not idle: it stays."""
+    b = own_broker(properties={"transactional.id.expiration.ms": 5000,
+                               "transaction.remove.expired.transaction.cleanup.interval.ms": 1000})
+    topic = unique("tap-data")
+    create_topics(b.bootstrap, [topic])
+    app = app_name("idle")
+    idle, busy = txn_producer(b.bootstrap, f"{app}-1"), txn_producer(b.bootstrap, f"{app}-2")
+    tap = taps(b.bootstrap, expiration_ms=5000)
+    wait_until_following(tap)
+    assert tap.view().ids_per_app.get(app) == 2
+    run(idle, topic, commits=1)
+    open_txn(busy, topic)
+    wait_tally(tap, app, committed=1, expired=1, within=60)
+    assert tap.view().ids_per_app.get(app) == 1
+    assert [t.transactional_id for t in tap.view().open_txns if t.app == app] == [f"{app}-2"]
+    assert history(b.bootstrap, f"{app}-1")[-3:] == [("PREPARE_COMMIT", 0, 0), ("COMPLETE_COMMIT", 0, 0),
+                                                     ("TOMBSTONE", -1, -1)]
+
+
+def test_real_log_created_after_the_tap_started_is_counted(own_broker, unique, taps):
+    """A new cluster: the tap starts before any transactional producer and waits for
+    __transaction_state. The first producer creates it and commits N transactions before
+    the tap's next metadata check (its thread is paused meanwhile, so that this happens
+    every time): all N are counted, none twice."""
+    b = own_broker()
+    topic = unique("tap-data")
+    create_topics(b.bootstrap, [topic])
+    app = app_name("first")
+    tap = taps(b.bootstrap)
+    wait_for(lambda: tap.health().last_success is not None and tap.view().rebuilt, 30,
+             what="the tap to look for the log")
+    assert tap.health().up and not tap.view().topic_found
+    tap.stop()
+    p = txn_producer(b.bootstrap, f"{app}-1")
+    run(p, topic, commits=5, aborts=1)
+    tap.start()
+    wait_tally(tap, app, committed=5, aborted=1)
+    assert tap.view().topic_found and tap.view().partitions == LOG_PARTITIONS
+    run(p, topic, commits=1)
+    wait_tally(tap, app, committed=6, aborted=1)
+
+
+def test_real_broker_restart_during_traffic_never_double_counts(own_broker, unique, taps, caplog, capfd):
+    """The broker is SIGKILLed after some transactions and with one open: the tap reports
+    the outage, keeps its state, resumes at its own positions when the broker is back
+    (Kafka keeps the log: what it read is not counted again), and counts exactly the
+    transactions completed after, the one open across the restart included."""
+    caplog.set_level(logging.INFO, logger="txnwatch")
+    b = own_broker()
+    topic = unique("tap-data")
+    create_topics(b.bootstrap, [topic])
+    app = app_name("restart")
+    p = txn_producer(b.bootstrap, f"{app}-1")
+    tap = taps(b.bootstrap)
+    wait_until_following(tap)
+    run(p, topic, commits=2, aborts=1)
+    open_txn(p, topic)
+    wait_tally(tap, app, committed=2, aborted=1)
+    wait_for(lambda: [t for t in tap.view().open_txns if t.app == app], 30, what="the open transaction")
+
+    b.kill()
+    wait_for(lambda: not tap.health().up, 30, what="the tap to report the outage")
+    b.start()
+    wait_for(lambda: tap.health().up and tap.view().lag_records == 0, 90, what="the tap to follow again")
+    wait_tally(tap, app, committed=2, aborted=1)       # nothing counted again, state kept
+    assert len([t for t in tap.view().open_txns if t.app == app]) == 1
+    end_txn(p, commit=True)                              # the transaction open across the restart
+    run(p, topic, commits=1)
+    wait_tally(tap, app, committed=4, aborted=1)
+    assert hist_counts(tap, app) == {("duration", "committed"): 4, ("duration", "aborted"): 1,
+                                     ("completion", "committed"): 4, ("completion", "aborted"): 1}
+    assert not tap.health().errors.get("log_truncated")
+    # librdkafka's lines about the outage come through Python logging, not its own stderr
+    assert any(r.name == "txnwatch.librdkafka" for r in caplog.records)
+    _out, err = capfd.readouterr()
+    assert "txnwatch-tap-c1#consumer" not in err
+
+
+def test_readyz_only_when_every_source_is_up(own_broker, exporter_factory):
+    """/readyz says 200 only when txnwatch_up is 1 for the poller and the tap. Checked over
+    the startup window of an exporter on a cluster whose __transaction_state exists but is
+    empty (the tap has nothing to rebuild, yet it is up only once its first fetch returns)."""
+    from kafka.admin import KafkaAdminClient
+    from kafka.errors import TransactionalIdNotFoundError
+
+    b = own_broker()
+    admin = KafkaAdminClient(bootstrap_servers=b.bootstrap)
+    def coordinator_answers() -> bool:
+        # FindCoordinator for a transactional id creates __transaction_state; nothing is written
+        try:
+            admin.describe_transactions(["nobody"])
+        except TransactionalIdNotFoundError:
+            pass   # the coordinator answered: its log exists
+        return True
+
+    try:
+        wait_for(coordinator_answers, 30, what="the transaction coordinator")
+    finally:
+        admin.close()
+    exp = exporter_factory(cluster_config(b.bootstrap, transaction_log_tap=True))
+    seen_ready = 0
+    deadline = time.monotonic() + 60
+    while seen_ready < 20 and time.monotonic() < deadline:
+        # both polled all the time, as a scraper and a readiness probe would
+        status, _ = exp.get("/readyz")
+        m = exp.metrics()
+        if status != 200:
+            continue
+        shown = {s: m.get_value("txnwatch_up", cluster="test", source=s) for s in ("poller", "tap")}
+        shown["rebuilt"] = m.get_value("txnwatch_tap_rebuilt", cluster="test")
+        assert shown == {"poller": 1, "tap": 1, "rebuilt": 1}, f"/readyz said 200, /metrics then said {shown}"
+        seen_ready += 1
+    assert seen_ready == 20, "the exporter never became ready"
+    m = exp.metrics()
+    assert m.get_value("txnwatch_tap_partitions", cluster="test") == LOG_PARTITIONS
+    assert m.get_value("txnwatch_tap_records_applied_total", cluster="test") == 0
+
+
+def test_exporter_serves_the_real_tap_and_a_restarted_one_counts_only_new_completions(
+        broker, unique, exporter_factory):
+    """`txnwatch serve` with `transaction_log_tap: true` on the real __transaction_state:
+    the tap's series on /metrics for commits, aborts, a fence, an open transaction and idle
+    ids. Then the exporter is SIGKILLed and started again: its tap rebuilds the log without
+    counting (counters start again at 0, ids and the open transaction are known at once)
+    and counts exactly the completions after it."""
+    topic = unique("tap-data")
+    create_topics(broker.bootstrap, [topic])
+    orders, inventory, hang = app_name("orders"), app_name("inventory"), app_name("hang")
+    o1 = txn_producer(broker.bootstrap, f"{orders}-1")
+    run(o1, topic, commits=1)                          # history: rebuilt, never counted
+    wait_completed(broker.bootstrap, f"{orders}-1")
+    config = cluster_config(broker.bootstrap, [topic], transaction_log_tap=True,
+                            default_transactional_id_expiration_ms=3_600_000)
+    exp = exporter_factory(config)
+    wait_for(lambda: exp.get("/readyz")[0] == 200, 60, what="ready (tap rebuilt)")
+
+    def g(m, name, **labels):
+        return m.get_value(name, cluster="test", **labels)
+
+    m = exp.metrics()
+    assert g(m, "kafka_transactional_ids", app=orders) == 1
+    assert g(m, "kafka_transactions_total", app=orders, outcome="committed") == 0
+
+    o2 = txn_producer(broker.bootstrap, f"{orders}-2")
+    run(o1, topic, commits=2)
+    run(o2, topic, aborts=1)
+    fenced = txn_producer(broker.bootstrap, f"{inventory}-1")
+    open_txn(fenced, topic)
+    m = exp.wait_metric(lambda m: g(m, "kafka_transaction_open", app=inventory) == 1, 30,
+                        what="the transaction to be fenced, open")
+    newer = txn_producer(broker.bootstrap, f"{inventory}-1")
+    h = txn_producer(broker.bootstrap, f"{hang}-1", timeout_ms=300_000)
+    open_txn(h, topic)                                   # stays open (aborted at the end)
+
+    def settled(m):
+        return (g(m, "kafka_transactions_total", app=orders, outcome="committed") == 2
+                and g(m, "kafka_transactions_total", app=orders, outcome="aborted") == 1
+                and g(m, "kafka_transaction_fencing_events_total", app=inventory, reason="new_instance") == 1
+                and g(m, "kafka_transactions_total", app=inventory, outcome="aborted") == 1
+                and g(m, "kafka_transaction_open", app=hang) == 1
+                and g(m, "txnwatch_tap_lag_records") == 0)
+
+    m = exp.wait_metric(settled, 60, what="the tap series on /metrics")
+    assert g(m, "kafka_transaction_duration_seconds_count", app=orders, outcome="committed") == 2
+    assert g(m, "kafka_transaction_duration_seconds_count", app=orders, outcome="aborted") == 1
+    assert g(m, "kafka_transaction_completion_seconds_count", app=orders, outcome="committed") == 2
+    assert g(m, "kafka_transaction_fencing_events_total", app=inventory, reason="timeout") == 0
+    assert g(m, "kafka_transaction_timeouts_total", app=inventory) == 0
+    assert g(m, "kafka_transaction_open", app=orders) == 0
+    assert 0 < g(m, "kafka_transaction_timeout_headroom_seconds", app=hang, transactional_id=f"{hang}-1") <= 300
+    assert 0 < g(m, "kafka_transactional_id_expiration_headroom_seconds", app=orders,
+                 transactional_id=f"{orders}-2") <= 3600
+    assert g(m, "kafka_transactional_ids", app=orders) == 2
+    assert g(m, "txnwatch_tap_partitions") == LOG_PARTITIONS
+    assert g(m, "txnwatch_up", source="tap") == 1
+
+    exp.kill()                                            # SIGKILL; a new exporter starts from scratch
+    exp = exporter_factory(config)
+    wait_for(lambda: exp.get("/readyz")[0] == 200, 60, what="ready again (tap rebuilt)")
+    m = exp.metrics()
+    for outcome in ("committed", "aborted"):
+        assert g(m, "kafka_transactions_total", app=orders, outcome=outcome) == 0
+        assert g(m, "kafka_transactions_total", app=inventory, outcome=outcome) == 0
+    assert g(m, "kafka_transaction_fencing_events_total", app=inventory, reason="new_instance") == 0
+    assert g(m, "kafka_transactional_ids", app=orders) == 2
+    assert g(m, "kafka_transaction_open", app=hang) == 1       # known from the log at once
+    run(o2, topic, commits=1)
+    run(newer, topic, commits=1)
+    m = exp.wait_metric(lambda m: g(m, "kafka_transactions_total", app=orders, outcome="committed") == 1
+                        and g(m, "kafka_transactions_total", app=inventory, outcome="committed") == 1
+                        and g(m, "txnwatch_tap_lag_records") == 0, 60, what="the new commits only")
+    assert g(m, "kafka_transactions_total", app=orders, outcome="aborted") == 0
+    assert g(m, "kafka_transaction_duration_seconds_count", app=orders, outcome="committed") == 1
+    assert g(m, "kafka_transaction_fencing_events_total", app=inventory, reason="new_instance") == 0
+    end_txn(h, commit=False)
+    assert "Traceback" not in exp.log()

@@ -82,3 +82,16 @@ def test_scrapes_close_together_share_one_response_until_a_publish():
     again = c.exposition(False)
     assert again is not first and b'kafka_brokers{cluster="x"} 4.0' in again
     assert b'kafka_brokers{cluster="a"} 9.0' in again
+
+
+def test_a_shared_response_is_not_served_once_a_source_went_up_or_down():
+    """/readyz reads the sources' up flags live: a response rendered before one of them
+    changed is not shared any more, so /metrics never shows an older txnwatch_up."""
+    up = [0]
+    c = ExporterCollector([Part("live", lambda w: w.add("txnwatch_up", {"cluster": "a", "source": "tap"}, up[0]))],
+                          live_key=lambda: up[0])
+    c.response_ttl = 60
+    first = c.exposition(False)
+    assert b'txnwatch_up{cluster="a",source="tap"} 0.0' in first and c.exposition(False) is first
+    up[0] = 1
+    assert b'txnwatch_up{cluster="a",source="tap"} 1.0' in c.exposition(False)

@@ -31,8 +31,9 @@ class FakeErr:
 
 
 class Msg:
-    def __init__(self, p, off, key=None, value=None, err=None):
+    def __init__(self, p, off, key=None, value=None, err=None, ts=T0):
         self._p, self._off, self._key, self._value, self._err = p, off, key, value, err
+        self._ts = ts
 
     def error(self):
         return self._err
@@ -50,7 +51,7 @@ class Msg:
         return self._value
 
     def timestamp(self):
-        return (1, T0)
+        return (0, -1) if self._ts is None else (1, self._ts)
 
 
 class FakeConsumer:
@@ -76,15 +77,17 @@ class FakeConsumer:
         self.seeks.append((tp.partition, tp.offset))
 
 
-def rec(p, off, tid, status, last, epoch=0):
+def rec(p, off, tid, status, last, epoch=0, ts=T0):
     parts = [("t", [0])] if status in (1, 2, 3) else None
     return Msg(p, off, encode_key(tid), encode_value(producer_id=1, producer_epoch=epoch, timeout_ms=60_000,
                                                      status=status, partitions=parts, last_update_ms=last,
-                                                     start_ms=T0))
+                                                     start_ms=T0), ts=ts)
 
 
-def commit(p, off, tid, t=T0):
-    return [rec(p, off, tid, 1, t), rec(p, off + 1, tid, 2, t + 10), rec(p, off + 2, tid, 4, t + 12)]
+def commit(p, off, tid, t=T0, ts=T0):
+    """A commit's three records; `ts` is the record timestamp (the coordinator's clock)."""
+    return [rec(p, off, tid, 1, t, ts=ts), rec(p, off + 1, tid, 2, t + 10, ts=ts),
+            rec(p, off + 2, tid, 4, t + 12, ts=ts)]
 
 
 def new_tap(truncation_grace=0.0):
@@ -111,23 +114,79 @@ def test_rebuild_targets_counting_duplicates_and_new_partitions():
     assert tap._state.view().transactions == {("a", "committed"): 1, ("b", "committed"): 1}
 
 
-def test_topic_found_late_is_still_rebuilt_before_counting():
-    """A broker may say "unknown topic" for a while after it starts: a log found after
-    the tap started is rebuilt up to its end at discovery, never counted as new."""
+def _wall_clock(monkeypatch, ms):
+    from txnwatch.exporter.tap import source
+
+    monkeypatch.setattr(source.time, "time", lambda: ms / 1000.0)
+
+
+def test_topic_found_late_is_still_rebuilt_before_counting(monkeypatch):
+    """A broker may say "unknown topic" for a while after it starts: the records of a log
+    found after the tap started that are older than the moment the tap first saw the
+    topic absent were there before the tap: rebuilt, never counted as new."""
+    absent_at = T0 + 60_000
+    _wall_clock(monkeypatch, absent_at)
     tap = new_tap()
     c = FakeConsumer(partitions=None)
     tap._refresh_partitions(c)
     h = tap.health()
     assert h.up and not h.errors   # waiting for the topic is not a failure
     assert tap.rebuilt and not c.assigned
+    _wall_clock(monkeypatch, absent_at + 5000)
     c.partitions, c.highs = [0], {0: 3}
     tap._refresh_partitions(c)
     assert not tap.rebuilt
-    tap._apply_batch(c, commit(0, 0, "late-1"))
+    tap._apply_batch(c, commit(0, 0, "late-1", ts=absent_at - 1))
     assert tap.rebuilt
     assert tap._state.view().transactions == {}
-    tap._apply_batch(c, commit(0, 3, "late-1", T0 + 100))
+    tap._apply_batch(c, commit(0, 3, "late-1", T0 + 100, ts=absent_at - 1))   # after the rebuild: counted
     assert tap._state.view().transactions == {("late", "committed"): 1}
+
+
+def test_records_written_after_the_topic_was_seen_absent_are_counted(monkeypatch):
+    """A new cluster: the tap starts before any transactional producer, sees no
+    __transaction_state, and the first transactions are written between the topic's
+    creation and the tap's next metadata check. They happened after the tap started:
+    counted (by their timestamp), although they are below the end offsets the tap found.
+    Records stamped before the tap first saw the topic absent, and records without a
+    timestamp, are rebuilt without counting; a truncated partition read again never
+    counts, whatever the timestamps."""
+    absent_at = T0 + 60_000
+    _wall_clock(monkeypatch, absent_at)
+    tap = new_tap(truncation_grace=0.0)
+    c = FakeConsumer(partitions=None)
+    tap._refresh_partitions(c)
+    _wall_clock(monkeypatch, absent_at + 3000)
+    tap._refresh_partitions(c)          # still absent: the first moment counts
+    assert tap._absent_since_ms == absent_at
+    c.partitions, c.highs = [0, 1, 2], {0: 6, 1: 3, 2: 0}
+    tap._refresh_partitions(c)
+    assert not tap.rebuilt
+    tap._apply_batch(c, commit(0, 0, "old-1", ts=absent_at - 1)       # before: not counted
+                     + commit(0, 3, "new-1", ts=absent_at))           # at the moment: counted
+    tap._apply_batch(c, commit(1, 0, "nots-1", ts=None))            # no timestamp: not counted
+    assert tap.rebuilt
+    assert tap._state.view().transactions == {("new", "committed"): 1}
+    tap._apply_batch(c, commit(2, 0, "new-2", ts=absent_at + 9000))   # past the rebuild: counted
+    assert tap._state.view().transactions == {("new", "committed"): 2}
+    # partition 0 truncated later: read again without counting, although stamped after
+    c.highs = {0: 3, 1: 3, 2: 3}
+    tap._apply_batch(c, [Msg(0, 6, err=FakeErr(KafkaError._AUTO_OFFSET_RESET, "_AUTO_OFFSET_RESET"))])
+    assert tap.health().errors["log_truncated"] == 1
+    tap._apply_batch(c, commit(0, 0, "new-1", ts=absent_at + 1))
+    assert tap._state.view().transactions == {("new", "committed"): 2}
+
+
+def test_a_log_that_existed_when_the_tap_started_is_never_counted(monkeypatch):
+    """Without having seen the topic absent the tap cannot tell news from history: the
+    log as of its start is rebuilt without counting, whatever the records' timestamps."""
+    _wall_clock(monkeypatch, T0)
+    tap = new_tap()
+    c = FakeConsumer(partitions=[0], highs={0: 3})
+    tap._refresh_partitions(c)
+    tap._apply_batch(c, commit(0, 0, "e-1", ts=T0 + 10_000))
+    assert tap.rebuilt and tap._state.view().transactions == {}
+    assert tap._absent_since_ms is None and not tap._count_from_ms
 
 
 def test_undecodable_records_are_counted_and_skipped():

@@ -143,7 +143,8 @@ class ExporterCollector:
     scrapers have asked for and swaps it in by reference. A scrape (`exposition()`) only
     formats the small live parts and appends them: it never waits for a render."""
 
-    def __init__(self, parts: Iterable[Part | tuple[str, Callable[[FamilyWriter], None]]] = ()) -> None:
+    def __init__(self, parts: Iterable[Part | tuple[str, Callable[[FamilyWriter], None]]] = (),
+                 live_key: Callable[[], object] | None = None) -> None:
         self._live = [p if isinstance(p, Part) else Part(*p) for p in parts]
         self._lock = threading.Lock()           # counters
         self._publish_lock = threading.Lock()   # one publisher at a time
@@ -154,7 +155,10 @@ class ExporterCollector:
         # Whole responses, shared by scrapes within `response_ttl` seconds of each other
         # (several Prometheus servers arriving together); a new publish invalidates them.
         self.response_ttl = 0.5
-        self._responses: dict[tuple[bool, bool], tuple[float, _Published, bytes]] = {}
+        # ...and only while `live_key()` is unchanged (the exporter passes the facts /readyz
+        # goes by, e.g. the sources' up flags: /metrics never shows an older state of them).
+        self._live_key = live_key or (lambda: None)
+        self._responses: dict[tuple[bool, bool], tuple[float, _Published, object, bytes]] = {}
         # (openmetrics, gzip) pairs scrapers used; Prometheus only ever asks for one.
         self._formats: set[tuple[bool, bool]] = set()
 
@@ -232,11 +236,13 @@ class ExporterCollector:
 
     def exposition(self, openmetrics: bool, gzip: bool = False) -> bytes:
         now = time.monotonic()
+        live_key = self._live_key()   # taken before rendering: the body is at least this new
         hit = self._responses.get((openmetrics, gzip))
-        if hit is not None and now - hit[0] < self.response_ttl and hit[1] is self._published:
-            return hit[2]
+        if (hit is not None and now - hit[0] < self.response_ttl and hit[1] is self._published
+                and hit[2] == live_key):
+            return hit[3]
         body = self._exposition(openmetrics, gzip)
-        self._responses[(openmetrics, gzip)] = (now, self._published, body)
+        self._responses[(openmetrics, gzip)] = (now, self._published, live_key, body)
         return body
 
     def _exposition(self, openmetrics: bool, gzip: bool) -> bytes:

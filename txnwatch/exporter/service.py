@@ -30,18 +30,27 @@ class ClusterRuntime:
                                          cfg.max_transactional_id_series,
                                          expiration_ms=cfg.default_transactional_id_expiration_ms,
                                          poll_timeout=min(1.0, cfg.poll_timeout_seconds))
+            self.poller.access.tap = self.tap   # its health and known ids feed the access findings
 
     def sources(self):
         yield self.poller.health.view()
         if self.tap is not None:
             yield self.tap.health()
 
+    def readiness(self) -> tuple[bool, ...]:
+        """The facts readiness goes by, each as /metrics shows it: txnwatch_up of every source
+        and, with the tap, txnwatch_tap_rebuilt of its published view (the one scrapes render)."""
+        facts = [h.up for h in self.sources()]
+        if self.tap is not None:
+            facts.append(self.tap.view().rebuilt)
+        return tuple(facts)
+
     def ready(self) -> bool:
-        # Ready after a first successful poll (and, with the tap, once its state is rebuilt
-        # from the log), and not while the cluster is unreachable: data would be stale.
-        if not self.poller.health.view().up:
-            return False
-        return self.tap is None or self.tap.rebuilt
+        # Ready when every source of the cluster is up: the poller has polled successfully
+        # and, with the tap, the tap is up and has rebuilt its state from the log. Not while
+        # the cluster is unreachable: data would be stale. (A tap that has rebuilt an empty
+        # log is not up until its first fetch succeeds.)
+        return all(self.readiness())
 
     def render_live(self, w: FamilyWriter) -> None:
         """Health of every source (small; changes with each attempt)."""
@@ -80,7 +89,9 @@ class Exporter:
             rt.poller.on_snapshot = lambda snap, name=name, rt=rt: self.collector.publish(
                 f"poller:{name}", lambda w: rt.render_snapshot(w, self.collector, snap))
         parts.append(Part("spark", lambda w: self.spark_state.render(w)))
-        self.collector = ExporterCollector(parts)
+        # a response shared between scrapes is not served once what /readyz goes by changed
+        self.collector = ExporterCollector(parts, live_key=lambda: tuple(
+            rt.readiness() for rt in self.clusters.values()))
 
     def metrics(self, openmetrics: bool, gzip: bool = False) -> bytes:
         return self.collector.exposition(openmetrics, gzip)

@@ -7,10 +7,15 @@ One thread per cluster. It assigns every partition of the coordinator's log expl
   `topic_not_found`; metadata is retried, never a crash);
 * rebuilds state from the log up to the end offsets as of the moment its partitions
   were first found, without counting (`counting=False`), then follows new records
-  with counting. This holds also when the topic shows up after the tap started: a
-  broker can answer "unknown topic" for a while after it starts, and counting a whole
-  existing log as new would inflate every counter (the cost: a topic created while the
-  tap waits loses the counts of records written before the next metadata check, 1 s).
+  with counting. A log that already existed when the tap started is never counted,
+  also when the topic shows up only after the tap started (a broker can answer
+  "unknown topic" for a while after it starts, and counting a whole existing log as new
+  would inflate every counter). But once the tap has seen the topic absent, records of
+  that first rebuild whose timestamp is at or after the moment it first saw it absent
+  are counted: they were written after the tap started (on a new cluster, the first
+  transactions happen between the topic's creation and the tap's next metadata check).
+  The record timestamps are the coordinator's clock: a broker clock behind the tap's
+  by d loses the counts of the first d of records, never counts a record twice.
   Partitions added to a topic the tap already reads hold only new records and are
   counted from their first offset;
 * keeps the next offset per partition and ignores records below it, so broker
@@ -79,6 +84,10 @@ class TransactionLogTap:
         self._rebuild_to: dict[int, int] = {}
         self._topic_found = False
         self._topic_absent_seen = False   # metadata said "no such topic" at least once
+        self._absent_since_ms: int | None = None   # wall clock (ms) when it first said so
+        # per partition of the first rebuild after the topic was absent: records stamped at
+        # or after this (the coordinator's clock) are counted although below _rebuild_to
+        self._count_from_ms: dict[int, int] = {}
         self._rebuilt = False
         self._idle = IdleSummary()
         self._idle_at = 0.0
@@ -269,6 +278,8 @@ class TransactionLogTap:
                 # No transactional producer has run on this cluster yet: nothing to tap, and
                 # nothing wrong. The broker answered, so the source is up (the page says it waits).
                 self._topic_absent_seen = True
+                if self._absent_since_ms is None:
+                    self._absent_since_ms = int(time.time() * 1000)
                 self._rebuilt = True   # nothing to rebuild (yet)
                 self._health.success(0.0)
                 return
@@ -298,6 +309,8 @@ class TransactionLogTap:
         for p in new:
             self._next[p] = 0
             self._rebuild_to[p] = targets[p]
+            if not count_all and self._absent_since_ms is not None and targets[p] > 0:
+                self._count_from_ms[p] = self._absent_since_ms
         if not self._topic_found:
             log.info("tap[%s]: reading %s (%d partitions)%s", self.cluster, self.topic, len(new),
                      "" if count_all else ", rebuilding state")
@@ -310,16 +323,18 @@ class TransactionLogTap:
         if not self._rebuilt and self._next and all(
                 self._next[p] >= self._rebuild_to[p] for p in self._next):
             self._rebuilt = True
+            self._count_from_ms.clear()   # past the rebuild everything is counted anyway
             log.info("tap[%s]: state rebuilt from %s (%d transactional ids)", self.cluster, self.topic,
                      len(self._state))
             self._idle_at = 0.0  # rescan idle ids right away
 
     def _apply_batch(self, consumer, msgs) -> None:
-        from confluent_kafka import KafkaError
+        from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError
 
         state = self._state
         nxt = self._next
         rebuild_to = self._rebuild_to
+        count_from = self._count_from_ms
         now_ms = int(time.time() * 1000)
         for m in msgs:
             err = m.error()
@@ -344,8 +359,11 @@ class TransactionLogTap:
             if expected is None or off < expected:
                 continue   # already applied (re-delivery after reconnect/reset) or unknown partition
             nxt[p] = off + 1
-            counting = off >= rebuild_to[p]
             ts_type, ts = m.timestamp()
+            counting = off >= rebuild_to[p]
+            if not counting and p in count_from:
+                # stamped after the tap first saw the topic absent: written after it started
+                counting = ts_type != TIMESTAMP_NOT_AVAILABLE and ts >= count_from[p]
             try:
                 key = decode_key(m.key())
                 raw = m.value()
@@ -390,6 +408,8 @@ class TransactionLogTap:
                 return   # look again at the next view tick
             self._rebuild_to[p] = high
             self._next[p] = low
+            # what is read again may have been counted already, whatever its timestamp
+            self._count_from_ms.pop(p, None)
             self._health.count_error("log_truncated")
             log.warning("tap[%s]: %s-%d ends at %d, before our position %d (truncated or recreated); "
                         "re-reading it without counting up to %d", self.cluster, self.topic, p, high, n, high)
