@@ -235,6 +235,17 @@ def test_rejected_credentials_and_certificates_name_the_cause(exporter):
     row = re.search(r"<tr><td>bad-ca</td><td>poller</td>.*?</tr>", text).group(0)
     assert "TLS handshake failed" in row and "certificate verify failed" in row, row
     assert "ssl.ca.location (not set: the system CAs are used)" in row, row
+    # The tap names the same causes (librdkafka reports them only through error_cb), and its
+    # page row says it cannot read the log instead of "waiting for __transaction_state".
+    m = exporter.wait_metric(lambda m: (
+        (m.get_value("txnwatch_poll_errors_total", cluster="bad-password", source="tap", cause="auth") or 0) >= 1
+        and (m.get_value("txnwatch_poll_errors_total", cluster="bad-ca", source="tap", cause="tls") or 0) >= 1),
+        timeout=60, what="auth and tls causes of the taps of the failing clusters")
+    text = page(exporter)
+    tap_section = text.split("<h2>Transaction-log tap</h2>", 1)[1].split("</section>", 1)[0]
+    for c, why in (("bad-password", "authentication failed"), ("bad-ca", "TLS handshake failed")):
+        row = re.search(rf"<tr><td>{c}</td>.*?</tr>", tap_section).group(0)
+        assert "cannot read it" in row and why in row and "waiting for" not in row, row
 
 
 def test_secrets_never_in_logs_metrics_or_page_even_at_debug(secure, exporter):
@@ -320,10 +331,17 @@ def test_missing_read_on_transaction_state(secure, exporter_factory, tmp_path):
     msg = finding()
     assert msg is not None, page(exp)
     assert exp.metrics().get_value("txnwatch_tap_records_applied_total", cluster="notap") == 0
+    # Refused fetches keep the tap down, however quiet the client is about them afterwards:
+    # sampled over 5 s, several of the tap's 1 s consume rounds (each would report success).
+    end = time.monotonic() + 5
+    while time.monotonic() < end:
+        assert exp.metrics().get_value("txnwatch_up", cluster="notap", source="tap") == 0
+        time.sleep(0.25)
     grant_as_printed(secure, msg, tmp_path / "tools")
     exp.wait_metric(lambda m: (m.get_value("txnwatch_tap_records_applied_total", cluster="notap") or 0) > 0
-                    and m.get_value("kafka_transaction_open", cluster="notap", app="sec-open") == 1,
-                    timeout=60, what="the tap reading __transaction_state once READ is granted")
+                    and m.get_value("kafka_transaction_open", cluster="notap", app="sec-open") == 1
+                    and m.get_value("txnwatch_up", cluster="notap", source="tap") == 1,
+                    timeout=60, what="the tap reading __transaction_state (and up) once READ is granted")
     wait_for(lambda: finding() is None, 30, what="the finding to clear")
 
 

@@ -214,6 +214,10 @@ class ClusterPoller:
         self._thread = threading.Thread(target=self._loop, name=f"poller-{self.cfg.name}", daemon=True)
         self._thread.start()
 
+    def signal_stop(self) -> None:
+        """Ask the poll thread to end after its current step (stop() waits for it)."""
+        self._stop.set()
+
     def stop(self) -> None:
         self._stop.set()
         if self._thread:

@@ -103,6 +103,12 @@ class Exporter:
                 rt.tap.start()
 
     def stop(self) -> None:
+        # Every source is told first, then each is waited for: a shutdown takes as long as
+        # the slowest source's call in flight, not the sum of them.
+        for rt in self.clusters.values():
+            rt.poller.signal_stop()
+            if rt.tap is not None:
+                rt.tap.signal_stop()
         for rt in self.clusters.values():
             rt.poller.stop()
             if rt.tap is not None:
@@ -115,15 +121,22 @@ class Exporter:
     def page_sections(self) -> list[str]:
         """Extra sections of the human page: the tap and Spark queries."""
         out = []
-        taps = [(n, rt.tap.view()) for n, rt in self.clusters.items() if rt.tap is not None]
+        taps = [(n, rt.tap.view(), rt.tap.health()) for n, rt in self.clusters.items() if rt.tap is not None]
+
+        def found(v, h) -> str:
+            if v.topic_found:
+                return "yes"
+            if h.up or not h.last_error:   # the broker answered: no transactional producer ran yet
+                return "<span class=warn>waiting for __transaction_state</span>"
+            return f"<span class=bad>cannot read it: {escape(h.last_error)}</span>"
+
         if taps:
-            waiting = "<span class=warn>waiting for __transaction_state</span>"
             rows = "".join(
-                f"<tr><td>{escape(n)}</td><td>{'yes' if v.topic_found else waiting}</td>"
+                f"<tr><td>{escape(n)}</td><td>{found(v, h)}</td>"
                 f"<td>{'yes' if v.rebuilt else 'rebuilding'}</td>"
                 f"<td class=num>{'' if v.lag_records is None else v.lag_records}</td>"
                 f"<td class=num>{v.applied}</td><td class=num>{sum(v.ids_per_app.values())}</td></tr>"
-                for n, v in taps)
+                for n, v, h in taps)
             out.append("<section><h2>Transaction-log tap</h2><table><tr><th>cluster</th><th>topic found</th>"
                        "<th>rebuilt</th><th>lag (records)</th><th>applied</th><th>transactional ids</th></tr>"
                        + rows + "</table></section>")

@@ -95,6 +95,9 @@ class TransactionLogTap:
         self._errors_logged: set[str] = set()
         self._poll_error: str | None = None
         self._down = False   # the client reported all brokers down / transport errors
+        # partitions whose last fetch was refused (ACLs): librdkafka reports it once and then
+        # fetches nothing, so the tap is down until a record or the end of the log arrives
+        self._denied: set[int] = set()
         self._lost_cluster = False   # all brokers down: replace the client once they answer
         self._stale_client = False   # a partition is not the one the client knew: replace it
         # partitions whose log ended before our position (or out of range), since when
@@ -107,6 +110,10 @@ class TransactionLogTap:
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name=f"txnwatch-tap-{self.cluster}", daemon=True)
         self._thread.start()
+
+    def signal_stop(self) -> None:
+        """Ask the tap thread to end after its current step (stop() waits for it)."""
+        self._stop.set()
 
     def stop(self, timeout: float | None = None) -> None:
         self._stop.set()
@@ -148,13 +155,26 @@ class TransactionLogTap:
 
     def _on_client_error(self, err) -> None:
         # Called from poll/consume in the tap thread. librdkafka messages carry no secrets.
+        from .. import access
+        from ..kafka_io import AUTHENTICATION
+
         name = (err.name() if hasattr(err, "name") else "error").lstrip("_").lower()
+        detail = err.str() if hasattr(err, "str") else str(err)
+        code = err.code() if hasattr(err, "code") else None
+        # A rejected login or a failed TLS handshake is only ever reported here; name it as the
+        # poller does (cause auth / tls, with what to check) rather than as a transport error.
+        if code in AUTHENTICATION:
+            name, message = "auth", access.auth_failure_message(self._client_config, detail)
+        elif name == "ssl":
+            name, message = "tls", access.tls_failure_message(self._client_config, detail)
+        else:
+            message = f"kafka client: {detail}"
         self._poll_error = name
-        if name in ("all_brokers_down", "transport", "resolve", "timed_out"):
+        if name in ("all_brokers_down", "transport", "resolve", "timed_out", "auth", "tls"):
             self._down = True
         if name == "all_brokers_down":
             self._lost_cluster = True
-        self._health.failure(name, f"kafka client: {err.str() if hasattr(err, 'str') else err}")
+        self._health.failure(name, message)
 
     def _log_once(self, key: str, msg: str, *args) -> None:
         if key not in self._errors_logged:
@@ -203,7 +223,7 @@ class TransactionLogTap:
                     self._apply_batch(consumer, msgs)
                     if msgs:
                         self._down = False
-                    if self._poll_error is None and not self._down:
+                    if self._poll_error is None and not self._down and not self._denied:
                         self._health.success(time.monotonic() - t0)
                     if time.monotonic() >= next_view:
                         self._publish(consumer)
@@ -341,6 +361,7 @@ class TransactionLogTap:
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
                     p = m.partition()
+                    self._denied.discard(p)
                     if p in nxt and m.offset() is not None and m.offset() > nxt[p]:
                         nxt[p] = m.offset()
                     continue
@@ -349,11 +370,14 @@ class TransactionLogTap:
                     self._resync(consumer, m.partition())
                     continue
                 name = err.name().lstrip("_").lower()
+                if err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                    self._denied.add(m.partition())
                 log.debug("tap[%s]: consume error on partition %s: %s", self.cluster, m.partition(), err)
                 self._poll_error = name
                 self._health.failure(name, f"consume: {err.str()}")
                 continue
             p = m.partition()
+            self._denied.discard(p)
             off = m.offset()
             expected = nxt.get(p)
             if expected is None or off < expected:
