@@ -170,7 +170,8 @@ CATALOG: dict[str, MetricSpec] = {s.name: s for s in [
     _m("txnwatch_tap_partitions", "gauge", "Partitions of __transaction_state the tap reads.", C,
        source="self"),
     _m("txnwatch_tap_rebuilt", "gauge",
-       "1 once the tap has rebuilt state from the log as of its start (counting starts then), else 0.",
+       "1 once the tap has rebuilt state from the log as of its start, else 0. Records of the rebuild "
+       "are not counted, except those of a log created after the tap started (stamped after it saw none).",
        C, source="self"),
     _m("txnwatch_tap_last_record_timestamp_seconds", "gauge",
        "Timestamp of the last __transaction_state record the tap applied.", C, source="self"),
