@@ -208,7 +208,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="stop once no batch ran for this long")
     p.add_argument("--timeout", type=float, default=None, help="stop after this many seconds")
     p.add_argument("--fault", action="append", default=[], metavar="NAME=JSON",
-                   help=argparse.SUPPRESS)   # test hooks: pause_before_commit / fail_after_produce
+                   help=argparse.SUPPRESS)   # test hooks: pause_before_commit / pause_before_marker / fail_after_produce
     return p.parse_args(argv)
 
 

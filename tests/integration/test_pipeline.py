@@ -1,19 +1,15 @@
-"""The reference pipeline, exactly once, on the real Tansu broker and real Spark.
+"""The reference pipeline, exactly once, on the session's Kafka broker and real Spark.
 
 Input: one committed transaction of JSON events (keys x event times) on a 2-partition
 topic; the pipeline aggregates per key and 5-second event-time window with a watermark
 and writes each closed window through the exactly-once sink. A read_committed consumer
 of the output must see every expected window exactly once after (a) a normal run,
 (b) a task that fails mid-transaction after producing (the batch fails, the query is
-restarted from its checkpoint), (c) the driver process SIGKILLed mid-transaction and
-restarted from its checkpoint.
-
-Tansu does not filter aborted records for read_committed consumers (checked: both
-librdkafka and kafka-python see an aborted transaction's records). On such a broker the
-raw read_committed view of (b) and (c) contains the aborted attempts' records; the
-tests show that those records are exactly the aborted attempts' (by the sink's
-`txnwatch.txn` header) and that the view without them - what a Kafka broker's
-read_committed returns - holds every expected window exactly once.
+restarted from its checkpoint), (c) the driver process SIGKILLed with two transactions
+open and restarted from its checkpoint. Kafka hides aborted transactions from
+read_committed consumers; a read_uncommitted consumer shows that the aborted attempts'
+records really were written (their `txnwatch.txn` header names attempts that never
+committed).
 """
 
 from __future__ import annotations
@@ -24,15 +20,20 @@ import signal
 import subprocess
 import sys
 from collections import Counter
+from typing import NamedTuple
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
+from txnwatch.apps import AppResolver
 from txnwatch.devtools.net import wait_for
 from txnwatch.devtools.workload import create_topics
+from txnwatch.exporter.kip664 import TransactionAPI
+from txnwatch.exporter.tap.source import TransactionLogTap
 from txnwatch.pipeline import Settings, run_until_idle, start_query
 from txnwatch.producer import TransactionalProducer
+from txnwatch.spark_listener import attach, detach
 from txnwatch.spark_listener.serve import render_text
 from txnwatch.spark_listener.sink import TXN_HEADER, committed_attempts
 from txnwatch.spark_listener.state import SparkQueryState
@@ -46,9 +47,17 @@ WINDOW = 5
 
 
 def make_input(bootstrap: str, topic: str) -> dict[tuple[str, int], tuple[int, float]]:
-    """Write the input in one committed transaction; return the expected windows."""
+    """Write the input in one committed transaction, after an aborted one that the
+    pipeline's read_committed source must skip; return the expected windows."""
     p = TransactionalProducer({"bootstrap.servers": bootstrap, "transactional.id": f"input-{topic}"})
     p.init_transactions()
+    p.begin()
+    for part in (0, 1):
+        for j in range(0, PER_PARTITION, 10):
+            p.produce(topic, value=json.dumps({"key": f"k{j % KEYS}", "amount": 1000, "ts": BASE + j * 0.1}).encode(),
+                      partition=part)
+    p.flush()
+    p.abort()
     expected: dict[tuple[str, int], list] = {}
     p.begin()
     for part in (0, 1):
@@ -69,47 +78,58 @@ def make_input(bootstrap: str, topic: str) -> dict[tuple[str, int], tuple[int, f
     return {k: (v[0], v[1]) for k, v in expected.items()}
 
 
-def read_all(bootstrap: str, topic: str, partitions: int = 2) -> list[tuple[dict, str | None]]:
-    """Everything a read_committed consumer sees on `topic`: (value, txnwatch.txn header)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "verify", "isolation.level": "read_committed",
+class Out(NamedTuple):
+    partition: int
+    offset: int
+    value: dict
+    attempt: str | None        # the sink's txnwatch.txn header
+
+
+def read_all(bootstrap: str, topic: str, isolation: str = "read_committed", partitions: int = 2) -> list[Out]:
+    """Every record a consumer with this isolation level sees on `topic`."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "verify", "isolation.level": isolation,
                   "enable.partition.eof": True, "enable.auto.commit": False})
     c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     out, eof = [], set()
     try:
         while len(eof) < partitions:
             m = c.poll(10)
-            assert m is not None, "read_committed consumer stalled (open transaction?)"
+            assert m is not None, f"{isolation} consumer stalled (open transaction?)"
             if m.error():
                 eof.add(m.partition())
                 continue
             hdr = dict(m.headers() or []).get(TXN_HEADER)
-            out.append((json.loads(m.value()), hdr.decode() if hdr else None))
+            out.append(Out(m.partition(), m.offset(), json.loads(m.value()), hdr.decode() if hdr else None))
     finally:
         c.close()
     return out
 
 
-def windows(records) -> Counter:
-    return Counter((v["key"], v["window_start"], v["count"], v["sum"]) for v, _ in records)
+def windows(records: list[Out]) -> Counter:
+    return Counter((r.value["key"], r.value["window_start"], r.value["count"], r.value["sum"]) for r in records)
 
 
 def expected_counter(expected) -> Counter:
     return Counter((k, w, c, s) for (k, w), (c, s) in expected.items())
 
 
-def assert_exactly_once(bootstrap: str, topic: str, name: str, expected) -> tuple[list, list]:
-    """Returns (records of committed attempts, records of aborted attempts)."""
+def assert_exactly_once(bootstrap: str, topic: str, expected) -> list[Out]:
+    """A read_committed consumer sees every expected window exactly once; returns its records."""
     records = read_all(bootstrap, topic)
-    committed = committed_attempts(bootstrap, name)
-    good = [r for r in records if r[1] in committed]
-    bad = [r for r in records if r[1] not in committed]
-    got = windows(good)
+    got = windows(records)
     want = expected_counter(expected)
     dups = {k: n for k, n in got.items() if n > 1}
     assert not dups, f"windows written more than once: {list(dups)[:5]}"
     assert got == want, (f"missing {list((want - got).elements())[:5]}, "
                          f"unexpected {list((got - want).elements())[:5]}")
-    return good, bad
+    return records
+
+
+def aborted_records(bootstrap: str, topic: str, committed: list[Out]) -> list[Out]:
+    """What a read_uncommitted consumer sees beyond the read_committed view: the records of
+    aborted transactions."""
+    seen = {(r.partition, r.offset) for r in committed}
+    return [r for r in read_all(bootstrap, topic, "read_uncommitted") if (r.partition, r.offset) not in seen]
 
 
 def settings(bootstrap, tmp_path, name, **kw) -> Settings:
@@ -150,9 +170,9 @@ def test_normal_run_writes_each_window_once(spark, broker, unique, tmp_path):
         assert run_until_idle(query, 3, 180) == "idle", query.exception()
     finally:
         query.stop()
-    good, bad = assert_exactly_once(broker.bootstrap, s.output_topic, s.name, expected)
-    assert not bad, "no transaction aborted, so nothing outside committed attempts"
-    assert len(good) == len(expected) == KEYS * 40 // WINDOW
+    records = assert_exactly_once(broker.bootstrap, s.output_topic, expected)
+    assert aborted_records(broker.bootstrap, s.output_topic, records) == []     # no transaction aborted
+    assert len(records) == len(expected) == KEYS * 40 // WINDOW
     committed = sink.stats.get("transactions_committed", 0)
     assert committed >= 4, sink.stats            # output spread over several batches x 2 tasks
     smp = samples(render_text(state))
@@ -186,11 +206,16 @@ def test_task_failure_mid_transaction_then_restart(spark, broker, unique, tmp_pa
         assert run_until_idle(query, 3, 180) == "idle", query.exception()
     finally:
         query.stop()
-    good, bad = assert_exactly_once(broker.bootstrap, s.output_topic, s.name, expected)
+    records = assert_exactly_once(broker.bootstrap, s.output_topic, expected)
     # Task 0 had committed batch 3 before task 1 failed: the replay recognised it.
     assert sink.stats.get("tasks_replayed") == 1, sink.stats
-    # Only the failed attempt's records are outside the committed attempts (Tansu shows them).
-    assert len({a for _, a in bad}) <= 1
+    # The failed attempt's rows were written (read_uncommitted sees them) and aborted: their
+    # header names one attempt that never committed; every visible row's attempt committed.
+    attempts = committed_attempts(broker.bootstrap, s.name)
+    aborted = aborted_records(broker.bootstrap, s.output_topic, records)
+    assert aborted and len({r.attempt for r in aborted}) == 1
+    assert not {r.attempt for r in aborted} & set(attempts)
+    assert {r.attempt for r in records} <= set(attempts)
     smp = samples(render_text(state))
     tid1 = f"txnwatch.{s.name}.1"
     assert total(smp, "kafka_producer_transactions_total", transactional_id=tid1, outcome="aborted") == 1
@@ -210,39 +235,76 @@ def run_child(s: Settings, tmp_path, tag: str, *extra: str) -> subprocess.Popen:
     return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def test_driver_killed_mid_transaction_then_restart(broker, unique, tmp_path):
+@pytest.fixture
+def tap(broker):
+    """The transaction-log tap (the coordinator's view) on the session broker, in this process."""
+    t = TransactionLogTap("test", {"bootstrap.servers": broker.bootstrap}, AppResolver(), 500,
+                          metadata_interval=1.0, view_interval=0.1, poll_timeout=0.2)
+    t.start()
+    yield t
+    t.stop()
+
+
+def test_driver_killed_with_two_transactions_open_then_restart(spark, broker, unique, tmp_path, tap):
+    """Both output tasks of batch 2 stop mid-transaction: task 0 before its commit (its
+    progress marker written), task 1 after writing its rows but before its marker reached
+    the broker. The driver (a child process) is SIGKILLed; a new one (this process's
+    SparkSession) restarts from the checkpoint. The zombies' transactions are aborted
+    (fenced by the restarted tasks' init, or by the coordinator's timeout if the restart
+    is slower), the output holds every window once, and the sink reports both dead
+    attempts, as the coordinator's log shows them."""
     s, expected = prepare(broker, unique, tmp_path)
-    signal_file = tmp_path / "paused"
-    fault = {"batch": 2, "task": 0, "signal_file": str(signal_file), "seconds": 600}
-    child = run_child(s, tmp_path, "killed", "--fault", f"pause_before_commit={json.dumps(fault)}")
+    wait_for(lambda: tap.rebuilt, 30, what="the transaction-log tap following the log")
+    signals = [tmp_path / "paused-0", tmp_path / "paused-1"]
+    f0 = {"batch": 2, "task": 0, "signal_file": str(signals[0]), "seconds": 600}
+    f1 = {"batch": 2, "task": 1, "signal_file": str(signals[1]), "seconds": 600}
+    child = run_child(s, tmp_path, "killed", "--fault", f"pause_before_commit={json.dumps(f0)}",
+                      "--fault", f"pause_before_marker={json.dumps(f1)}")
+    tids = [f"txnwatch.{s.name}.0", f"txnwatch.{s.name}.1"]
     try:
-        wait_for(lambda: signal_file.exists() or child.poll() is not None, 180, what="the paused task")
+        wait_for(lambda: all(f.exists() for f in signals) or child.poll() is not None, 180,
+                 what="both tasks of batch 2 paused")
         assert child.poll() is None, (tmp_path / "pipeline-killed.log").read_text()[-3000:]
+        api = TransactionAPI({"bootstrap.servers": s.bootstrap}, 10)
+        try:
+            assert {d.state for d in api.describe_transactions(tids).values()} == {"Ongoing"}
+        finally:
+            api.close()
         os.killpg(child.pid, signal.SIGKILL)        # driver, executors and Python workers at once
         child.wait(30)
     finally:
         if child.poll() is None:
             os.killpg(child.pid, signal.SIGKILL)
-    restarted = run_child(s, tmp_path, "restarted")
+    state = SparkQueryState(ttl_seconds=None)
+    listener = attach(spark, state=state)
     try:
-        rc = restarted.wait(240)
+        query, _ = start_query(spark, s, metrics=state)      # the new driver, same checkpoint
+        try:
+            assert run_until_idle(query, 3, 180) == "idle", query.exception()
+        finally:
+            query.stop()
     finally:
-        if restarted.poll() is None:
-            os.killpg(restarted.pid, signal.SIGKILL)
-    assert rc == 0, (tmp_path / "pipeline-restarted.log").read_text()[-3000:]
-    good, bad = assert_exactly_once(broker.bootstrap, s.output_topic, s.name, expected)
-    # Records of uncommitted attempts (visible on Tansu only): the paused zombie of task 0 and,
-    # depending on timing, task 1's transaction still open when the driver died: at most one
-    # open attempt per output task (transactional id).
-    assert 1 <= len({a for _, a in bad}) <= 2
-    smp = samples((tmp_path / "metrics-restarted.txt").read_text())
-    tid0 = f"txnwatch.{s.name}.0"
-    # The restarted task 0 fenced the zombie that was left open and reported it.
-    assert total(smp, "kafka_producer_transaction_errors_total", transactional_id=tid0,
-                 error="PRODUCER_FENCED") == 1
-    assert total(smp, "kafka_producer_transactions_total", transactional_id=tid0, outcome="aborted") == 1
+        detach(spark, listener)
+    records = assert_exactly_once(broker.bootstrap, s.output_topic, expected)
+    # Both zombies' rows were written and aborted: read_uncommitted sees two attempts that
+    # never committed; read_committed saw only committed attempts.
+    attempts = committed_attempts(broker.bootstrap, s.name)
+    aborted = aborted_records(broker.bootstrap, s.output_topic, records)
+    assert len({r.attempt for r in aborted}) == 2 and not {r.attempt for r in aborted} & set(attempts)
+    assert {r.attempt for r in records} <= set(attempts)
+    smp = samples(render_text(state))
+    for tid in tids:    # the restarted tasks report each dead attempt, marker or not
+        assert total(smp, "kafka_producer_transactions_total", transactional_id=tid, outcome="aborted") == 1
+        assert total(smp, "kafka_producer_transaction_errors_total", transactional_id=tid,
+                     error="PRODUCER_FENCED") == 1
     assert total(smp, "kafka_producer_transactions_total", app=s.name, outcome="committed") >= 4
     assert total(smp, "spark_streaming_batch_id", query=s.name) >= 2
+
+    def fences() -> int:
+        v = tap.view()
+        return v.lag_records == 0 and sum(n for (app, _), n in v.fencing.items() if app == s.name)
+    wait_for(lambda: fences() >= 2, 30, what="the coordinator's log showing the fences")
+    assert fences() == 2 == total(smp, "kafka_producer_transaction_errors_total", app=s.name)
 
 
 def test_jvm_kafka_source_flag_uses_format_kafka(spark, broker, unique, tmp_path):

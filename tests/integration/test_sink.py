@@ -1,22 +1,34 @@
-"""The exactly-once sink called as foreachBatch would call it, on Tansu and the session's Spark.
+"""The exactly-once sink called as foreachBatch would call it, on the session's Kafka broker
+and Spark.
 
 Batches are static DataFrames handed to `sink(df, batch_id)`: replays, layout changes and
-zombies can be staged exactly.
+zombies can be staged exactly. Output is checked with a read_committed consumer (the
+broker hides aborted transactions' records) and, where attempts aborted, with a
+read_uncommitted one: the aborted records really were written.
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import time
 import urllib.request
 from collections import Counter
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewPartitions
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.integration.test_pipeline import aborted_records, assert_exactly_once, make_input, samples, total
+from txnwatch.devtools.net import wait_for
 from txnwatch.devtools.workload import create_topics
+from txnwatch.exporter.kip664 import TransactionAPI
 from txnwatch.producer import TransactionalProducer, TransactionError
 from txnwatch.spark_listener import attach, detach
 from txnwatch.spark_listener.sink import (
+    TXN_HEADER,
     AtLeastOnceKafkaSink,
     ExactlyOnceKafkaSink,
     SinkLayoutError,
@@ -27,22 +39,30 @@ from txnwatch.spark_listener.sink import (
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 
-def values(bootstrap: str, topic: str, partitions: int = 2) -> Counter:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "verify", "isolation.level": "read_committed",
+def read(bootstrap: str, topic: str, isolation: str = "read_committed") -> list[tuple[str, str | None]]:
+    """(value, txnwatch.txn header) of every record of the topic a consumer with this
+    isolation level sees."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "verify", "isolation.level": isolation,
                   "enable.partition.eof": True, "enable.auto.commit": False})
+    partitions = len(c.list_topics(topic, timeout=10).topics[topic].partitions)
     c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    out, eof = Counter(), set()
+    out, eof = [], set()
     try:
         while len(eof) < partitions:
             m = c.poll(10)
-            assert m is not None, "read_committed consumer stalled"
+            assert m is not None, f"{isolation} consumer stalled (an open transaction?)"
             if m.error():
                 eof.add(m.partition())
             else:
-                out[m.value().decode()] += 1
+                hdr = dict(m.headers() or []).get(TXN_HEADER)
+                out.append((m.value().decode(), hdr.decode() if hdr else None))
     finally:
         c.close()
     return out
+
+
+def values(bootstrap: str, topic: str, isolation: str = "read_committed") -> Counter:
+    return Counter(v for v, _ in read(bootstrap, topic, isolation))
 
 
 def batch(spark, n: int, offset: int = 0):
@@ -53,6 +73,12 @@ def new_sink(broker, name, topic, **kw) -> ExactlyOnceKafkaSink:
     kw.setdefault("num_tasks", 2)
     return ExactlyOnceKafkaSink(name, broker.bootstrap, topic, transaction_timeout_ms=20_000,
                                 broker_max_timeout_ms=900_000, **kw)
+
+
+def dead_attempts(sink) -> dict[int, list[dict]]:
+    """Per task, the aborted transactions the last batch's tasks reported."""
+    return {r["task"]: [x for x in json.loads(r["records"]) if x["outcome"] == "aborted"]
+            for r in sink.last_results}
 
 
 @pytest.fixture
@@ -74,8 +100,11 @@ def test_replayed_batch_is_not_written_twice(spark, broker, unique, out_topic):
     assert sink.stats["tasks_replayed"] == 2 and again.stats["tasks_replayed"] == 2
     got = values(broker.bootstrap, out_topic)
     assert got == Counter({f"v{i}": 1 for i in [*range(200), *range(1000, 1100)]})
+    assert values(broker.bootstrap, out_topic, "read_uncommitted") == got     # nothing aborted
     assert {t: p.batch for t, p in again.progress().items()} == {0: 1, 1: 1}
-    assert len(committed_attempts(broker.bootstrap, name)) == 4
+    # Every output record names its (committed) attempt: 2 batches x 2 tasks.
+    attempts = committed_attempts(broker.bootstrap, name)
+    assert len(attempts) == 4 and {a for _, a in read(broker.bootstrap, out_topic)} == set(attempts)
 
 
 def test_at_least_once_sink_duplicates_a_replayed_batch(spark, broker, unique, out_topic):
@@ -86,49 +115,116 @@ def test_at_least_once_sink_duplicates_a_replayed_batch(spark, broker, unique, o
     assert set(got.values()) == {2} and len(got) == 50     # what the EOS sink prevents
 
 
-def test_changing_the_number_of_tasks_mid_replay_is_refused(spark, broker, unique, out_topic):
+def test_growing_the_number_of_tasks(spark, broker, unique, out_topic):
+    """2 -> 3 output tasks: refused while the progress topic is too small, refused for a
+    replay of a batch written with 2 tasks, then, with a partition added, written by 3."""
     name = unique("layout")
     new_sink(broker, name, out_topic, num_tasks=2)(batch(spark, 60), 4)
-    fewer = new_sink(broker, name, out_topic, num_tasks=1)
+    progress = f"txnwatch-progress.{name}"
+    with pytest.raises(UnsafeSinkSettings, match=f"{progress} has 2 partitions but num_tasks=3"):
+        new_sink(broker, name, out_topic, num_tasks=3)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_partitions([NewPartitions(progress, 3)])[progress].result(30)     # what the error says
+    wait_for(lambda: len(admin.list_topics(progress, timeout=5).topics[progress].partitions) == 3, 30,
+             what="the third progress partition")
+    more = new_sink(broker, name, out_topic, num_tasks=3)
     with pytest.raises(SinkLayoutError, match="batch 4 was written by task .* of 2 tasks"):
-        fewer(batch(spark, 60), 4)                      # a replay of batch 4 with another layout
-    assert "tasks_committed" not in fewer.stats
+        more(batch(spark, 60), 4)                       # a replay of batch 4 with another layout
+    assert "tasks_committed" not in more.stats
     # Past the last batch written with the old layout, the change is safe.
-    later = new_sink(broker, name, out_topic, num_tasks=1)
-    later(batch(spark, 30, offset=500), 5)
-    assert later.stats["tasks_committed"] == 1
+    later = new_sink(broker, name, out_topic, num_tasks=3)
+    later(batch(spark, 90, offset=500), 5)
+    assert later.stats["tasks_committed"] == 3
+    assert {t: p.batch for t, p in later.progress().items()} == {0: 5, 1: 5, 2: 5}
     got = values(broker.bootstrap, out_topic)
-    assert got == Counter({f"v{i}": 1 for i in [*range(60), *range(500, 530)]})
+    assert got == Counter({f"v{i}": 1 for i in [*range(60), *range(500, 590)]})
 
 
-def test_progress_topic_too_small_is_rejected(broker, unique, out_topic):
-    name = unique("small")
-    create_topics(broker.bootstrap, [f"txnwatch-progress.{name}"], partitions=1)
-    with pytest.raises(UnsafeSinkSettings, match="has 1 partitions but num_tasks=2"):
-        new_sink(broker, name, out_topic)
+def start_zombie(broker, name: str, task: int, topic: str, rows: list[str], *, marker: dict | None = None,
+                 timeout_ms: int = 60_000) -> TransactionalProducer:
+    """An earlier attempt of task `task` left running with its transaction open: its rows
+    written, and its progress marker (written as the sink writes it) if `marker`."""
+    z = TransactionalProducer({"bootstrap.servers": broker.bootstrap, "transactional.id": f"txnwatch.{name}.{task}",
+                               "transaction.timeout.ms": timeout_ms})
+    z.init_transactions()
+    z.begin()
+    attempt = (marker or {}).get("attempt", "marker-less")
+    if marker is not None:
+        z.produce(f"txnwatch-progress.{name}", value=json.dumps(marker).encode(),
+                  key=f"txnwatch.{name}.{task}".encode(), partition=task)
+    for v in rows:
+        z.produce(topic, value=v.encode(), partition=task, headers=[(TXN_HEADER, attempt.encode())])
+    assert z.flush(30) == 0
+    return z
 
 
-def test_a_zombie_is_fenced_by_the_next_batch(spark, broker, unique, out_topic):
+def zombie_marker(attempt: str, batch_id: int, timeout_ms: int) -> dict:
+    return {"kind": "begin", "batch": batch_id, "tasks": 2, "attempt": attempt, "started": time.time(),
+            "timeout_ms": timeout_ms, "prev": 0}
+
+
+def describe(broker, tids: list[str]) -> dict:
+    api = TransactionAPI({"bootstrap.servers": broker.bootstrap}, 10)
+    try:
+        return api.describe_transactions(tids)
+    finally:
+        api.close()
+
+
+def test_zombies_are_fenced_by_the_next_batch_and_reported(spark, broker, unique, out_topic):
+    """Two zombies with transactions open when the next batch starts: task 0's with its
+    progress marker, task 1's whose marker never reached the broker. Each task's init
+    fences its zombie, and the sink reports both fences (the coordinator showed them open)."""
     name = unique("zombie")
-    sink = new_sink(broker, name, out_topic, num_tasks=1)
+    events = []
+    sink = new_sink(broker, name, out_topic, metrics=events.append)
     sink(batch(spark, 10), 0)
-    # A zombie of task 0 (an earlier attempt still running) with a transaction open.
-    zombie = TransactionalProducer({"bootstrap.servers": broker.bootstrap,
-                                    "transactional.id": f"txnwatch.{name}.0"})
-    zombie.init_transactions()
-    zombie.begin()
-    zombie.produce(out_topic, value=b"zombie", partition=0)
-    zombie.flush()
-    sink(batch(spark, 10, offset=100), 1)                  # task 0 re-initialises: fences it
-    with pytest.raises(TransactionError) as ei:
-        zombie.produce(out_topic, value=b"zombie-2", partition=0)
-        zombie.commit()
-    assert ei.value.fenced and ei.value.error in ("PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "_FENCED")
-    zombie.close()
+    with_marker = start_zombie(broker, name, 0, out_topic, ["zombie-0"],
+                               marker=zombie_marker("zombie-a", 1, 60_000))
+    without = start_zombie(broker, name, 1, out_topic, ["zombie-1"])
+    tids = [f"txnwatch.{name}.0", f"txnwatch.{name}.1"]
+    assert {d.state for d in describe(broker, tids).values()} == {"Ongoing"}
+    sink(batch(spark, 10, offset=100), 1)
+    for z in (with_marker, without):
+        with pytest.raises(TransactionError) as ei:
+            z.produce(out_topic, value=b"zombie-late", partition=0)
+            z.commit()
+        assert ei.value.fenced and ei.value.error in ("PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "_FENCED")
+        z.close()
     got = values(broker.bootstrap, out_topic)
-    assert got.get("zombie-2") is None
-    assert {f"v{i}" for i in [*range(10), *range(100, 110)]} <= set(got)
-    assert all(n == 1 for v, n in got.items() if v.startswith("v"))
+    assert got == Counter({f"v{i}": 1 for i in [*range(10), *range(100, 110)]})
+    assert {"zombie-0", "zombie-1"} <= set(values(broker.bootstrap, out_topic, "read_uncommitted"))
+    dead = dead_attempts(sink)
+    assert [(r["attempt"], r["batch"], r["error"]) for r in dead[0]] == [("zombie-a", 1, "PRODUCER_FENCED")]
+    (marker_less,) = dead[1]
+    assert marker_less["attempt"].startswith("txn-") and marker_less["batch"] is None
+    assert marker_less["error"] == "PRODUCER_FENCED" and marker_less["duration_seconds"] > 0
+    assert sink.stats["transactions_aborted"] == 2 and sink.stats["error_PRODUCER_FENCED"] == 2
+    reported = [r for e in events for r in e["records"] if r["outcome"] == "aborted"]
+    assert sorted(r["transactional_id"] for r in reported) == tids
+
+
+def test_zombies_timed_out_by_the_coordinator_are_reported(spark, broker, unique, out_topic):
+    """The same two zombies with a 1 s transaction timeout: the coordinator aborts both
+    before the next batch. The sink still reports both, with the timeout as duration."""
+    name = unique("timedout")
+    sink = new_sink(broker, name, out_topic)
+    sink(batch(spark, 10), 0)
+    zombies = [start_zombie(broker, name, 0, out_topic, ["zombie-0"], marker=zombie_marker("zombie-a", 1, 1000),
+                            timeout_ms=1000),
+               start_zombie(broker, name, 1, out_topic, ["zombie-1"], timeout_ms=1000)]
+    tids = [f"txnwatch.{name}.0", f"txnwatch.{name}.1"]
+    wait_for(lambda: {d.state for d in describe(broker, tids).values()} == {"CompleteAbort"}, 30,
+             what="the coordinator aborting both timed-out transactions")
+    sink(batch(spark, 10, offset=100), 1)
+    for z in zombies:
+        z.close()
+    assert values(broker.bootstrap, out_topic) == Counter({f"v{i}": 1 for i in [*range(10), *range(100, 110)]})
+    dead = dead_attempts(sink)
+    assert [(r["attempt"], r["batch"], r["duration_seconds"]) for r in dead[0]] == [("zombie-a", 1, 1.0)]
+    (marker_less,) = dead[1]
+    assert marker_less["attempt"].startswith("txn-") and marker_less["duration_seconds"] == pytest.approx(1.0)
+    assert all(r["error"] == "PRODUCER_FENCED" and r["timeout_ms"] == 1000 for r in dead[0] + dead[1])
 
 
 def test_transactions_reach_prometheus_through_the_listener(spark, broker, unique, out_topic):
@@ -158,12 +254,6 @@ def test_spark_task_retry_within_the_batch(broker, unique, tmp_path):
     (4 attempts per task). Task 1 of batch 2 raises after producing on its first attempt;
     Spark retries the task inside the same batch, which aborted the first attempt's
     transaction, reports it, and writes the rows once."""
-    import json
-    import subprocess
-    import sys
-
-    from tests.integration.test_pipeline import assert_exactly_once, make_input, samples, total
-
     name = unique("retry").replace("-", "_")
     inp, out = f"{name}-in", f"{name}-out"
     create_topics(broker.bootstrap, [inp, out], partitions=2)
@@ -182,7 +272,9 @@ def test_spark_task_retry_within_the_batch(broker, unique, tmp_path):
     assert rc == 0, (tmp_path / "pipeline.log").read_text()[-3000:]
     assert flag.exists()                                   # the failure happened...
     assert "injected failure in task 1 of batch 2" in (tmp_path / "pipeline.log").read_text()
-    assert_exactly_once(broker.bootstrap, out, name, expected)   # ...and the output is exact
+    committed = assert_exactly_once(broker.bootstrap, out, expected)    # ...and the output is exact
+    aborted = aborted_records(broker.bootstrap, out, committed)
+    assert aborted and len({r.attempt for r in aborted}) == 1           # the failed attempt's rows
     smp = samples(metrics.read_text())
     tid1 = f"txnwatch.{name}.1"
     assert total(smp, "kafka_producer_transactions_total", transactional_id=tid1, outcome="aborted") == 1

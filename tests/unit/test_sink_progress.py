@@ -7,11 +7,15 @@ import json
 import pytest
 from confluent_kafka import TopicPartition
 
+from txnwatch.exporter.derive import ActiveProducer, TxnDescription
 from txnwatch.spark_listener.serve import render_text
 from txnwatch.spark_listener.sink import (
     ExactlyOnceKafkaSink,
+    PriorTransaction,
     SinkConfig,
-    dead_attempt_record,
+    dead_attempt_records,
+    fenced_by_init,
+    prior_from,
     task_progress,
 )
 from txnwatch.spark_listener.state import SparkQueryState
@@ -79,19 +83,87 @@ def test_last_committed_marker_and_dead_attempts_after_it():
     records = {
         0: marker(3, "a1"),                       # committed (control record at 1)
         2: marker(4, "a2", prev=0),               # committed (control at 3)
-        4: marker(5, "z1", prev=2, started=1000.0),   # a zombie, fenced (abort marker at 5)
+        4: marker(5, "z1", prev=2, started=1000.0),   # a zombie, aborted by the coordinator (at 5)
         6: marker(5, "f1", prev=2),               # a failed attempt that left a note
         7: {"kind": "abort", "attempt": "f1", "error": "_APPLICATION", "duration": 1.5},
     }
     prog = task_progress(FakeConsumer(3, records, 9), CFG, 1)
     assert prog.committed_offset == 3 and prog.batch == 4 and prog.marker.attempt == "a2"
     assert [m.attempt for m in prog.aborted] == ["z1", "f1"]
-    zombie = dead_attempt_record(CFG, 1, prog.aborted[0], fenced_at=1012.5)
+    recs = {r["attempt"]: r for r in dead_attempt_records(CFG, 1, prog, [], now=1012.5)}
+    zombie = recs["z1"]
     assert zombie["outcome"] == "aborted" and zombie["error"] == "PRODUCER_FENCED"
     assert zombie["duration_seconds"] == 12.5 and zombie["transactional_id"] == "txnwatch.orders.1"
-    failed = dead_attempt_record(CFG, 1, prog.aborted[1], fenced_at=2000)
+    assert zombie["batch"] == 5
+    failed = recs["f1"]
     assert failed["error"] == "_APPLICATION" and failed["duration_seconds"] == 1.5
     assert failed["timeout_ms"] == 30_000
+    # Seen long after its deadline, a transaction nobody saw open was aborted at its timeout
+    # at the latest: its duration is bounded by the timeout.
+    late = {r["attempt"]: r for r in dead_attempt_records(CFG, 1, prog, [], now=5000.0)}
+    assert late["z1"]["duration_seconds"] == 30.0
+
+
+def prior(open_, offset=None, has_marker=False, start_ms=1_000_000, timeout_ms=30_000, fenced_at=1010.0):
+    return PriorTransaction(open=open_, producer_id=7, producer_epoch=3, start_ms=start_ms, timeout_ms=timeout_ms,
+                            marker_offset=offset, has_marker=has_marker, fenced_at=fenced_at)
+
+
+def progress_with(records, committed=3, high=9):
+    return task_progress(FakeConsumer(committed, records, high), CFG, 0)
+
+
+def test_an_open_transaction_fenced_by_the_init_is_matched_to_its_marker():
+    prog = progress_with({2: marker(4, "a2"), 4: marker(5, "z1", prev=2, started=1001.0)}, high=5)
+    own = fenced_by_init(prog, prior(True, offset=4, has_marker=True))
+    assert own == [{"attempt": "z1", "batch": 5, "started": 1001.0, "fenced_at": 1010.0, "timeout_ms": 30_000}]
+    (rec,) = dead_attempt_records(CFG, 0, prog, own, now=2000.0)
+    assert (rec["attempt"], rec["error"], rec["duration_seconds"]) == ("z1", "PRODUCER_FENCED", 9.0)
+
+
+def test_an_open_transaction_whose_marker_never_arrived_is_still_reported():
+    prog = progress_with({2: marker(4, "a2")}, high=4)
+    own = fenced_by_init(prog, prior(True, start_ms=1_000_500))
+    (rec,) = dead_attempt_records(CFG, 0, prog, own, now=2000.0)
+    assert rec["attempt"] == "txn-7.3@1000500" and rec["batch"] is None
+    assert rec["error"] == "PRODUCER_FENCED" and rec["duration_seconds"] == 9.5
+    assert rec["timeout_ms"] == 30_000
+
+
+def test_an_open_zombie_that_committed_before_the_init_is_no_fence():
+    # DescribeProducers saw its marker at 2 open; by the init it had committed (offset 3).
+    prog = progress_with({2: marker(4, "a2")}, high=4)
+    assert fenced_by_init(prog, prior(True, offset=2, has_marker=True)) == []
+
+
+def test_an_aborted_transaction_without_marker_is_reported_with_its_timeout():
+    prog = progress_with({2: marker(4, "a2")}, high=4)
+    own = fenced_by_init(prog, prior(False, start_ms=1_000_000, timeout_ms=5_000, fenced_at=1100.0))
+    (rec,) = dead_attempt_records(CFG, 0, prog, own, now=1100.0)
+    assert rec["attempt"] == "txn-7.3@1000000" and rec["duration_seconds"] == 5.0
+    # With a marker, the marker reports it (no second record).
+    prog = progress_with({2: marker(4, "a2"), 4: marker(5, "z", prev=2, started=1000.0)}, high=6)
+    own = fenced_by_init(prog, prior(False, has_marker=True, timeout_ms=5_000, fenced_at=1100.0))
+    assert own == []
+    assert [r["attempt"] for r in dead_attempt_records(CFG, 0, prog, own, now=1100.0)] == ["z"]
+
+
+def test_a_fence_written_by_an_attempt_that_died_too_is_reported_by_the_next():
+    # y fenced z1 (with a marker) and a marker-less transaction, wrote both into its own
+    # marker, then died with its transaction open; this init fences y.
+    fenced = [{"attempt": "z1", "batch": 5, "started": 1000.0, "fenced_at": 1004.0, "timeout_ms": 30_000},
+              {"attempt": "txn-5.1@1000200", "batch": None, "started": 1000.2, "fenced_at": 1004.0,
+               "timeout_ms": 30_000}]
+    records = {2: marker(4, "a2"), 4: marker(5, "z1", prev=2, started=1000.0),
+               6: {**marker(5, "y", prev=2, started=1005.0), "fenced": fenced}}
+    prog = progress_with(records, high=7)
+    own = fenced_by_init(prog, prior(True, offset=6, has_marker=True, fenced_at=1020.0))
+    recs = {r["attempt"]: r for r in dead_attempt_records(CFG, 0, prog, own, now=1020.0)}
+    assert set(recs) == {"z1", "txn-5.1@1000200", "y"}
+    assert recs["z1"]["duration_seconds"] == 4.0
+    assert recs["txn-5.1@1000200"]["duration_seconds"] == pytest.approx(3.8)
+    assert recs["y"]["duration_seconds"] == 15.0
+    assert all(r["error"] == "PRODUCER_FENCED" and r["outcome"] == "aborted" for r in recs.values())
 
 
 def test_a_missing_committed_marker_is_an_error_not_a_guess():
@@ -154,3 +226,36 @@ def test_known_marker_skips_the_fetch_only_when_nothing_followed_it():
     records = {2: marker(4, "a2", prev=0), 4: marker(5, "z", prev=2)}
     prog = task_progress(FakeConsumer(3, records, 6), CFG, 0, known=known)
     assert [m.attempt for m in prog.aborted] == ["z"]
+
+
+PROGRESS = ("txnwatch-progress.orders", 0)
+
+
+def describe(state, epoch=4, partitions=()):
+    return TxnDescription("txnwatch.orders.0", state, 7, epoch, 30_000, 1_000_000, frozenset(partitions))
+
+
+def active(pid=7, epoch=4, start=-1):
+    return ActiveProducer(*PROGRESS, pid, epoch, 0, 0, start)
+
+
+def test_prior_transaction_from_the_coordinator_and_the_partition_leader():
+    # Committed, empty or unknown: nothing to report.
+    for state in ("Empty", "CompleteCommit", "PrepareCommit"):
+        assert prior_from(describe(state), [active()], PROGRESS) is None
+    assert prior_from(None, [], PROGRESS) is None
+    # Open: its marker is where its transaction starts in the progress partition.
+    p = prior_from(describe("Ongoing", partitions=[PROGRESS, ("out", 1)]),
+                   [active(pid=3, start=9), active(start=12)], PROGRESS)
+    assert p.open and p.marker_offset == 12 and p.has_marker and p.attempt == "txn-7.4@1000000"
+    # Open with rows only (the marker never reached the broker).
+    p = prior_from(describe("Ongoing", partitions=[("out", 1)]), [active(epoch=3)], PROGRESS)
+    assert p.open and p.marker_offset is None and not p.has_marker
+    # Aborted by the coordinator (epoch bumped to 5): the abort marker in the progress
+    # partition carries epoch 5 when the transaction wrote there ...
+    assert prior_from(describe("CompleteAbort", epoch=5), [active(epoch=5)], PROGRESS).has_marker
+    # ... and the partition still has the producer at its old epoch when it did not.
+    p = prior_from(describe("CompleteAbort", epoch=5), [active(epoch=4)], PROGRESS)
+    assert not p.open and not p.has_marker
+    # While the abort is being written, the coordinator still lists the partition.
+    assert prior_from(describe("PrepareAbort", epoch=5, partitions=[PROGRESS]), [], PROGRESS).has_marker

@@ -44,7 +44,8 @@ def test_latest_offset_respects_the_limit_and_the_lso():
 
 
 def test_an_lso_below_the_start_never_moves_offsets_back():
-    # Tansu reports LSO 0 while a transaction is open on the partition.
+    # An LSO below the planned start (a leader that lost records; a broker reporting 0
+    # while a transaction is open) never moves an offset back.
     r = reader({"in": {"0": 0, "1": 50}})
     assert r.latestOffset({"in": {"0": 400, "1": 20}}, ReadAllAvailable()) == {"in": {"0": 400, "1": 50}}
 

@@ -12,9 +12,10 @@ schema as Spark's Kafka source, so a pipeline can switch between the two:
 - Source offset: {"topic": {"partition": next offset}} (per-partition offsets, JSON).
 - Reads read_committed and never plans past a partition's last stable offset (LSO),
   so a batch's offset range is fixed when planned and replays read the same records
-  (deterministic batches, which the exactly-once sink needs). An LSO reported below
-  the planned start (Tansu reports 0 while a transaction is open) never moves a
-  partition's offset backwards.
+  (deterministic batches, which the exactly-once sink needs); the broker skips aborted
+  transactions' records. An LSO reported below the planned start (a new leader that
+  lost records in an unclean election; some Kafka-compatible brokers report 0 while a
+  transaction is open) never moves a partition's offset backwards.
 - maxRecordsPerBatch (alias maxOffsetsPerTrigger) limits offsets per micro-batch,
   shared fairly between partitions; Trigger.AvailableNow reads to the LSO seen at start.
 - Options starting with `kafka.` go to librdkafka (security settings, ...).
@@ -154,7 +155,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for p, end in lso.get(t, {}).items():
                 s = int(start.get(t, {}).get(p, 0))      # a new partition starts at 0
                 begin[(t, p)] = s
-                avail[(t, p)] = max(0, end - s)          # never backwards (Tansu's LSO 0)
+                avail[(t, p)] = max(0, end - s)          # never backwards
         if isinstance(limit, ReadMaxRows):
             take = fair_share(avail, limit.max_rows)
         else:

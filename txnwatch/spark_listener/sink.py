@@ -17,23 +17,24 @@ How it stays exactly once (see docs/spark-sink.md):
   sendOffsetsToTransaction. The coordinator applies that offset only if the
   transaction commits, so after init_transactions the committed offset names the
   last committed marker: a task whose marker already holds this batch id skips it.
-  (Committed group offsets, unlike reading the progress records read_committed, also
-  hold on brokers that do not filter aborted records, such as Tansu.)
+  One OffsetFetch finds it, without scanning the progress partition.
 - Every output record carries the header `txnwatch.txn` = attempt id, and every
-  marker the offset of the previous committed marker, so `committed_attempts()` can
-  audit which attempts committed on any broker.
+  marker the offset of the previous committed marker, so an output record can be
+  traced to its attempt and batch (`committed_attempts()` lists the committed ones).
 
 Executors are other processes: each task returns a small result row (status, rows,
 transaction records as JSON) that foreachBatch collects; the driver emits them as a
 `producer_transactions` event into the listener's state or forwarder (`metrics=`).
 A transaction whose attempt died (a fenced zombie, or a task that failed and aborted)
-is reported by the next attempt of the same task, which finds its marker after the
-committed one: outcome aborted, error PRODUCER_FENCED for a zombie (or the error the
-failed attempt noted), duration from its begin to the fence.
+is reported by the next attempt of the same task: before its init_transactions it
+asks the coordinator (KIP-664 DescribeTransactions) whether a transaction of its id
+is open, which its init then fences - with or without a marker on the broker - and
+it finds the markers of dead attempts after the committed one.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -46,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from txnwatch.producer import (
+    APPLICATION_ERROR,
     DEFAULT_TRANSACTION_TIMEOUT_MS,
     TransactionalProducer,
     TransactionError,
@@ -149,7 +151,7 @@ def check_settings(transaction_timeout_ms: int, trigger_interval_seconds: float 
 def discover_broker_max_timeout_ms(bootstrap_servers: str, timeout: float = 3.0,
                                    admin_config: dict | None = None) -> int | None:
     """transaction.max.timeout.ms from DescribeConfigs, or None when the broker does not
-    report it (Tansu returns no values; ACLs may forbid it)."""
+    report it (some brokers return no config values; ACLs may forbid it)."""
     try:
         from confluent_kafka.admin import AdminClient, ConfigResource
 
@@ -221,6 +223,7 @@ class Marker:
     timeout_ms: float | None
     prev: int
     note: dict | None = None      # the abort note a failing attempt left, if any
+    fenced: list = field(default_factory=list)   # what this attempt's init fenced (fence_entry dicts)
 
 
 @dataclass
@@ -235,6 +238,30 @@ class TaskProgress:
         return None if self.marker is None else self.marker.batch
 
 
+@dataclass(frozen=True)
+class PriorTransaction:
+    """The last transaction of a task's id, as the coordinator described it (KIP-664
+    DescribeTransactions) just before a fresh producer's init_transactions: still `open`
+    (the init fences it), or aborted by the coordinator before (its timeout, or the fence
+    of an attempt that died before reporting). `marker_offset` is where an open one's
+    first record in the task's progress partition is (DescribeProducers' current
+    transaction start offset); `has_marker` whether it wrote to that partition at all."""
+
+    open: bool
+    producer_id: int
+    producer_epoch: int
+    start_ms: int
+    timeout_ms: int
+    marker_offset: int | None
+    has_marker: bool
+    fenced_at: float = 0.0        # wall clock right after the init
+
+    @property
+    def attempt(self) -> str:
+        """A stable name for a transaction without a marker (none carries its attempt id)."""
+        return f"txn-{self.producer_id}.{self.producer_epoch}@{self.start_ms}"
+
+
 def _decode(msg: Any) -> dict | None:
     try:
         v = json.loads(msg.value())
@@ -245,11 +272,59 @@ def _decode(msg: Any) -> dict | None:
 
 def _marker(offset: int, v: dict) -> Marker | None:
     try:
+        fenced = v.get("fenced") or []
         return Marker(offset=offset, batch=int(v["batch"]), tasks=int(v["tasks"]), attempt=str(v["attempt"]),
                       started=float(v.get("started", 0)), timeout_ms=v.get("timeout_ms"),
-                      prev=int(v.get("prev", -1)))
-    except (KeyError, TypeError, ValueError):
+                      prev=int(v.get("prev", -1)), fenced=[e for e in fenced if _fence_ok(e)])
+    except (KeyError, TypeError, ValueError, AttributeError):
         return None
+
+
+def _fence_ok(e: Any) -> bool:
+    return (isinstance(e, dict) and bool(e.get("attempt")) and isinstance(e.get("started"), (int, float))
+            and isinstance(e.get("fenced_at"), (int, float)))
+
+
+# Group-coordinator errors a committed-offset lookup meets while the coordinator moves or
+# loads (__consumer_offsets is created on a cluster's first group request): try again.
+_COORDINATOR_BUSY = {"NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE",
+                     "_WAIT_COORD", "_TIMED_OUT", "_TRANSPORT", "LEADER_NOT_AVAILABLE",
+                     "NOT_LEADER_FOR_PARTITION", "UNKNOWN_TOPIC_OR_PART", "_UNKNOWN_PARTITION"}
+
+
+def _retrying(what: str, call: Callable[[float], Any], timeout: float) -> Any:
+    """call(remaining) until it returns, retrying while the broker says "not yet"."""
+    deadline = time.monotonic() + timeout
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            return call(max(1.0, remaining))
+        except Exception as exc:  # noqa: BLE001 - re-raised unless transient
+            if error_name(exc) not in _COORDINATOR_BUSY or remaining <= 0:
+                raise RuntimeError(f"{what}: {exc}") from exc
+            time.sleep(0.2)
+
+
+def committed_offset(consumer: Any, topic: str, partition: int, timeout: float = 30.0) -> int:
+    """The progress group's committed offset of one partition, -1 when none."""
+    from confluent_kafka import TopicPartition
+
+    tp = _retrying(f"committed offset of {topic}[{partition}]",
+                   lambda t: consumer.committed([TopicPartition(topic, partition)], t)[0], timeout)
+    return tp.offset if tp.offset is not None and tp.offset >= 0 else -1
+
+
+def watermarks(consumer: Any, tp: Any, timeout: float = 30.0) -> tuple[int, int]:
+    """(low, high) of a progress partition, asked of its leader."""
+    def call(t: float) -> tuple[int, int]:
+        try:
+            return consumer.get_watermark_offsets(tp, t, cached=False)
+        except Exception as exc:
+            if error_name(exc) == "_UNKNOWN_PARTITION":
+                # A partition added since this (cached) client last refreshed its metadata.
+                consumer.list_topics(tp.topic, timeout=t)
+            raise
+    return _retrying(f"offsets of {tp.topic}[{tp.partition}]", call, timeout)
 
 
 def read_markers(consumer: Any, topic: str, partition: int, start: int, end: int,
@@ -296,9 +371,8 @@ def task_progress(consumer: Any, cfg: SinkConfig, task: int, timeout: float = 30
     from confluent_kafka import TopicPartition
 
     tp = TopicPartition(cfg.progress_topic, task)
-    committed = consumer.committed([tp], timeout)[0]
-    c = committed.offset if committed.offset is not None and committed.offset >= 0 else -1
-    low, high = consumer.get_watermark_offsets(tp, timeout, cached=False)
+    c = committed_offset(consumer, cfg.progress_topic, task, timeout)
+    low, high = watermarks(consumer, tp, timeout)
     if known is not None and c > 0 and known.offset == c - 1 and high == c + 1:
         return TaskProgress(c, known, [], high)
     start = c - 1 if c > 0 else low
@@ -326,19 +400,80 @@ def task_progress(consumer: Any, cfg: SinkConfig, task: int, timeout: float = 30
     return TaskProgress(c, marker, list(dead.values()), high)
 
 
-def dead_attempt_record(cfg: SinkConfig, task: int, m: Marker, fenced_at: float) -> dict:
-    """The record of an attempt that never committed, reported by the next attempt."""
-    if m.note is not None:
-        err = m.note.get("error") or "_APPLICATION"
-        dur = float(m.note.get("duration") or 0.0)
-    else:
-        err = "PRODUCER_FENCED"     # it left its transaction open; our init fenced it
-        dur = max(0.0, fenced_at - m.started)
-    rec = make_record(transactional_id(cfg.name, task), "aborted", dur, None,
-                      m.timeout_ms if m.timeout_ms is not None else cfg.transaction_timeout_ms, err)
-    rec["attempt"] = m.attempt
-    rec["batch"] = m.batch
-    return rec
+def fence_entry(attempt: str, batch: int | None, started: float, fenced_at: float,
+                timeout_ms: float | None) -> dict:
+    """What an init fenced, as written into the fencing attempt's marker (so the attempt
+    after it can still report the fence if the fencing attempt dies too)."""
+    return {"attempt": attempt, "batch": batch, "started": started, "fenced_at": fenced_at,
+            "timeout_ms": timeout_ms}
+
+
+def fenced_by_init(prog: TaskProgress, prior: PriorTransaction | None) -> list[dict]:
+    """Fence entries for what the coordinator showed before this attempt's init: an open
+    transaction (matched to its marker when that reached the broker; none when it
+    committed in the meantime, a live zombie that won the race), or one the coordinator
+    had aborted whose marker never reached the broker (a dead marker reports itself)."""
+    if prior is None:
+        return []
+    if not prior.open:
+        if prior.has_marker:
+            return []
+        end = min(prior.fenced_at, (prior.start_ms + prior.timeout_ms) / 1000.0)
+        return [fence_entry(prior.attempt, None, prior.start_ms / 1000.0, end, prior.timeout_ms)]
+    if prior.marker_offset is not None:
+        for m in prog.aborted:
+            if m.offset == prior.marker_offset:
+                return [fence_entry(m.attempt, m.batch, m.started, prior.fenced_at, m.timeout_ms)]
+        if prior.marker_offset < prog.committed_offset:
+            return []
+    return [fence_entry(prior.attempt, None, prior.start_ms / 1000.0, prior.fenced_at, prior.timeout_ms)]
+
+
+def dead_attempt_records(cfg: SinkConfig, task: int, prog: TaskProgress, own: list[dict],
+                         now: float) -> list[dict]:
+    """Records of the attempts of this task that ended without reporting themselves:
+    - a marker with an abort note: the attempt aborted itself (error and duration noted);
+    - a transaction some init fenced (`own`: this attempt's; or listed in a later dead
+      attempt's marker): PRODUCER_FENCED, duration from its begin to that init; also
+      when its marker never reached the broker (then its batch is unknown);
+    - any other marker: its transaction was aborted before any reporting attempt saw it
+      open (the coordinator's timeout, or a fence by an attempt that died before it
+      wrote its own marker): PRODUCER_FENCED (the coordinator fenced its epoch either
+      way), duration up to the fence, at most its timeout."""
+    tid = transactional_id(cfg.name, task)
+    fences: dict[str, dict] = {}
+    for m in prog.aborted:
+        for e in m.fenced:
+            fences.setdefault(str(e["attempt"]), e)
+    for e in own:
+        fences[str(e["attempt"])] = e
+    out = []
+
+    def record(attempt: str, batch: int | None, duration: float, timeout_ms: float | None,
+               error: str) -> None:
+        rec = make_record(tid, "aborted", duration, None,
+                          timeout_ms if timeout_ms is not None else cfg.transaction_timeout_ms, error)
+        rec["attempt"] = attempt
+        rec["batch"] = batch
+        out.append(rec)
+
+    seen = set()
+    for m in prog.aborted:
+        seen.add(m.attempt)
+        timeout_s = (m.timeout_ms if m.timeout_ms is not None else cfg.transaction_timeout_ms) / 1000.0
+        if m.note is not None:
+            record(m.attempt, m.batch, float(m.note.get("duration") or 0.0), m.timeout_ms,
+                   m.note.get("error") or APPLICATION_ERROR)
+        elif m.attempt in fences:
+            f = fences[m.attempt]
+            record(m.attempt, m.batch, float(f["fenced_at"]) - m.started, m.timeout_ms, "PRODUCER_FENCED")
+        else:
+            record(m.attempt, m.batch, min(now - m.started, timeout_s), m.timeout_ms, "PRODUCER_FENCED")
+    for attempt, f in fences.items():
+        if attempt not in seen:      # a transaction whose marker never reached the broker
+            record(attempt, f.get("batch"), float(f["fenced_at"]) - float(f["started"]), f.get("timeout_ms"),
+                   "PRODUCER_FENCED")
+    return out
 
 
 def committed_attempts(bootstrap_servers: str, name: str, progress_topic: str | None = None,
@@ -346,9 +481,10 @@ def committed_attempts(bootstrap_servers: str, name: str, progress_topic: str | 
     """Audit: attempt id -> marker of every committed transaction of the sink, found by
     walking back from each task's committed marker along the markers' `prev` links.
 
-    Works on any broker (it does not need the broker to filter aborted records): output
-    records whose `txnwatch.txn` header names an attempt not in this map belong to
-    aborted transactions."""
+    For diagnosis: an output record's `txnwatch.txn` header names its attempt, so this
+    map tells its batch and task; a read_uncommitted reader's records whose attempt is
+    not in it belong to aborted transactions. (read_committed consumers never see those:
+    the broker filters them.)"""
     from confluent_kafka import Consumer
 
     topic = progress_topic or default_progress_topic(name)
@@ -362,10 +498,10 @@ def committed_attempts(bootstrap_servers: str, name: str, progress_topic: str | 
         parts = sorted(c.list_topics(topic, timeout=timeout).topics[topic].partitions)
         for p in parts:
             tp = TopicPartition(topic, p)
-            committed = c.committed([tp], timeout)[0].offset
-            if committed is None or committed <= 0:
+            committed = committed_offset(c, topic, p, timeout)
+            if committed <= 0:
                 continue
-            low, high = c.get_watermark_offsets(tp, timeout, cached=False)
+            low, high = watermarks(c, tp, timeout)
             by_offset = {}
             for off, v in read_markers(c, topic, p, low, high, timeout):
                 m = _marker(off, v) if v.get("kind") != "abort" else None
@@ -385,6 +521,7 @@ def committed_attempts(bootstrap_servers: str, name: str, progress_topic: str | 
 
 _PRODUCERS: dict[str, TransactionalProducer] = {}
 _CONSUMERS: dict[tuple, Any] = {}
+_TXN_APIS: dict[tuple, Any] = {}      # KIP-664 client per cluster; None where the broker lacks it
 
 
 def _consumer(cfg: SinkConfig) -> Any:
@@ -397,14 +534,78 @@ def _consumer(cfg: SinkConfig) -> Any:
     return c
 
 
+def _txn_api(cfg: SinkConfig) -> Any | None:
+    key = (cfg.bootstrap_servers, cfg.client_config)
+    if key not in _TXN_APIS:
+        from txnwatch.exporter.kip664 import TransactionAPI
+
+        api = TransactionAPI({"bootstrap.servers": cfg.bootstrap_servers, **dict(cfg.client_config)}, 10.0)
+        try:
+            api.detect()
+        except Exception as exc:  # noqa: BLE001 - no view this time: dead attempts from markers only
+            log.info("sink %s: no KIP-664 transaction view (%s)", cfg.name, exc)
+            api.close()
+            return None           # asked again at the next init
+        if not api.available:
+            log.info("sink %s: the broker lacks the KIP-664 APIs; dead attempts come from markers only",
+                     cfg.name)
+            api.close()
+        _TXN_APIS[key] = api if api.available else None
+    return _TXN_APIS[key]
+
+
+_ABORTED_STATES = {"PrepareAbort", "CompleteAbort", "PrepareEpochFence"}
+
+
+def prior_from(description: Any, producers: Iterable[Any], progress: tuple[str, int]) -> PriorTransaction | None:
+    """The PriorTransaction a DescribeTransactions answer (TxnDescription) and the
+    progress partition's DescribeProducers answer (ActiveProducer) describe, or None when
+    the id's last transaction needs no report (committed, or none)."""
+    d = description
+    if d is None or (d.state != "Ongoing" and d.state not in _ABORTED_STATES):
+        return None
+    mine = [p for p in producers if p.producer_id == d.producer_id]
+    if d.state == "Ongoing":
+        offsets = [p.txn_start_offset for p in mine if p.txn_start_offset >= 0]
+        return PriorTransaction(True, d.producer_id, d.producer_epoch, d.start_ms, d.timeout_ms,
+                                offsets[0] if offsets else None, bool(offsets))
+    # Aborted: while its markers are being written the coordinator lists the partitions
+    # still waiting; after, the abort's control record in the progress partition carries
+    # the transaction's final epoch, so an entry at that epoch means it wrote there.
+    wrote = progress in d.partitions or any(p.producer_epoch == d.producer_epoch for p in mine)
+    return PriorTransaction(False, d.producer_id, d.producer_epoch, d.start_ms, d.timeout_ms, None, wrote)
+
+
+def prior_transaction(cfg: SinkConfig, task: int) -> PriorTransaction | None:
+    """Before init_transactions: the last transaction of this task's id if it is open (the
+    init will fence it) or was aborted, from the coordinator and the progress partition's
+    leader. None when it committed, none exists, or the broker cannot say (no KIP-664)."""
+    api = _txn_api(cfg)
+    if api is None:
+        return None
+    tid = transactional_id(cfg.name, task)
+    try:
+        d = api.describe_transactions([tid]).get(tid)
+        if prior_from(d, [], (cfg.progress_topic, task)) is None:
+            return None           # nothing to report: no need to ask the partition's leader
+        producers = api.describe_producers([(cfg.progress_topic, task)])
+    except Exception as exc:  # noqa: BLE001 - unknown id (first run), or no answer: markers only
+        log.debug("sink %s: describing %s: %s", cfg.name, tid, exc)
+        return None
+    return prior_from(d, producers, (cfg.progress_topic, task))
+
+
 def _producer(cfg: SinkConfig, task: int) -> tuple[TransactionalProducer, bool]:
-    """The worker's cached producer for this task's id (created and initialised when missing)."""
+    """The worker's cached producer for this task's id (created and initialised when
+    missing; the transaction its init found is kept in `prior` for the first write to report)."""
     tid = transactional_id(cfg.name, task)
     p = _PRODUCERS.get(tid)
     if p is not None and p.broken is None:
         return p, False
     p = TransactionalProducer(cfg.producer_conf(task))
+    prior = prior_transaction(cfg, task)
     p.init_transactions(cfg.commit_timeout_seconds)
+    p.prior = None if prior is None else dataclasses.replace(prior, fenced_at=time.time())
     p.last_committed_offset = None
     p.last_marker = None
     _PRODUCERS[tid] = p
@@ -433,16 +634,15 @@ def _result(task: int, status: str, rows: int, records: list, attempt: str = "",
 
 def _wait_for_others(cfg: SinkConfig, task: int, batch_id: int, timeout: float) -> None:
     """Fault hook helper: wait until the other tasks committed this batch (or timed out)."""
-    from confluent_kafka import TopicPartition
-
     c = _consumer(cfg)
-    others = [TopicPartition(cfg.progress_topic, t) for t in range(cfg.num_tasks) if t != task]
+    others = [t for t in range(cfg.num_tasks) if t != task]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         done = 0
-        for tp in c.committed(others, 10):
-            if tp.offset is not None and tp.offset > 0:
-                recs = read_markers(c, cfg.progress_topic, tp.partition, tp.offset - 1, tp.offset)
+        for t in others:
+            off = committed_offset(c, cfg.progress_topic, t, 10)
+            if off > 0:
+                recs = read_markers(c, cfg.progress_topic, t, off - 1, off)
                 if recs and int(recs[0][1].get("batch", -1)) >= batch_id:
                     done += 1
         if done == len(others):
@@ -496,8 +696,9 @@ def _write(cfg: SinkConfig, task: int, batch_id: int, data: list, producer: Tran
         raise
     if not fresh and getattr(producer, "last_committed_offset", None) != prog.committed_offset:
         raise _StaleProducer()        # someone else committed with this id since our init
-    now = time.time()
-    records = [dead_attempt_record(cfg, task, m, now) for m in prog.aborted]
+    prior, producer.prior = getattr(producer, "prior", None), None
+    own = fenced_by_init(prog, prior)
+    records = dead_attempt_records(cfg, task, prog, own, time.time())
     if prog.batch is not None and prog.batch >= batch_id:
         if prog.marker.tasks != cfg.num_tasks:
             raise SinkLayoutError(
@@ -515,7 +716,6 @@ def _write(cfg: SinkConfig, task: int, batch_id: int, data: list, producer: Tran
         if err is None:
             marker_offset.append(msg.offset())
 
-    rows = 0
     started = time.time()
     producer.begin()
     try:
@@ -523,28 +723,24 @@ def _write(cfg: SinkConfig, task: int, batch_id: int, data: list, producer: Tran
                   "tasks": cfg.num_tasks, "attempt": attempt, "started": started,
                   "timeout_ms": cfg.transaction_timeout_ms,
                   "prev": prog.marker.offset if prog.marker else -1}
+        if own:
+            marker["fenced"] = own    # so the fence is reported even if this attempt dies too
+        _pause_before_marker(cfg, producer, task, batch_id, data, headers)
         producer.produce(cfg.progress_topic, value=json.dumps(marker).encode(),
                          key=transactional_id(cfg.name, task).encode(), partition=task,
                          on_delivery=on_marker)
-        for b in data:
-            keys = _to_bytes(b.column("key").to_pylist()) if "key" in b.schema.names else None
-            values = _to_bytes(b.column("value").to_pylist())
-            if keys is None:
-                for v in values:
-                    producer.produce(cfg.topic, value=v, headers=headers)
-            else:
-                for k, v in zip(keys, values, strict=True):
-                    producer.produce(cfg.topic, value=v, key=k, headers=headers)
-            rows += len(values)
+        rows = _produce_rows(cfg, producer, data, headers)
         _fault_hooks(cfg, task, batch_id)
         if producer.flush(cfg.commit_timeout_seconds) or not marker_offset:
             raise RuntimeError("the progress marker was not delivered")
-        producer.producer.send_offsets_to_transaction(
+        producer.send_offsets_to_transaction(
             [TopicPartition(cfg.progress_topic, task, marker_offset[0] + 1)],
             consumer.consumer_group_metadata(), cfg.commit_timeout_seconds)
     except BaseException as exc:
         _abort_with_note(cfg, producer, task, attempt, exc)
-        if not fresh and is_fencing(error_name(exc)):
+        # A cached producer fenced by another instance's init since (the fence can surface
+        # as an undelivered marker first, then as the producer's fatal error).
+        if not fresh and (is_fencing(error_name(exc)) or is_fencing(producer.broken)):
             raise _StaleProducer() from exc
         raise
     try:
@@ -562,6 +758,21 @@ def _write(cfg: SinkConfig, task: int, batch_id: int, data: list, producer: Tran
     rec["batch"] = batch_id
     records.append(rec)
     return "committed", rows, records, attempt
+
+
+def _produce_rows(cfg: SinkConfig, producer: TransactionalProducer, data: list, headers: list) -> int:
+    rows = 0
+    for b in data:
+        keys = _to_bytes(b.column("key").to_pylist()) if "key" in b.schema.names else None
+        values = _to_bytes(b.column("value").to_pylist())
+        if keys is None:
+            for v in values:
+                producer.produce(cfg.topic, value=v, headers=headers)
+        else:
+            for k, v in zip(keys, values, strict=True):
+                producer.produce(cfg.topic, value=v, key=k, headers=headers)
+        rows += len(values)
+    return rows
 
 
 def _abort_with_note(cfg: SinkConfig, producer: TransactionalProducer, task: int, attempt: str,
@@ -597,9 +808,25 @@ def _fault_hooks(cfg: SinkConfig, task: int, batch_id: int) -> None:
             raise InjectedFailure(f"injected failure in task {task} of batch {batch_id} after producing")
     f = cfg.fault("pause_before_commit")
     if f and f.get("batch", batch_id) == batch_id and f.get("task", task) == task:
-        with open(f["signal_file"], "w") as fh:
-            fh.write(f"{os.getpid()} {task} {batch_id}\n")
-        time.sleep(float(f.get("seconds", 300)))
+        _pause(f, task, batch_id)
+
+
+def _pause(f: dict, task: int, batch_id: int) -> None:
+    with open(f["signal_file"], "w") as fh:
+        fh.write(f"{os.getpid()} {task} {batch_id}\n")
+    time.sleep(float(f.get("seconds", 300)))
+
+
+def _pause_before_marker(cfg: SinkConfig, producer: TransactionalProducer, task: int, batch_id: int,
+                         data: list, headers: list) -> None:
+    """Test hook: the transaction's rows reach the broker but its marker never does (as when
+    the progress partition's leader is slow and the process dies); then pause, to be killed."""
+    f = cfg.fault("pause_before_marker") if cfg.faults else None
+    if f and f.get("batch", batch_id) == batch_id and f.get("task", task) == task:
+        _produce_rows(cfg, producer, data, headers)
+        producer.flush(cfg.commit_timeout_seconds)
+        _pause(f, task, batch_id)
+        raise InjectedFailure(f"task {task} of batch {batch_id} paused before its marker and was not killed")
 
 
 # --------------------------------------------------------------------------- driver side
