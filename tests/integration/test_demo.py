@@ -1,76 +1,189 @@
-"""`make demo` end to end: faults show up in the exporter and Prometheus fires the alert;
-Ctrl-C leaves no process behind."""
+"""`make demo` end to end on the real broker: everything the demo promises shows up in the
+exporter's /metrics and page and in Prometheus's alerts, and Ctrl-C leaves no process
+(JVMs included) and no port behind."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
+import sqlite3
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
+from txnwatch.apps import AppResolver
+from txnwatch.devtools.broker import kafka_tool
 from txnwatch.devtools.exporter_proc import ExporterProcess
 from txnwatch.devtools.net import free_port, port_open, wait_for
 from txnwatch.devtools.prometheus import PrometheusProcess
 
-pytestmark = [pytest.mark.integration, pytest.mark.spark]
+pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.kafka]
 ROOT = Path(__file__).resolve().parents[2]
 FENCING = ("PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "_FENCED")
+APP, OUTBOX, GROUP = "balance-app", "alert-outbox", "alert-outbox-sink"
+EOS_V2_ID = re.compile(r"^balance-app-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}-\d+$")
+
+
+def _stat(pid: int) -> list[str] | None:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text[text.rindex(")") + 2:].split()   # fields after "pid (comm)": state, ppid, pgrp, session, ...
 
 
 def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie child of a dead parent is not running
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
+    st = _stat(pid)
+    return st is not None and st[0] != "Z"
 
 
-def test_make_demo_shows_faults_fires_alert_and_cleans_up(tmp_path):
+def _in_sessions(sessions: set[int]) -> list[str]:
+    """Live processes whose session is one of `sessions` (every demo child leads its own)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            st = _stat(int(d.name))
+            if st is not None and st[0] != "Z" and int(st[3]) in sessions:
+                cmdline = (d / "cmdline").read_bytes().replace(b"\0", b" ")[:200]
+                out.append(f"{d.name}: {cmdline!r}")
+    return out
+
+
+class DemoWatch:
+    """What the test has seen of the running demo so far (each check latches once true)."""
+
+    def __init__(self, exporter: ExporterProcess, prom: PrometheusProcess, out_path: Path) -> None:
+        self.exporter, self.prom, self.out_path = exporter, prom, out_path
+        self.seen: dict[str, float] = {}    # check -> seconds after the demo started when first seen
+        self.headroom: list[float] = []
+        self.t0 = time.monotonic()
+
+    def out(self) -> str:
+        return self.out_path.read_text(errors="replace")
+
+    def check(self) -> bool:
+        m = self.exporter.metrics()
+        page = self.exporter.get("/")[1]
+        out = self.out()
+        s = lambda name, **lbl: sum(v for _, v in m.select(name, **lbl))  # noqa: E731
+        checks = {
+            # the slow transaction's headroom shrinks between scrapes, and the page lists it open
+            "open transaction with shrinking headroom": lambda: self._headroom(m, page),
+            "tap commits and aborts": lambda: (s("kafka_transactions_total", outcome="committed") > 0
+                                               and s("kafka_transactions_total", outcome="aborted") > 0),
+            "fence with its cause (tap: new_instance; client: fencing error; fault report)": lambda: (
+                s("kafka_transaction_fencing_events_total", app="refunds-writer", reason="new_instance") >= 1
+                and sum(v for lbl, v in m.select("kafka_producer_transaction_errors_total",
+                                                 app="refunds-writer") if lbl["error"] in FENCING) >= 1
+                and re.search(r"\[fault\] second instance of refunds-writer-0 fenced the first: the first "
+                              r"met (PRODUCER_FENCED|INVALID_PRODUCER_EPOCH|_FENCED) in "
+                              r"(produce|flush|commit); the second committed", out)),
+            "coordinator timeout of the killed producer": lambda: (
+                s("kafka_transaction_timeouts_total", app="invoice-writer") >= 1
+                and s("kafka_transaction_fencing_events_total", app="invoice-writer", reason="timeout") >= 1),
+            "Streams app under its application.id, its restart fenced by timeout": lambda: (
+                s("kafka_transactions_total", app=APP, outcome="committed") > 0
+                and s("kafka_transaction_fencing_events_total", app=APP, reason="timeout") >= 1),
+            "hanging transaction on the outbox found through KIP-664": lambda: (
+                m.get_value("kafka_transaction_hanging", topic=OUTBOX, partition=0) == 1),
+            "outbox group blocked: lag vs LSO below lag vs HWM, named on the page and status line": lambda: (
+                self._outbox_blocked(m) and GROUP in page and "hanging transaction at offset" in page
+                and re.search(rf"outbox {GROUP}: lag \d+ vs LSO, \d+ vs HWM, blocked by a hanging "
+                              rf"transaction on {OUTBOX}-0", out)),
+            "status line with the coordinator's fences and timeouts": lambda: re.search(
+                r"tap: commits \d+ aborts [1-9]\d* fences new_instance [1-9]\d* timeout [1-9]\d* "
+                r"coordinator timeouts [1-9]", out),
+            "Spark pipeline batches": lambda: max((v for _, v in m.select("spark_streaming_batch_id")),
+                                                  default=-1) >= 1,
+            "KafkaTransactionHanging firing in Prometheus": lambda: any(
+                a["labels"].get("topic") == OUTBOX for a in self.prom.firing("KafkaTransactionHanging")),
+        }
+        for name, fn in checks.items():
+            if name not in self.seen and fn():
+                self.seen[name] = time.monotonic() - self.t0
+        self.missing = [n for n in checks if n not in self.seen]
+        return not self.missing
+
+    def _headroom(self, m, page: str) -> bool:
+        vals = [v for _, v in m.select("kafka_transaction_timeout_headroom_seconds", app="settlement-batch")]
+        if not vals:
+            self.headroom = []
+            return False
+        self.headroom.append(min(vals))
+        open_table = page.split("Oldest open transactions", 1)[1].split("</section>")[0]
+        return (len(self.headroom) >= 2 and 0 < self.headroom[-1] < self.headroom[-2]
+                and "settlement-batch-0" in open_table)
+
+    def _outbox_blocked(self, m) -> bool:
+        lag = {lbl["isolation"]: v for lbl, v in
+               m.select("kafka_consumergroup_lag_messages", group=GROUP, topic=OUTBOX, partition=0)}
+        return (set(lag) == {"read_committed", "read_uncommitted"}
+                and lag["read_uncommitted"] > lag["read_committed"])
+
+
+def test_make_demo_on_kafka_shows_everything_and_cleans_up(tmp_path):
     state = tmp_path / "demo"
     ex_port, prom_port, broker_port = free_port(), free_port(), free_port()
-    args = (f"--state-dir {state} --fault-interval 4 --hanging-threshold 4 --poll-interval 1 "
+    args = (f"--state-dir {state} --fault-interval 3 --hanging-threshold 4 --poll-interval 1 "
             f"--exporter-port {ex_port} --prometheus-port {prom_port} --broker-port {broker_port} --rate 50")
-    out = open(tmp_path / "demo.out", "wb")
+    out_path = tmp_path / "demo.out"
+    out = open(out_path, "wb")
     proc = subprocess.Popen(["make", "--no-print-directory", "demo", f"DEMO_ARGS={args}"], cwd=ROOT,
                             stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     exporter = ExporterProcess({"clusters": []}, port=ex_port)  # a client for the demo's exporter
     prom = PrometheusProcess([], port=prom_port)
+    watch = DemoWatch(exporter, prom, out_path)
     try:
-        wait_for(lambda: exporter.get("/healthz")[0] == 200, 240, what="the demo's exporter")
+        wait_for(lambda: exporter.get("/healthz")[0] == 200 or proc.poll() is not None, 240,
+                 what="the demo's exporter")
+        assert proc.poll() is None, watch.out()[-3000:]
+        try:
+            wait_for(watch.check, 300, interval=1, what="everything the demo shows")
+        except TimeoutError:
+            pytest.fail(f"not seen: {watch.missing}\n--- demo output ---\n{watch.out()[-6000:]}")
+        for name, t in sorted(watch.seen.items(), key=lambda i: i[1]):
+            print(f"seen after {t:5.0f}s: {name}")
+        print("".join(line[:160] + "\n" for line in watch.out().splitlines() if "[fault]" in line))
 
-        def faults_seen():
-            m = exporter.metrics()
-            hanging = sum(v for _, v in m.select("kafka_transaction_hanging"))
-            aborted = sum(v for _, v in m.select("kafka_producer_transactions_total", outcome="aborted"))
-            fenced = sum(v for lbl, v in m.select("kafka_producer_transaction_errors_total")
-                         if lbl.get("error") in FENCING)
-            return hanging >= 1 and aborted >= 1 and fenced >= 1
-
-        wait_for(faults_seen, 180, interval=1, what="a hanging transaction, a fence and aborts in the exporter")
-        wait_for(lambda: prom.firing("KafkaTransactionHanging"), 120, interval=1,
-                 what="KafkaTransactionHanging firing in the demo's Prometheus")
-        wait_for(lambda: (max((v for _, v in exporter.metrics().select("spark_streaming_batch_id")), default=-1)
-                          >= 1), 240, interval=2, what="the demo's Spark pipeline to report batches")
+        # The Streams app's transactional ids, as the broker lists them, are EOS-v2 ids that
+        # txnwatch groups under the application.id; the restart gave it a second process id.
+        listed = kafka_tool("kafka-transactions", "--bootstrap-server", f"127.0.0.1:{broker_port}", "list",
+                            log_dir=tmp_path / "tools").stdout.split()
+        ids = [t for t in listed if t.startswith(APP + "-")]
+        assert len(ids) >= 2 and all(EOS_V2_ID.match(t) for t in ids), ids
+        assert {AppResolver()(t) for t in ids} == {APP}
     finally:
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in the terminal does
         try:
-            proc.wait(90)
+            proc.wait(120)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
-            pytest.fail("make demo did not stop within 90 s of Ctrl-C")
+            pytest.fail("make demo did not stop within 120 s of Ctrl-C")
         out.close()
-    log = (tmp_path / "demo.out").read_text(errors="replace")
+
+    log = watch.out()
     assert "stopped every process the demo started" in log, log[-3000:]
+    # The outbox sink applied alerts once each, and none from behind the hanging transaction.
+    hanging_at = int(re.search(rf"hanging transaction on {OUTBOX}-0 at offset (\d+)", log).group(1))
+    with sqlite3.connect(state / "outbox.sqlite") as db:
+        rows = db.execute("SELECT alert_id, partition, offset FROM alerts").fetchall()
+    assert rows and len({r[0] for r in rows}) == len(rows)
+    assert all(off < hanging_at for _, part, off in rows if part == 0), (hanging_at, rows)
+
     pids = json.loads((state / "pids.json").read_text())
-    assert set(pids) >= {"tansu", "exporter", "pipeline", "prometheus"}
-    wait_for(lambda: not any(_alive(p) for p in pids.values()), 30, what=f"demo processes {pids} to exit")
-    for port in (ex_port, prom_port, broker_port):
+    assert set(pids) >= {"kafka", "exporter", "pipeline", "prometheus", "streams", "fault-producers"}, pids
+    assert len(pids["streams"]) >= 2, pids   # restarted by the fault
+    every = [p for group in pids.values() for p in group]
+    wait_for(lambda: not any(_alive(p) for p in every), 30, what=f"demo processes {pids} to exit")
+    assert not _in_sessions(set(every) | {proc.pid}), _in_sessions(set(every) | {proc.pid})
+    listeners = next(line for line in (state / "kafka" / "server.properties").read_text().splitlines()
+                     if line.startswith("listeners="))
+    kafka_ports = {int(p) for p in re.findall(r":(\d+)", listeners)}
+    for port in {ex_port, prom_port, broker_port} | kafka_ports:
         assert not port_open("127.0.0.1", port), f"port {port} still open"
     leftovers = subprocess.run(["pgrep", "-f", str(state)], capture_output=True, text=True).stdout.split()
     assert not leftovers, f"processes still running with {state} in their command line: {leftovers}"

@@ -1,15 +1,30 @@
 """`make demo`: the whole txnwatch story on one machine.
 
-    python -m txnwatch.devtools.demo [--no-spark] [--no-prometheus] [--fault-interval 30]
-        [--broker-port N] [--exporter-port N] [--prometheus-port N] [--bootstrap-servers LIST]
+    python -m txnwatch.devtools.demo [--broker kafka|tansu] [--bootstrap-servers LIST]
+        [--no-spark] [--no-streams] [--no-prometheus] [--fault-interval 10] [--duration S]
+        [--broker-port N] [--exporter-port N] [--prometheus-port N] [--state-dir DIR]
 
-Starts the embedded Tansu broker (or uses --bootstrap-servers), creates the topics, a
-load generator, the reference exactly-once Spark pipeline with the txnwatch listener
-(events forwarded to the exporter), the exporter, and a real Prometheus with the
-generated alert rules (when `prometheus` is installed). A fault injector then kills a
-producer mid-transaction (hanging transaction, stalled LSO), lets a second instance
-fence the first, bursts aborts and runs a transaction that eats into its timeout
-headroom; the pipeline has one slow micro-batch. Ctrl-C stops every process it started.
+By default it starts a real Apache Kafka (one KRaft node, transaction.max.timeout.ms 20 s
+so hanging transactions are found within the first minute), and on it:
+- a load generator: orders for the Spark pipeline and payments for the Streams app, one
+  transaction per 0.5 s;
+- a Kafka Streams `exactly_once_v2` app (`balance-app`, compiled from
+  streams/BalanceApp.java): per-account balances in an in-memory store that, in the same
+  transaction, writes high-balance alerts to the `alert-outbox` topic (a transactional
+  outbox), and the outbox sink: a read_committed consumer group (`alert-outbox-sink`)
+  applying each alert once to SQLite;
+- the reference exactly-once Spark pipeline with the txnwatch listener;
+- the exporter (admin poller + transaction-log tap) and a real Prometheus with the
+  generated alert rules (demo-short timings);
+- a fault injector: a hanging transaction on an alert-outbox partition (the outbox sink
+  stops behind it), a Streams instance killed mid-transaction and restarted (its old
+  transaction ends by the coordinator's timeout), a producer killed mid-transaction (a
+  coordinator timeout), a second instance fencing the first, a burst of aborts and a
+  transaction that eats into its timeout headroom.
+
+`--broker tansu` runs the old path on the Tansu broker (no Streams app, no tap, hanging
+transactions from stalled LSOs). `--bootstrap-servers` points everything at a user's cluster
+(faults only with --faults-on-real-cluster). Ctrl-C stops every process it started.
 """
 
 from __future__ import annotations
@@ -22,90 +37,291 @@ import signal
 import subprocess
 import sys
 import threading
+import time
+from functools import partial
 from pathlib import Path
 
-from .broker import TansuBroker
-from .exporter_proc import ExporterProcess
-from .faults import FaultInjector, LoadGenerator, RecordSink
-from .net import free_port
+from .exporter_proc import ExporterProcess, Metrics
+from .faults import (
+    Fault,
+    FaultInjector,
+    HangingMade,
+    LoadGenerator,
+    RecordSink,
+    abort_burst,
+    coordinator_timeout,
+    fence,
+    hang_by_kill,
+    hanging_transaction,
+    restart_streams,
+    slow_transaction,
+)
+from .net import free_port, wait_for
 from .workload import create_topics
 
 ROOT = Path(__file__).resolve().parents[2]
-INPUT, OUTPUT, PAYMENTS = "demo.orders", "demo.order-totals", "demo.payments"
+INPUT, OUTPUT = "demo.orders", "demo.order-totals"                 # the Spark pipeline
+PAYMENTS, BALANCES, OUTBOX = "demo.payments", "demo.balances", "alert-outbox"   # the Streams app
+SETTLEMENTS = "demo.settlements"                                   # where the producer faults write
+APPLICATION_ID = "balance-app"
+OUTBOX_GROUP = "alert-outbox-sink"
+HANGING_PARTITION = 0
+TOPIC_FILTER = [r"demo\..*", OUTBOX]
+# Short, so a hanging transaction is found (its last write older than this) within the
+# first minute; every demo producer's transaction.timeout.ms stays at or below it.
+DEMO_BROKER_PROPERTIES = {"transaction.max.timeout.ms": 20_000}
+FENCING = ("PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "_FENCED")
 
 
+# ------------------------------------------------------------------ status (pure)
+def _sum(m: Metrics, name: str, **labels) -> float:
+    return sum(v for _, v in m.select(name, **labels))
+
+
+def outbox_status(m: Metrics, group: str) -> str:
+    """The outbox group's lag against the LSO and the HWM, and what blocks it."""
+    rc = m.select("kafka_consumergroup_lag_messages", group=group, isolation="read_committed")
+    if not rc:
+        return f"outbox {group}: no committed offsets yet"
+    ru = {(lbl["topic"], lbl["partition"]): v for lbl, v in
+          m.select("kafka_consumergroup_lag_messages", group=group, isolation="read_uncommitted")}
+    behind = sorted((lbl["topic"], lbl["partition"]) for lbl, v in rc
+                    if ru.get((lbl["topic"], lbl["partition"]), 0) > v)
+    hanging = [f"{t}-{p}" for t, p in behind
+               if (m.get_value("kafka_transaction_hanging", topic=t, partition=p) or 0) > 0]
+    if hanging:
+        why = "blocked by a hanging transaction on " + ", ".join(hanging)
+    elif behind:
+        why = "behind an open transaction on " + ", ".join(f"{t}-{p}" for t, p in behind)
+    else:
+        why = "not blocked"
+    return f"outbox {group}: lag {sum(v for _, v in rc):.0f} vs LSO, {sum(ru.values()):.0f} vs HWM, {why}"
+
+
+def status_line(m: Metrics, firing: str | None = None, outbox_group: str | None = None) -> str:
+    """One line of what the exporter sees (pure: parsed /metrics in, text out)."""
+    up = m.get_value("txnwatch_up", source="poller")
+    parts = [f"poller {'up' if up == 1 else 'DOWN'}",
+             f"hanging {_sum(m, 'kafka_transaction_hanging'):.0f}"]
+    headrooms = [v for _, v in m.select("kafka_transaction_timeout_headroom_seconds")]
+    if headrooms:
+        parts.append(f"open txns {len(headrooms)} (min headroom {min(headrooms):.0f}s)")
+    if m.select("kafka_transactions_total"):   # the transaction-log tap: the coordinator's view
+        fences = "kafka_transaction_fencing_events_total"
+        parts.append(f"tap: commits {_sum(m, 'kafka_transactions_total', outcome='committed'):.0f} "
+                     f"aborts {_sum(m, 'kafka_transactions_total', outcome='aborted'):.0f} "
+                     f"fences new_instance {_sum(m, fences, reason='new_instance'):.0f} "
+                     f"timeout {_sum(m, fences, reason='timeout'):.0f} "
+                     f"coordinator timeouts {_sum(m, 'kafka_transaction_timeouts_total'):.0f}")
+    else:
+        stall = max((v for _, v in m.select("kafka_partition_lso_stalled_seconds")), default=0)
+        parts.append(f"max LSO stall {stall:.0f}s")
+    client_fences = sum(v for lbl, v in m.select("kafka_producer_transaction_errors_total")
+                        if lbl.get("error") in FENCING)
+    parts.append(f"client: aborts {_sum(m, 'kafka_producer_transactions_total', outcome='aborted'):.0f} "
+                 f"fenced {client_fences:.0f}")
+    if outbox_group:
+        parts.append(outbox_status(m, outbox_group))
+    batch = max((v for _, v in m.select("spark_streaming_batch_id")), default=None)
+    parts.append(f"spark batch {'-' if batch is None else int(batch)}")
+    parts.append(f"alerts firing: {firing or 'n/a'}")
+    return " | ".join(parts)
+
+
+# ------------------------------------------------------------------ the demo
 class Demo:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.state = Path(args.state_dir)
         self.state.mkdir(parents=True, exist_ok=True)
         self.stopping = threading.Event()
-        self.broker: TansuBroker | None = None
+        self.broker = None
+        self.kind = "external" if args.bootstrap_servers else args.broker
         self.exporter: ExporterProcess | None = None
         self.prometheus = None
         self.pipeline: subprocess.Popen | None = None
+        self.streams = None
+        self.outbox = None
         self.loadgen: LoadGenerator | None = None
         self.faults: FaultInjector | None = None
         self.sink: RecordSink | None = None
-        self.pids: dict[str, int] = {}
+        self.hanging_made = HangingMade()
+        self.pids: dict[str, list[int]] = {}
+        self._pid_lock = threading.Lock()
+        self._fault_children: list = []
+        self.streams_enabled = self.kind != "tansu" and not args.no_streams
 
     def say(self, msg: str) -> None:
-        print(("\n" if sys.stdout.isatty() else "") + msg, flush=True)
+        print(("\n" if sys.stdout.isatty() else "") + time.strftime("[%H:%M:%S] ") + msg, flush=True)
 
     def _record_pid(self, name: str, pid: int) -> None:
-        self.pids[name] = pid
-        (self.state / "pids.json").write_text(json.dumps(self.pids))
+        """Every process the demo starts, by role (pids.json: what must be gone after Ctrl-C)."""
+        with self._pid_lock:
+            if pid not in self.pids.setdefault(name, []):
+                self.pids[name].append(pid)
+            (self.state / "pids.json").write_text(json.dumps(self.pids))
 
     # ------------------------------------------------------------------ start
     def start(self) -> None:
         a = self.args
-        if a.bootstrap_servers:
-            self.bootstrap = a.bootstrap_servers
-            self.say(f"using the cluster at {self.bootstrap} (no embedded broker)")
-        else:
-            self.broker = TansuBroker(port=a.broker_port or free_port(), log_path=self.state / "tansu.log").start()
-            self.bootstrap = self.broker.bootstrap
-            self._record_pid("tansu", self.broker.proc.pid)
-            self.say(f"started Tansu broker on {self.bootstrap}            (log: {self.state}/tansu.log)")
-        create_topics(self.bootstrap, [INPUT, OUTPUT, PAYMENTS], partitions=3)
-        self.say(f"created topics {INPUT}, {OUTPUT}, {PAYMENTS}")
+        (self.state / "pids.json").unlink(missing_ok=True)
+        if self.streams_enabled:
+            from .broker import find_kafka
+            from .streams_app import StreamsApp
 
-        cluster = {"name": "demo", "bootstrap_servers": self.bootstrap, "poll_interval_seconds": a.poll_interval,
-                   "hanging_threshold_seconds": a.hanging_threshold,
-                   "topics": {"include": [r"demo\..*"]}}
-        self.exporter = ExporterProcess({"clusters": [cluster]}, port=a.exporter_port or 10129,
-                                        log_path=self.state / "exporter.log").start()
+            install = find_kafka()
+            if install is None and self.kind == "external":
+                self.say("no Apache Kafka distribution (libs/ and javac) here: "
+                         "running without the Streams app")
+                self.streams_enabled = False
+            elif install is not None:
+                # built now so javac can run while the broker starts; the bootstrap comes later
+                self.streams = StreamsApp(None, self.state / "streams", application_id=APPLICATION_ID,
+                                          input_topic=PAYMENTS, balances_topic=BALANCES, alerts_topic=OUTBOX,
+                                          install=install)
+        self.exporter_port = a.exporter_port or 10129
+        self._start_broker()
+        topics = [INPUT, OUTPUT, SETTLEMENTS] + ([PAYMENTS, BALANCES, OUTBOX] if self.streams_enabled else [])
+        create_topics(self.bootstrap, topics, partitions=3)
+        self.say(f"created topics {', '.join(topics)}")
+
+        tap = self._has_transaction_log()
+        cluster = {"name": "demo", "bootstrap_servers": self.bootstrap,
+                   "poll_interval_seconds": a.poll_interval, "hanging_threshold_seconds": a.hanging_threshold,
+                   "transaction_log_tap": tap, "topics": {"include": TOPIC_FILTER}}
+        self.exporter = ExporterProcess({"clusters": [cluster]}, port=self.exporter_port,
+                                        log_path=self.state / "exporter.log").start(timeout=60)
         self._record_pid("exporter", self.exporter.proc.pid)
         ingest = self.exporter.url + "/api/v1/spark/events"
-        self.say(f"started txnwatch exporter on {self.exporter.url}   (log: {self.state}/exporter.log)")
+        sources = ("admin poller + transaction-log tap" if tap
+                   else "admin poller; no __transaction_state: no tap")
+        self.say(f"started txnwatch exporter on {self.exporter.url} ({sources}; "
+                 f"log: {self.state}/exporter.log)")
 
+        if self.streams is not None:
+            self.streams.bootstrap = self.bootstrap
+            self.streams.launch()   # the JVM starts while the rest does
+            self._record_pid("streams", self.streams.proc.pid)
         self.sink = RecordSink(ingest)
-        self.loadgen = LoadGenerator(self.bootstrap, INPUT, self.sink, rate_per_second=a.rate)
+        self.loadgen = LoadGenerator(self.bootstrap, INPUT, self.sink, rate_per_second=a.rate,
+                                     payments_topic=PAYMENTS if self.streams_enabled else None)
         self.loadgen.start()
-        self.say(f"started the load generator: ~{a.rate} orders/s into {INPUT}, one transaction per 0.5 s")
-
-        if not a.no_spark:
-            self._start_pipeline(ingest)
+        self.loadgen.ready.wait(60)
+        if self.loadgen.error:
+            self.say(f"the load generator could not start: {self.loadgen.error}")
+        else:
+            self.say(f"started the load generator: ~{a.rate} orders/s into {INPUT}"
+                     + (f" and payments into {PAYMENTS}" if self.streams_enabled else "")
+                     + ", one transaction per 0.5 s")
+        if not a.no_spark and self.pipeline is None:
+            self._start_pipeline()
         if not a.no_prometheus:
             self._start_prometheus()
-        if a.fault_interval > 0 and not (a.bootstrap_servers and not a.faults_on_real_cluster):
-            self.faults = FaultInjector(self.bootstrap, PAYMENTS, self.sink, a.fault_interval, self.say)
-            self.faults.start()
-            self.say(f"fault injector: every {a.fault_interval:g}s on {PAYMENTS}: hanging transaction, "
-                     "fencing, abort burst, slow transaction")
+        if self.streams is not None:
+            self._wait_streams()
+        if a.fault_interval > 0 and not (self.kind == "external" and not a.faults_on_real_cluster):
+            self._start_faults()
         self._print_urls()
 
-    def _start_pipeline(self, ingest: str) -> None:
+    def _start_broker(self) -> None:
+        a = self.args
+        if self.kind == "external":
+            self.bootstrap = a.bootstrap_servers
+            self.say(f"using the cluster at {self.bootstrap} (no embedded broker)")
+            if not a.no_spark:
+                self._start_pipeline()
+            if self.streams is not None:
+                self._compile_streams()
+            return
+        from .broker import BrokerUnavailable, make_broker
+
+        workdir = self.state / self.kind
+        shutil.rmtree(workdir, ignore_errors=True)   # the demo's broker starts empty every time
+        try:
+            self.broker = make_broker(self.kind, workdir=workdir, port=a.broker_port,
+                                      properties=DEMO_BROKER_PROPERTIES if self.kind == "kafka" else None)
+        except BrokerUnavailable as exc:
+            raise SystemExit(f"demo: {exc}\n(or run the old path on the Tansu broker: "
+                             "make demo DEMO_ARGS=\"--broker tansu\")") from None
+        if self.kind == "kafka":
+            self.broker.launch()
+            self._record_pid("kafka", self.broker.proc.pid)
+            self.bootstrap = self.broker.bootstrap
+            if not a.no_spark:
+                # Spark takes the longest to start (its JVM, then a SparkSession): it starts now,
+                # and reaches Kafka only once its query starts, long after the topics exist.
+                self._start_pipeline()
+            if self.streams is not None:
+                self._compile_streams()   # javac runs while the broker starts
+            self.broker.wait_ready()
+            self.say(f"started {self.broker.describe()} with transaction.max.timeout.ms=20000 "
+                     f"(log: {self.broker.log_dir}/server.log)")
+        else:
+            self.broker.start()
+            self._record_pid("tansu", self.broker.proc.pid)
+            self.say(f"started Tansu broker on {self.broker.bootstrap}   (log: {workdir}/tansu.log)")
+        self.bootstrap = self.broker.bootstrap
+
+    def _compile_streams(self) -> None:
+        self.streams.prepare()
+        self.say(f"{'compiled' if self.streams.compiled else 'reused the compiled'} Kafka Streams app "
+                 f"{self.streams.classes} (javac against {self.streams.install.home}/libs)")
+
+    def _has_transaction_log(self) -> bool:
+        """Whether the cluster has __transaction_state (the tap's source). Kafka creates it at
+        the first transactional producer's registration, so one registers first if needed."""
+        if self.kind == "kafka":
+            return True
+        if self.kind == "tansu":
+            return False
+        from confluent_kafka import Producer
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 3})
+        if "__transaction_state" in admin.list_topics(timeout=10).topics:
+            return True
+        p = Producer({"bootstrap.servers": self.bootstrap, "transactional.id": "demo-orders-loadgen-0",
+                      "transaction.timeout.ms": 10_000, "log_level": 3})
+        try:
+            p.init_transactions(30)
+        except Exception as exc:  # noqa: BLE001 - no transactions, no tap; the exporter still runs
+            self.say(f"the cluster refused a transactional producer ({exc}): running without the tap")
+            return False
+        try:
+            wait_for(lambda: "__transaction_state" in admin.list_topics(timeout=5).topics, 15,
+                     what="__transaction_state")
+            return True
+        except TimeoutError:
+            return False
+
+    def _wait_streams(self) -> None:
+        s = self.streams
+        s.wait_running(120)
+        self.say(f"started Kafka Streams app {APPLICATION_ID} (exactly_once_v2, in-memory store): "
+                 f"{PAYMENTS} -> {BALANCES} + alerts in {OUTBOX}, one transaction; transactional id "
+                 f"{s.transactional_id} (log: {s.log_path})")
+        from .outbox import OutboxSink
+
+        (self.state / "outbox.sqlite").unlink(missing_ok=True)
+        self.outbox = OutboxSink(self.bootstrap, OUTBOX, str(self.state / "outbox.sqlite"),
+                                 group=OUTBOX_GROUP)
+        self.outbox.start()
+        self.say(f"started the outbox sink: group {OUTBOX_GROUP} reads {OUTBOX} read_committed and applies "
+                 f"each alert once to {self.state}/outbox.sqlite (INSERT OR IGNORE by alert_id)")
+
+    def _start_pipeline(self) -> None:
         ckpt = self.state / "checkpoint"
         if ckpt.exists():  # the embedded broker starts empty: old checkpoint offsets mean nothing
             shutil.rmtree(ckpt)
-        cmd = [sys.executable, "-m", "txnwatch.pipeline", "--bootstrap", self.bootstrap, "--input-topic", INPUT,
-               "--output-topic", OUTPUT, "--checkpoint", str(ckpt), "--name", "orders-totals",
+        cmd = [sys.executable, "-m", "txnwatch.pipeline", "--bootstrap", self.bootstrap,
+               "--input-topic", INPUT, "--output-topic", OUTPUT, "--checkpoint", str(ckpt),
+               "--name", "orders-totals",
                "--trigger-seconds", "2", "--window", "10 seconds", "--watermark", "5 seconds",
-               "--transaction-timeout-ms", "15000", "--forward-url", self.exporter.url,
+               "--transaction-timeout-ms", "15000",
+               "--forward-url", f"http://127.0.0.1:{self.exporter_port}",
                # one slow micro-batch that eats into the sink's 15 s transaction timeout
-               "--fault", "pause_before_commit=" + json.dumps({"batch": 6, "task": 0, "seconds": 9,
-                                                                "signal_file": str(self.state / "slow-batch")})]
+               "--fault", "pause_before_commit=" + json.dumps(
+                   {"batch": 6, "task": 0, "seconds": 9, "signal_file": str(self.state / "slow-batch")})]
         env = {**os.environ, "PYSPARK_SUBMIT_ARGS": "--driver-java-options -Xss64m pyspark-shell",
                "PYSPARK_PYTHON": sys.executable}
         self.pipeline = subprocess.Popen(cmd, stdout=open(self.state / "pipeline.log", "ab"),
@@ -130,6 +346,7 @@ class Demo:
                           spark_behind_for="1m", spark_failed_for="10s", exporter_down_for="30s",
                           source_failing_for="30s")
         rules = generate_alerts(self.state / "prometheus-rules", cfg)[0]
+        shutil.rmtree(self.state / "prometheus", ignore_errors=True)
         self.prometheus = PrometheusProcess([f"127.0.0.1:{self.exporter.port}"], [rules],
                                             port=self.args.prometheus_port or free_port(), interval="2s",
                                             log_path=self.state / "prometheus.log",
@@ -137,6 +354,48 @@ class Demo:
         self._record_pid("prometheus", self.prometheus.proc.pid)
         self.say(f"started Prometheus on {self.prometheus.url} with the generated rules "
                  f"(log: {self.state}/prometheus.log)")
+
+    def _start_faults(self) -> None:
+        b, say = self.bootstrap, self.say
+        injector = FaultInjector([], self.args.fault_interval, say)
+        if self.kind == "tansu":
+            faults = [Fault("hanging", partial(hang_by_kill, b, SETTLEMENTS, 0, track=self._track),
+                            once=True)]
+        else:
+            where = (OUTBOX, HANGING_PARTITION) if self.streams is not None else (SETTLEMENTS, 0)
+            faults = [Fault("hanging", partial(self._hanging, *where), once=True)]
+            if self.streams is not None:
+                faults.append(Fault("streams-restart", self._restart_streams))
+            faults.append(Fault("coordinator-timeout", partial(coordinator_timeout, b, SETTLEMENTS,
+                                                               track=self._track)))
+        faults += [Fault("fence", partial(fence, b, SETTLEMENTS, self.sink)),
+                   Fault("aborts", partial(abort_burst, b, SETTLEMENTS, self.sink)),
+                   Fault("slow-transaction", partial(slow_transaction, b, SETTLEMENTS, self.sink,
+                                                     stopping=injector.stopping))]
+        injector.faults = faults
+        self.faults = injector
+        injector.start()
+        say(f"fault injector: every {self.args.fault_interval:g}s: " + ", ".join(f.name for f in faults))
+
+    def _track(self, proc) -> None:
+        """A fault's child producer: recorded, and killed at exit should the fault not have."""
+        self._fault_children.append(proc)
+        self._record_pid("fault-producers", proc.proc.pid)
+
+    def _hanging(self, topic: str, partition: int) -> str:
+        if self.outbox is not None and topic == OUTBOX:
+            # a hanging transaction in a live outbox: after the sink has read from that partition
+            try:
+                wait_for(lambda: partition in self.outbox.partitions_read or self.stopping.is_set(), 60,
+                         interval=0.2, what=f"the outbox sink to read {topic}-{partition}")
+            except TimeoutError:
+                pass
+        return hanging_transaction(self.bootstrap, topic, partition, record=self.hanging_made)
+
+    def _restart_streams(self) -> str:
+        what = restart_streams(self.streams, self.bootstrap, PAYMENTS)
+        self._record_pid("streams", self.streams.proc.pid)
+        return what
 
     def _print_urls(self) -> None:
         lines = ["", "Open:",
@@ -156,23 +415,18 @@ class Demo:
             m = self.exporter.metrics()
         except Exception as exc:  # noqa: BLE001 - status only
             return f"exporter unreachable: {exc}"
-        up = m.get_value("txnwatch_up", source="poller")
-        hanging = sum(v for _, v in m.select("kafka_transaction_hanging"))
-        stalled = max((v for _, v in m.select("kafka_partition_lso_stalled_seconds")), default=0)
-        aborted = sum(v for _, v in m.select("kafka_producer_transactions_total", outcome="aborted"))
-        fenced = sum(v for lbl, v in m.select("kafka_producer_transaction_errors_total")
-                     if lbl.get("error") in ("PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "_FENCED"))
-        batch = max((v for _, v in m.select("spark_streaming_batch_id")), default=None)
-        firing = ""
+        firing = None
         if self.prometheus:
             try:
-                firing = ",".join(sorted({a["labels"]["alertname"] for a in self.prometheus.alerts()
-                                          if a["state"] == "firing"})) or "none"
+                firing = ",".join(sorted({al["labels"]["alertname"] for al in self.prometheus.alerts()
+                                          if al["state"] == "firing"})) or "none"
             except Exception:  # noqa: BLE001
                 firing = "?"
-        return (f"poller {'up' if up == 1 else 'DOWN'} | hanging {hanging:.0f} | max LSO stall {stalled:.0f}s | "
-                f"aborts {aborted:.0f} | fences {fenced:.0f} | spark batch "
-                f"{'-' if batch is None else int(batch)} | alerts firing: {firing or 'n/a'}")
+        line = status_line(m, firing, OUTBOX_GROUP if self.outbox is not None else None)
+        stopped = [f"{name} stopped: {t.error}" for name, t in (("load generator", self.loadgen),
+                                                                ("outbox sink", self.outbox))
+                   if t is not None and t.error]
+        return " | ".join([line, *stopped])
 
     def run(self) -> None:
         interactive = sys.stdout.isatty()
@@ -181,66 +435,129 @@ class Demo:
         while not self.stopping.wait(2.0):
             waited += 2.0
             line = self.status_line()
-            print(("\r" + line.ljust(150)) if interactive else line, end="" if interactive else "\n", flush=True)
+            if interactive:
+                print("\r" + line.ljust(150), end="", flush=True)
+            else:
+                print(time.strftime("[%H:%M:%S] ") + line, flush=True)
             if deadline and waited >= deadline:
                 break
 
     def stop(self) -> None:
+        """Stop everything, in dependency order; a step that fails is reported and the rest
+        still runs (a process left behind is the one thing the demo must not do)."""
         self.stopping.set()
-        for t in (self.faults, self.loadgen):
-            if t is not None:
-                t.stopping.set()
-        if self.pipeline and self.pipeline.poll() is None:
-            os.killpg(self.pipeline.pid, signal.SIGTERM)
+        threads = [t for t in (self.faults, self.loadgen, self.outbox) if t is not None]
+        for t in threads:
+            t.stopping.set()
+        problems: list[str] = []
+
+        def step(what: str, fn) -> None:
             try:
-                self.pipeline.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.pipeline.pid, signal.SIGKILL)
-                self.pipeline.wait(10)
-        for t in (self.faults, self.loadgen):
-            if t is not None:
-                t.join(15)
+                fn()
+            except Exception as exc:  # noqa: BLE001 - reported below
+                problems.append(f"{what}: {type(exc).__name__}: {exc}")
+
+        pipeline = self.pipeline if self.pipeline is not None and self.pipeline.poll() is None else None
+        if pipeline is not None:   # Spark and the Streams app shut down at the same time
+            step("pipeline", lambda: os.killpg(pipeline.pid, signal.SIGTERM))
+        if self.streams is not None:
+            step("streams", self.streams.close)   # also keeps a fault from starting it again
+        if pipeline is not None:
+            step("pipeline", lambda: _wait_or_kill(pipeline, 20))
+        for t in threads:
+            t.join(15)
+        step("fault producers", self._kill_fault_children)
         if self.sink:
-            self.sink.close()
+            step("forwarder", self.sink.close)
         if self.prometheus:
-            self.prometheus.stop()
+            step("prometheus", self.prometheus.stop)
         if self.exporter:
-            self.exporter.stop()
+            step("exporter", lambda: _wait_or_kill(self.exporter.proc, 15, signal.SIGTERM))
+        if self.kind == "external" and self.hanging_made.made:
+            step("hanging transactions", self._abort_hanging)
         if self.broker:
-            self.broker.stop()
-        self.say("stopped every process the demo started")
+            step("broker", self.broker.stop)
+        self.say("stopped every process the demo started" if not problems else
+                 "stopped, with problems: " + "; ".join(problems))
+
+    def _kill_fault_children(self) -> None:
+        for proc in self._fault_children:
+            proc.kill()
+
+    def _abort_hanging(self) -> None:
+        """On a user's cluster, end the hanging transactions the demo made (as the runbook does)."""
+        from kafka import KafkaAdminClient
+        from kafka.admin._transactions import AbortTransactionSpec
+        from kafka.structs import TopicPartition
+
+        admin = KafkaAdminClient(bootstrap_servers=self.bootstrap.split(","), client_id="txnwatch-demo")
+        try:
+            for h in self.hanging_made.made:
+                try:
+                    admin.abort_transaction(AbortTransactionSpec(TopicPartition(h.topic, h.partition),
+                                                                 h.producer_id, h.producer_epoch))
+                    self.say(f"aborted the demo's hanging transaction on {h.topic}-{h.partition}")
+                except Exception as exc:  # noqa: BLE001
+                    self.say(f"could not abort the hanging transaction on {h.topic}-{h.partition} ({exc}); "
+                             f"run: kafka-transactions.sh --bootstrap-server {self.bootstrap} abort --topic "
+                             f"{h.topic} --partition {h.partition} --start-offset {h.offset}")
+        finally:
+            admin.close()
+
+
+def _wait_or_kill(proc: subprocess.Popen | None, timeout: float, sig: int | None = None) -> None:
+    """Send `sig` (if given) to the process group, wait `timeout`, then SIGKILL the group."""
+    if proc is None or proc.poll() is not None:
+        return
+    if sig is not None:
+        os.killpg(proc.pid, sig)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
 
 
 def main(argv: list[str] | None = None) -> int:
     env = os.environ.get
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--broker", choices=["kafka", "tansu"], default=env("DEMO_BROKER", "kafka"),
+                   help="the embedded broker: Apache Kafka (default) or Tansu (the old path: no Streams app, "
+                        "no transaction-log tap, no KIP-664)")
     p.add_argument("--broker-port", type=int, default=int(env("DEMO_BROKER_PORT", 0)) or None)
     p.add_argument("--exporter-port", type=int, default=int(env("DEMO_EXPORTER_PORT", 0)) or None)
     p.add_argument("--prometheus-port", type=int, default=int(env("DEMO_PROMETHEUS_PORT", 0)) or None)
     p.add_argument("--bootstrap-servers", default=env("DEMO_BOOTSTRAP_SERVERS"),
-                   help="point the exporter (and the pipeline) at a real cluster instead of the embedded broker")
+                   help="point everything at a real cluster instead of the embedded broker")
     p.add_argument("--faults-on-real-cluster", action="store_true",
                    help="inject faults even with --bootstrap-servers (off by default)")
     p.add_argument("--no-spark", action="store_true", help="skip the Spark pipeline")
+    p.add_argument("--no-streams", action="store_true", help="skip the Kafka Streams app and its outbox sink")
     p.add_argument("--no-prometheus", action="store_true", help="skip Prometheus")
-    p.add_argument("--fault-interval", type=float, default=30.0, help="seconds between faults (0: none)")
+    p.add_argument("--fault-interval", type=float, default=10.0, help="seconds between faults (0: none)")
     p.add_argument("--poll-interval", type=float, default=5.0)
     p.add_argument("--hanging-threshold", type=float, default=20.0,
-                   help="seconds an LSO may stall before it counts as hanging (Tansu has no KIP-664)")
+                   help="seconds an LSO may stall before it counts (Tansu: as hanging; Kafka: for "
+                        "blocked groups)")
     p.add_argument("--rate", type=int, default=200, help="orders per second from the load generator")
     p.add_argument("--state-dir", default=str(ROOT / ".demo"), help="logs, checkpoints, Prometheus data")
     p.add_argument("--duration", type=float, default=None, help="stop by itself after this many seconds")
     args = p.parse_args(argv)
     demo = Demo(args)
     signal.signal(signal.SIGTERM, lambda *_: demo.stopping.set())
+    rc = 0
     try:
         demo.start()
         demo.run()
     except KeyboardInterrupt:
         pass
+    except Exception as exc:  # noqa: BLE001 - said plainly, then everything started is stopped
+        demo.say(f"demo failed: {type(exc).__name__}: {exc}")
+        rc = 1
     finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)   # a second Ctrl-C must not cut the clean-up short
         demo.stop()
-    return 0
+    return rc
 
 
 if __name__ == "__main__":

@@ -1,6 +1,12 @@
 """The demo's load generator and fault injector: real transactional producers (the
 instrumented wrapper) whose per-transaction records are forwarded to the exporter's
-ingest endpoint as `producer_transactions` events, exactly as the Spark sink's are."""
+ingest endpoint as `producer_transactions` events, exactly as the Spark sink's are.
+
+Every fault survives the error it provokes and returns one line saying what happened
+(e.g. "second instance of refunds-writer-0 fenced the first: the first met _FENCED in
+produce"); the injector prints it. Faults that need Apache Kafka (the coordinator's
+timeout, KIP-664, Kafka Streams) confirm their effect on the broker before reporting it.
+"""
 
 from __future__ import annotations
 
@@ -9,14 +15,20 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 
 from ..apps import AppResolver
-from ..producer import TransactionalProducer, TransactionError
+from ..producer import TransactionalProducer, TransactionError, error_name
+from .net import wait_for
 from .workload import ProducerProcess
 
 log = logging.getLogger(__name__)
 _app = AppResolver()
+
+# Every demo producer's transaction.timeout.ms stays at or below the demo broker's
+# transaction.max.timeout.ms (20 s), or InitProducerId fails with INVALID_TRANSACTION_TIMEOUT.
+DEMO_TRANSACTION_TIMEOUT_MS = 10_000
 
 
 class RecordSink:
@@ -39,7 +51,8 @@ class RecordSink:
             self.forwarder.close()
 
 
-def _producer(bootstrap: str, tid: str, sink: RecordSink, timeout_ms: int = 60000) -> TransactionalProducer:
+def _producer(bootstrap: str, tid: str, sink: RecordSink,
+              timeout_ms: int = DEMO_TRANSACTION_TIMEOUT_MS) -> TransactionalProducer:
     p = TransactionalProducer({"bootstrap.servers": bootstrap, "transactional.id": tid,
                                "transaction.timeout.ms": timeout_ms, "linger.ms": 5,
                                "log_level": 3},  # librdkafka errors only, not reconnect chatter
@@ -48,71 +61,245 @@ def _producer(bootstrap: str, tid: str, sink: RecordSink, timeout_ms: int = 6000
     return p
 
 
+# ------------------------------------------------------------------ load
+def next_payment(balance: float | None, rng: random.Random, low: float = 0.0, high: float = 1000.0,
+                 step: float = 150.0) -> float:
+    """A payment amount that keeps an account's balance within [low, high] (a bounded random
+    walk; a new account opens with a deposit around the middle): balances keep going above
+    the Streams app's alert threshold (600), so deposits keep raising alerts."""
+    if balance is None:
+        return round(rng.uniform(low + (high - low) * 0.3, low + (high - low) * 0.7), 2)
+    amount = round(rng.uniform(-step, step), 2)
+    if not low <= balance + amount <= high:
+        amount = -amount
+    return amount
+
+
 class LoadGenerator(threading.Thread):
-    """Orders for the reference pipeline: JSON {key, amount, ts}, one transaction per tick."""
+    """Orders for the Spark pipeline (JSON {key, amount, ts}) and, with `payments_topic`,
+    payments for the Streams app (JSON {account, amount, ts}, keyed by account): one
+    transaction per tick over both topics. `ready` is set once the producer is registered."""
 
     def __init__(self, bootstrap: str, topic: str, sink: RecordSink, rate_per_second: int = 200,
-                 tick: float = 0.5, keys: int = 20) -> None:
+                 tick: float = 0.5, keys: int = 20, payments_topic: str | None = None,
+                 payments_per_second: int = 20, accounts: int = 12,
+                 transactional_id: str = "demo-orders-loadgen-0") -> None:
         super().__init__(name="demo-loadgen", daemon=True)
         self.bootstrap, self.topic, self.sink = bootstrap, topic, sink
         self.per_tick = max(1, int(rate_per_second * tick))
+        self.payments_topic = payments_topic
+        self.payments_per_tick = max(1, int(payments_per_second * tick))
+        self.balances: dict[str, float | None] = {f"account-{i}": None for i in range(accounts)}
         self.tick, self.keys = tick, keys
+        self.transactional_id = transactional_id
         self.stopping = threading.Event()
+        self.ready = threading.Event()
+        self.error: str | None = None
         self.sent = 0
+        self._rng = random.Random()
+
+    def _payments(self, p: TransactionalProducer, now: float) -> None:
+        for _ in range(self.payments_per_tick):
+            account = self._rng.choice(sorted(self.balances))
+            amount = next_payment(self.balances[account], self._rng)
+            self.balances[account] = round((self.balances[account] or 0.0) + amount, 2)
+            p.produce(self.payments_topic, key=account.encode(),
+                      value=json.dumps({"account": account, "amount": amount, "ts": now}).encode())
 
     def run(self) -> None:
-        p = _producer(self.bootstrap, "demo-orders-loadgen-0", self.sink)
+        try:
+            p = _producer(self.bootstrap, self.transactional_id, self.sink)
+        except Exception as exc:  # noqa: BLE001 - reported by the demo
+            self.error = f"{type(exc).__name__}: {exc}"
+            self.ready.set()
+            return
+        self.ready.set()
         try:
             while not self.stopping.is_set():
                 t0 = time.monotonic()
                 with p.transaction():
                     now = time.time()
                     for _ in range(self.per_tick):
-                        k = f"customer-{random.randrange(self.keys)}"
+                        k = f"customer-{self._rng.randrange(self.keys)}"
                         p.produce(self.topic, key=k.encode(),
-                                  value=json.dumps({"key": k, "amount": round(random.uniform(1, 200), 2),
+                                  value=json.dumps({"key": k, "amount": round(self._rng.uniform(1, 200), 2),
                                                     "ts": now}).encode())
+                    if self.payments_topic:
+                        self._payments(p, now)
                 self.sent += self.per_tick
                 self.stopping.wait(max(0.0, self.tick - (time.monotonic() - t0)))
         except Exception as exc:  # noqa: BLE001 - the demo keeps running without load
+            self.error = f"{type(exc).__name__}: {exc}"
             log.warning("load generator stopped: %s", exc)
         finally:
             p.close()
 
 
-def hang(bootstrap: str, topic: str, partition: int) -> str:
-    """Kill a producer mid-transaction: a hanging transaction (on Tansu it never ends)."""
+# ------------------------------------------------------------------ broker-side checks
+def _admin(bootstrap: str):
+    from kafka import KafkaAdminClient
+
+    return KafkaAdminClient(bootstrap_servers=bootstrap.split(","), client_id="txnwatch-demo-faults",
+                            request_timeout_ms=10_000)
+
+
+def _describe(admin, tid: str):
+    """The coordinator's view of `tid` (a kafka-python TransactionDescription), or None."""
+    try:
+        return admin.describe_transactions([tid]).get(tid)
+    except Exception:  # noqa: BLE001 - unknown id or coordinator moving: not described yet
+        return None
+
+
+def _state(desc) -> str:
+    return getattr(desc.state, "value", str(desc.state)) if desc is not None else "unknown"
+
+
+def wait_ongoing(bootstrap: str, tid: str, timeout: float) -> int | None:
+    """The producer epoch of `tid` once the coordinator holds an Ongoing transaction for it;
+    None if it did not within `timeout`."""
+    admin = _admin(bootstrap)
+    box: list[int] = []
+
+    def ongoing() -> bool:
+        d = _describe(admin, tid)
+        if _state(d) == "Ongoing":
+            box.append(d.producer_epoch)
+            return True
+        return False
+
+    try:
+        wait_for(ongoing, timeout, interval=0.1, what=f"an Ongoing transaction of {tid}")
+        return box[0]
+    except TimeoutError:
+        return None
+    finally:
+        admin.close()
+
+
+def wait_aborted_by_coordinator(bootstrap: str, tid: str, epoch: int, timeout: float) -> tuple[bool, str]:
+    """Wait until the coordinator has ended the transaction `tid` had open at `epoch` by a
+    fence (Ongoing(e) -> PrepareAbort(e+1) -> CompleteAbort(e+1)). Returns (aborted, the
+    last state seen)."""
+    admin = _admin(bootstrap)
+    seen = ["unknown"]
+
+    def aborted() -> bool:
+        d = _describe(admin, tid)
+        seen.append(_state(d))
+        return d is not None and seen[-1] in ("PrepareAbort", "CompleteAbort") and d.producer_epoch > epoch
+
+    try:
+        wait_for(aborted, timeout, interval=0.25, what=f"the coordinator to abort {tid}")
+        return True, seen[-1]
+    except TimeoutError:
+        return False, seen[-1]
+    finally:
+        admin.close()
+
+
+# ------------------------------------------------------------------ faults
+def _no_tracking(_proc: ProducerProcess) -> None:
+    pass
+
+
+def hang_by_kill(bootstrap: str, topic: str, partition: int,
+                 track: Callable[[ProducerProcess], None] = _no_tracking) -> str:
+    """Tansu: kill a producer mid-transaction; Tansu never aborts it (a hanging transaction).
+    `track` is told of the child process (the demo kills it at exit should the fault not)."""
     tid = f"payments-writer-{partition}"
-    p = ProducerProcess(bootstrap, topic, tid, action="commit", count=2, partition=partition, then_hang=True)
-    p.wait_line("open")
-    p.kill()
-    return f"killed {tid} mid-transaction on {topic}-{partition} (hanging transaction, stalled LSO)"
+    p = ProducerProcess(bootstrap, topic, tid, action="commit", count=2, partition=partition, then_hang=True,
+                        timeout_ms=DEMO_TRANSACTION_TIMEOUT_MS)
+    track(p)
+    try:
+        p.wait_line("open")
+    finally:
+        p.kill()
+    return f"killed {tid} mid-transaction on {topic}-{partition} (Tansu never aborts it: stalled LSO)"
 
 
-def fence(bootstrap: str, topic: str, sink: RecordSink) -> str:
-    """A second instance with the same transactional.id fences the first mid-transaction."""
-    tid = "refunds-writer-0"
+@dataclass
+class HangingMade:
+    """Hanging transactions the injector made (the demo aborts them on a user's cluster at exit)."""
+
+    made: list = field(default_factory=list)
+
+
+def hanging_transaction(bootstrap: str, topic: str, partition: int, record: HangingMade | None = None,
+                        transactional_id: str = "outbox-late-writer-0") -> str:
+    """A real hanging transaction (KAFKA-9144: a late write that opened a transaction the
+    coordinator never saw) on `topic`-`partition`. Found by KIP-664 once its last write is
+    older than the broker's transaction.max.timeout.ms; read_committed readers stop at it."""
+    from .hanging import make_hanging_transaction
+
+    try:
+        made = make_hanging_transaction(bootstrap, topic, partition, transactional_id=transactional_id,
+                                        value=json.dumps({"alert_id": "late-write", "kind": "late"}).encode())
+    except Exception as exc:  # noqa: BLE001 - e.g. Kafka >= 3.6 verifies transactions and refuses it
+        return f"could not make a hanging transaction on {topic}-{partition}: {exc}"
+    if record is not None:
+        record.made.append(made)
+    return (f"hanging transaction on {topic}-{partition} at offset {made.offset} (producer id "
+            f"{made.producer_id}, a late write the coordinator never saw): read_committed readers stop "
+            "there; "
+            f"ends only with kafka-transactions.sh --bootstrap-server {bootstrap} abort --topic {topic} "
+            f"--partition {partition} --start-offset {made.offset}")
+
+
+def coordinator_timeout(bootstrap: str, topic: str, timeout_ms: int = 5000, tid: str = "invoice-writer-0",
+                        track: Callable[[ProducerProcess], None] = _no_tracking) -> str:
+    """SIGKILL a producer mid-transaction; the coordinator aborts it once its
+    transaction.timeout.ms has passed (a fence with reason `timeout`)."""
+    p = ProducerProcess(bootstrap, topic, tid, action="hang", timeout_ms=timeout_ms)
+    track(p)
+    try:
+        p.wait_line("open", timeout=60)
+        epoch = wait_ongoing(bootstrap, tid, 15)
+    finally:
+        p.kill()
+    if epoch is None:
+        return f"killed {tid}, but the coordinator never showed its transaction Ongoing"
+    t0 = time.monotonic()
+    aborted, state = wait_aborted_by_coordinator(bootstrap, tid, epoch, timeout_ms / 1000 + 30)
+    waited = time.monotonic() - t0
+    if aborted:
+        return (f"killed {tid} mid-transaction; the coordinator aborted it {waited:.0f}s after the kill "
+                f"(its transaction.timeout.ms is {timeout_ms / 1000:g}s): a coordinator timeout")
+    return (f"killed {tid} mid-transaction; the coordinator had not aborted it {waited:.0f}s later "
+            f"(state {state}): is this broker's timeout check slow?")
+
+
+def fence(bootstrap: str, topic: str, sink: RecordSink, tid: str = "refunds-writer-0") -> str:
+    """A second instance with the same transactional.id fences the first mid-transaction.
+    The first learns it at its next call (produce, flush or commit); the second's
+    transaction then runs, and the report names the call and the error the first met."""
     first = _producer(bootstrap, tid, sink)
+    met = "no error (not fenced?)"
     try:
         first.begin()
         first.produce(topic, value=b"refund from the zombie")
         first.flush(10)
         second = _producer(bootstrap, tid, sink)   # InitProducerId bumps the epoch: first is fenced
         try:
-            first.produce(topic, value=b"the zombie keeps writing")  # ...and finds out it is fenced
-            first.flush(10)
+            stage = "produce"
             try:
+                first.produce(topic, value=b"the zombie keeps writing")  # ...and finds out it is fenced
+                stage = "flush"
+                first.flush(10)
+                stage = "commit"
                 first.commit(10)
-                outcome = "the first instance committed (not fenced?)"
+                met = "no error: its commit went through (not fenced?)"
             except TransactionError as exc:
-                outcome = f"the first instance's commit failed with {exc.error}"
+                met = f"{exc.error} in {stage}"
+            except Exception as exc:  # noqa: BLE001 - the zombie's KafkaException is the point
+                met = f"{error_name(exc)} in {stage}"
             with second.transaction():
                 second.produce(topic, value=b"refund from the new instance")
         finally:
             second.close()
     finally:
         first.close()
-    return f"second instance of {tid} fenced the first: {outcome}"
+    return f"second instance of {tid} fenced the first: the first met {met}; the second committed"
 
 
 def abort_burst(bootstrap: str, topic: str, sink: RecordSink, n: int = 20) -> str:
@@ -127,45 +314,101 @@ def abort_burst(bootstrap: str, topic: str, sink: RecordSink, n: int = 20) -> st
     return f"burst of {n} aborted transactions (payments-retrier-0)"
 
 
-def slow_transaction(bootstrap: str, topic: str, sink: RecordSink, timeout_ms: int = 10_000,
-                     hold_seconds: float = 8.0) -> str:
-    """A transaction that uses most of its transaction.timeout.ms: low timeout headroom."""
+def slow_transaction(bootstrap: str, topic: str, sink: RecordSink, timeout_ms: int = 15_000,
+                     hold_seconds: float = 12.0, stopping: threading.Event | None = None) -> str:
+    """A transaction that uses most of its transaction.timeout.ms: its headroom shrinks on
+    the page and in kafka_transaction_timeout_headroom_seconds."""
     p = _producer(bootstrap, "settlement-batch-0", sink, timeout_ms=timeout_ms)
     try:
         with p.transaction():
             p.produce(topic, value=b"slow settlement")
-            time.sleep(hold_seconds)
+            p.flush(10)
+            (stopping or threading.Event()).wait(hold_seconds)
     finally:
         p.close()
-    return f"slow transaction held {hold_seconds:.0f}s of its {timeout_ms / 1000:.0f}s timeout (settlement-batch-0)"
+    return (f"slow transaction held {hold_seconds:.0f}s of its {timeout_ms / 1000:.0f}s timeout "
+            "(settlement-batch-0): low timeout headroom")
+
+
+def restart_streams(app, bootstrap: str, payments_topic: str, account: str = "account-0",
+                    hold_ms: int = 60_000) -> str:
+    """Kill the Kafka Streams app mid-transaction and start it again without state.
+
+    A payment asks the running stream thread to hold its transaction open (a slow call), the
+    coordinator is asked until it shows that transaction Ongoing, then the JVM is SIGKILLed.
+    The new instance gets a new process id, hence new transactional ids: nobody fences the
+    old one, so the coordinator aborts its transaction at transaction.timeout.ms (the tap
+    counts a fence with reason `timeout` under the app's application.id)."""
+    from confluent_kafka import Producer
+
+    old_tid, thread = app.transactional_id, app.thread_name
+    if old_tid is None:
+        return "the Kafka Streams app is not running: nothing to restart"
+    offset = len(app.output())
+    pr = Producer({"bootstrap.servers": bootstrap, "log_level": 3})
+    pr.produce(payments_topic, key=account.encode(),
+               value=json.dumps({"account": account, "amount": 0.0, "ts": time.time(), "hold_ms": hold_ms,
+                                 "hold_in": thread}).encode())
+    pr.flush(10)
+    try:
+        wait_for(lambda: "holding" in app.output()[offset:], 60, interval=0.1,
+                 what=f"{app.application_id} to take the slow payment")
+        epoch = wait_ongoing(bootstrap, old_tid, 15)
+    finally:
+        app.kill()
+    killed = time.monotonic()
+    new_id = app.restart()
+    if epoch is None:
+        return (f"restarted {app.application_id} (new process id {new_id}); its old transaction {old_tid} "
+                "was not seen Ongoing before the kill")
+    aborted, state = wait_aborted_by_coordinator(bootstrap, old_tid, epoch, 45)
+    waited = time.monotonic() - killed
+    end = (f"the coordinator aborted the old {old_tid} by timeout {waited:.0f}s after the kill"
+           if aborted else f"the old {old_tid} was still {state} {waited:.0f}s after the kill")
+    return (f"killed Kafka Streams {app.application_id} mid-transaction and restarted it without state: "
+            f"new process id {new_id}, new transactional id {app.transactional_id}; {end}")
+
+
+# ------------------------------------------------------------------ schedule
+@dataclass(frozen=True)
+class Fault:
+    name: str
+    run: Callable[[], str]
+    once: bool = False       # e.g. a hanging transaction: it never ends, one is enough
+
+
+def fault_schedule(faults: list[Fault]) -> Iterator[Fault]:
+    """The faults in a cycle, each `once` fault only the first time round (pure)."""
+    first = True
+    while True:
+        todo = [f for f in faults if first or not f.once]
+        if not todo:
+            return
+        yield from todo
+        first = False
 
 
 class FaultInjector(threading.Thread):
-    """Runs the faults on a schedule, one every `interval` seconds, in a fixed cycle."""
+    """Runs `faults` in a fixed cycle (fault_schedule), one every `interval` seconds (the
+    first after 1 s). A fault that raises is reported and the cycle goes on."""
 
-    def __init__(self, bootstrap: str, topic: str, sink: RecordSink, interval: float,
-                 say: Callable[[str], None], partitions: int = 3) -> None:
+    def __init__(self, faults: list[Fault], interval: float, say: Callable[[str], None]) -> None:
         super().__init__(name="demo-faults", daemon=True)
-        self.bootstrap, self.topic, self.sink = bootstrap, topic, sink
-        self.interval, self.say, self.partitions = interval, say, partitions
+        self.faults, self.interval, self.say = list(faults), interval, say
         self.stopping = threading.Event()
         self.done: list[str] = []
 
     def run(self) -> None:
-        cycle = [lambda: hang(self.bootstrap, self.topic, 0),
-                 lambda: fence(self.bootstrap, self.topic, self.sink),
-                 lambda: abort_burst(self.bootstrap, self.topic, self.sink),
-                 lambda: slow_transaction(self.bootstrap, self.topic, self.sink)]
-        i = 0
-        while not self.stopping.wait(self.interval if i else 1.0):
-            fault = cycle[i % len(cycle)]
-            if i >= len(cycle) and i % len(cycle) == 0:
-                i += 1  # one hanging transaction is enough: it never ends on Tansu
-                continue
+        wait = 1.0
+        for fault in fault_schedule(self.faults):
+            if self.stopping.wait(wait):
+                return
+            wait = self.interval
             try:
-                what = fault()
-                self.done.append(what)
-                self.say(f"[fault] {what}")
+                what = fault.run()
             except Exception as exc:  # noqa: BLE001 - a failed fault never stops the demo
-                self.say(f"[fault] failed: {type(exc).__name__}: {exc}")
-            i += 1
+                what = f"{fault.name} failed: {type(exc).__name__}: {exc}"
+            if self.stopping.is_set():
+                return
+            self.done.append(what)
+            self.say(f"[fault] {what}")

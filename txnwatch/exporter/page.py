@@ -5,9 +5,11 @@ every value is HTML-escaped and no client properties (credentials) are shown."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Mapping
 from html import escape
 
 from .. import __version__
+from .model import TP, GroupLag, HangingTransaction, OpenTransaction, PartitionState
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1d2330;background:#f5f6f8}
@@ -37,6 +39,63 @@ def _when(ts: float | None, now: float) -> str:
     return "never" if not ts else f"{_age(now - ts)} ago"
 
 
+def blocked_by(g: GroupLag, partition: PartitionState | None, hanging: Mapping[TP, HangingTransaction],
+               open_txns: Iterable[OpenTransaction]) -> str:
+    """What keeps a read_committed group from reading up to the high watermark of one
+    partition (pure): the hanging transaction, or the open transaction(s), holding the
+    partition's last stable offset back. "" when nothing past the LSO is waiting."""
+    if g.lag_read_uncommitted <= g.lag_read_committed:
+        return ""
+    tp = (g.topic, g.partition)
+    h = hanging.get(tp)
+    if h is not None:
+        who = f", transactional id {h.transactional_id}" if h.transactional_id else ""
+        return (f"hanging transaction at offset {h.start_offset} (producer id {h.producer_id}{who}, "
+                f"open {_age(h.age_seconds)})")
+    holders = sorted({t.transactional_id for t in open_txns if tp in t.partitions})
+    stalled = (f"LSO stalled {_age(partition.stalled_seconds)}"
+               if partition is not None and partition.stalled_since is not None else "")
+    if holders:
+        more = f" and {len(holders) - 3} more" if len(holders) > 3 else ""
+        return f"open transaction of {', '.join(holders[:3])}{more}" + (f" ({stalled})" if stalled else "")
+    return f"an open transaction ({stalled})" if stalled else "an open transaction"
+
+
+def group_rows(snap, limit: int = 20) -> tuple[list[tuple[GroupLag, str]], int]:
+    """(group lag, blocked by) for partitions where a group has records it cannot or did not
+    read yet, blocked ones first, then by lag against the HWM; and how many are caught up."""
+    hanging = {(h.topic, h.partition): h for h in snap.hanging}
+    txns = snap.open_transactions or ()
+    rows = [(g, blocked_by(g, snap.partitions.get((g.topic, g.partition)), hanging, txns))
+            for g in snap.groups if g.lag_read_uncommitted > 0]
+    rows.sort(key=lambda r: (r[1] == "", -r[0].lag_read_uncommitted, r[0].group, r[0].topic, r[0].partition))
+    return rows[:limit], len(snap.groups) - len(rows)
+
+
+def _groups_section(snaps: list[tuple[str, object]]) -> str:
+    rows, caught_up = [], 0
+    for name, snap in snaps:
+        got, n = group_rows(snap)
+        rows += [(name, g, why) for g, why in got]
+        caught_up += n
+    if not rows:
+        body = ("<p class=ok>Every consumer group is at the high watermark.</p>" if caught_up else
+                "<p class=muted>No consumer group has committed offsets on the watched topics.</p>")
+    else:
+        body = ("<table><tr><th>cluster</th><th>group</th><th>partition</th><th>committed</th>"
+                "<th>lag vs LSO</th><th>lag vs HWM</th><th>blocked by</th></tr>" + "".join(
+                    f"<tr><td>{escape(c)}</td><td>{escape(g.group)}</td>"
+                    f"<td>{escape(g.topic)}-{g.partition}</td>"
+                    f"<td class=num>{g.committed}</td><td class=num>{g.lag_read_committed}</td>"
+                    f"<td class=num>{g.lag_read_uncommitted}</td>"
+                    f"<td class={'bad' if why.startswith('hanging') else 'warn' if why else 'muted'}>"
+                    f"{escape(why) or 'not blocked'}</td></tr>" for c, g, why in rows) + "</table>"
+                + (f"<p class=muted>{caught_up} other group partition(s) are at the high watermark.</p>"
+                   if caught_up else ""))
+    return ("<section><h2>Consumer groups (read_committed readers stop at the LSO)</h2>" + body
+            + "</section>")
+
+
 def render_page(exporter) -> str:
     now = time.time()
     out = [f"<!doctype html><html><head><meta charset=utf-8><title>txnwatch</title>"
@@ -62,11 +121,12 @@ def render_page(exporter) -> str:
                "<th>last success</th><th>last poll</th><th>errors</th><th>last error</th></tr>"
                + "".join(rows) + "</table></section>")
 
-    findings, txns, stalled, notes = [], [], [], []
+    findings, txns, stalled, notes, snaps = [], [], [], [], []
     for name, rt in exporter.clusters.items():
         snap = rt.poller.snapshot
         if snap is None:
             continue
+        snaps.append((name, snap))
         findings += [(name, f) for f in snap.findings]
         if snap.open_transactions is not None:
             txns += [(name, t) for t in snap.open_transactions]
@@ -105,6 +165,7 @@ def render_page(exporter) -> str:
             f"<td class=num>{p.lso_lag}</td><td class=num>{_age(p.stalled_seconds)}</td></tr>"
             for c, p in stalled[:20]) + "</table>"
         if stalled else "<p class=ok>Every partition's LSO is at its high watermark.</p>") + "</section>")
+    out.append(_groups_section(snaps))
     extra = getattr(exporter, "page_sections", None)
     if extra:
         out.extend(extra())

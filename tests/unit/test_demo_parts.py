@@ -1,0 +1,194 @@
+"""The demo's pure parts: payments, the outbox sink's parsing and idempotent apply, the
+Streams launcher's output parsing and compile stamp, the fault schedule, the status line,
+and the page's "blocked by" for consumer groups."""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from txnwatch.devtools.broker import KafkaInstall
+from txnwatch.devtools.demo import outbox_status, status_line
+from txnwatch.devtools.exporter_proc import Metrics, parse_metrics
+from txnwatch.devtools.faults import Fault, fault_schedule, next_payment
+from txnwatch.devtools.outbox import SCHEMA, Alert, apply_alerts, parse_alert
+from txnwatch.devtools.streams_app import process_id_from_output, source_digest
+from txnwatch.exporter.model import (
+    ClusterSnapshot,
+    GroupLag,
+    HangingTransaction,
+    OpenTransaction,
+    PartitionState,
+)
+from txnwatch.exporter.page import blocked_by, group_rows
+
+UUID = "0caabf0e-8f20-4d31-8580-ce4c1bedecb5"
+
+
+# ------------------------------------------------------------------ load
+def test_payments_keep_balances_within_bounds_and_open_with_a_deposit():
+    rng = random.Random(7)
+    opening = next_payment(None, rng)
+    assert 300 <= opening <= 700
+    balance = opening
+    for _ in range(5000):
+        balance += next_payment(balance, rng)
+        assert -1e-6 <= balance <= 1000 + 1e-6
+    above = 0
+    for _ in range(2000):   # the walk keeps going above the Streams app's 600 threshold
+        balance += next_payment(balance, rng)
+        above += balance >= 600
+    assert 0 < above < 2000
+
+
+# ------------------------------------------------------------------ outbox
+def test_parse_alert_takes_alert_objects_only():
+    a = parse_alert(b'{"alert_id": "account-1:7", "account": "account-1", "balance": 812.5, "kind": "high_balance"}')
+    assert a == Alert("account-1:7", "account-1", 812.5, "high_balance")
+    for bad in (None, b"", b"not json", b"[1]", b'{"account": "x"}', b'{"alert_id": ""}', b'{"alert_id": 3}',
+                b"\xff\xfe"):
+        assert parse_alert(bad) is None, bad
+
+
+def test_apply_alerts_is_idempotent_by_alert_id():
+    db = sqlite3.connect(":memory:")
+    db.execute(SCHEMA)
+    a1, a2 = Alert("account-1:7", "account-1", 812.5, "high_balance"), Alert("account-2:3", "account-2", 640, None)
+    assert apply_alerts(db, [(a1, "alert-outbox", 0, 10), (a2, "alert-outbox", 1, 4)]) == (2, 0)
+    # a re-read after a crash between the SQLite commit and the offset commit changes nothing
+    assert apply_alerts(db, [(a1, "alert-outbox", 0, 10), (a2, "alert-outbox", 1, 4)]) == (0, 2)
+    assert db.execute("SELECT alert_id, partition, offset FROM alerts ORDER BY alert_id").fetchall() == [
+        ("account-1:7", 0, 10), ("account-2:3", 1, 4)]
+
+
+# ------------------------------------------------------------------ Streams launcher
+def test_process_id_from_the_apps_running_line():
+    out = ("state REBALANCING from CREATED\nstate RUNNING from REBALANCING\n"
+           f"running thread=balance-app-{UUID}-StreamThread-1 producers=[balance-app-{UUID}-StreamThread-1-producer]\n")
+    assert process_id_from_output(out, "balance-app") == (UUID, 1)
+    assert process_id_from_output("state REBALANCING from CREATED\n", "balance-app") is None
+    # a client.id that is not <application.id>-<uuid> (set by hand) gives no process id
+    assert process_id_from_output("running thread=my-client-StreamThread-1 producers=[]\n", "balance-app") is None
+    # the last instance wins (the log file is appended across restarts)
+    other = UUID.replace("0caabf0e", "11111111")
+    assert process_id_from_output(out + f"running thread=balance-app-{other}-StreamThread-2 x\n",
+                                  "balance-app") == (other, 2)
+
+
+def test_compile_stamp_changes_with_source_distribution_and_compiler():
+    inst = KafkaInstall(Path("/k/kafka_2.13-3.1.0"), "3.1.0", "/usr/bin/java", "shared")
+    d = source_digest("class A {}", inst, "/usr/bin/javac")
+    assert d == source_digest("class A {}", inst, "/usr/bin/javac")
+    assert d != source_digest("class B {}", inst, "/usr/bin/javac")
+    assert d != source_digest("class A {}", KafkaInstall(Path("/k/kafka_2.13-3.2.0"), "3.2.0", "/usr/bin/java",
+                                                          "shared"), "/usr/bin/javac")
+    assert d != source_digest("class A {}", inst, "/opt/jdk/bin/javac")
+
+
+# ------------------------------------------------------------------ faults
+def test_fault_schedule_cycles_and_runs_once_faults_once():
+    f = [Fault("hanging", lambda: "", once=True), Fault("fence", lambda: ""), Fault("aborts", lambda: "")]
+    got = []
+    for fault in fault_schedule(f):
+        got.append(fault.name)
+        if len(got) == 7:
+            break
+    assert got == ["hanging", "fence", "aborts", "fence", "aborts", "fence", "aborts"]
+    assert [x.name for x in fault_schedule([Fault("only", lambda: "", once=True)])] == ["only"]
+
+
+# ------------------------------------------------------------------ status line
+METRICS = """
+# TYPE txnwatch_up gauge
+txnwatch_up{cluster="demo",source="poller"} 1
+txnwatch_up{cluster="demo",source="tap"} 1
+# TYPE kafka_transaction_hanging gauge
+kafka_transaction_hanging{cluster="demo",topic="alert-outbox",partition="0"} 1
+kafka_transaction_hanging{cluster="demo",topic="alert-outbox",partition="1"} 0
+# TYPE kafka_transaction_timeout_headroom_seconds gauge
+kafka_transaction_timeout_headroom_seconds{cluster="demo",app="settlement-batch",transactional_id="settlement-batch-0"} 4.2
+kafka_transaction_timeout_headroom_seconds{cluster="demo",app="balance-app",transactional_id="balance-app-x-1"} 9.9
+# TYPE kafka_transactions counter
+kafka_transactions_total{cluster="demo",app="balance-app",outcome="committed"} 120
+kafka_transactions_total{cluster="demo",app="refunds-writer",outcome="committed"} 2
+kafka_transactions_total{cluster="demo",app="balance-app",outcome="aborted"} 1
+kafka_transactions_total{cluster="demo",app="invoice-writer",outcome="aborted"} 2
+# TYPE kafka_transaction_fencing_events counter
+kafka_transaction_fencing_events_total{cluster="demo",app="refunds-writer",reason="new_instance"} 1
+kafka_transaction_fencing_events_total{cluster="demo",app="balance-app",reason="timeout"} 1
+kafka_transaction_fencing_events_total{cluster="demo",app="invoice-writer",reason="timeout"} 2
+# TYPE kafka_transaction_timeouts counter
+kafka_transaction_timeouts_total{cluster="demo",app="invoice-writer"} 2
+kafka_transaction_timeouts_total{cluster="demo",app="balance-app"} 1
+# TYPE kafka_producer_transaction_errors counter
+kafka_producer_transaction_errors_total{app="refunds-writer",error="_FENCED"} 1
+kafka_producer_transaction_errors_total{app="payments-retrier",error="_APPLICATION"} 20
+# TYPE kafka_producer_transactions counter
+kafka_producer_transactions_total{app="payments-retrier",outcome="aborted"} 20
+# TYPE kafka_consumergroup_lag_messages gauge
+kafka_consumergroup_lag_messages{cluster="demo",group="alert-outbox-sink",topic="alert-outbox",partition="0",isolation="read_committed"} 0
+kafka_consumergroup_lag_messages{cluster="demo",group="alert-outbox-sink",topic="alert-outbox",partition="0",isolation="read_uncommitted"} 57
+kafka_consumergroup_lag_messages{cluster="demo",group="alert-outbox-sink",topic="alert-outbox",partition="1",isolation="read_committed"} 1
+kafka_consumergroup_lag_messages{cluster="demo",group="alert-outbox-sink",topic="alert-outbox",partition="1",isolation="read_uncommitted"} 1
+# TYPE spark_streaming_batch_id gauge
+spark_streaming_batch_id{query="orders-totals",query_id="q"} 7
+"""
+
+
+def test_status_line_shows_the_coordinators_view_and_the_blocked_outbox():
+    line = status_line(Metrics(parse_metrics(METRICS)), "KafkaTransactionHanging", "alert-outbox-sink")
+    assert line == (
+        "poller up | hanging 1 | open txns 2 (min headroom 4s) | tap: commits 122 aborts 3 fences new_instance 1 "
+        "timeout 3 coordinator timeouts 3 | client: aborts 20 fenced 1 | outbox alert-outbox-sink: lag 1 vs LSO, "
+        "58 vs HWM, blocked by a hanging transaction on alert-outbox-0 | spark batch 7 | "
+        "alerts firing: KafkaTransactionHanging")
+
+
+def test_outbox_status_without_offsets_or_hanging():
+    assert outbox_status(Metrics(), "g") == "outbox g: no committed offsets yet"
+    text = METRICS.replace('partition="0"} 1\n', 'partition="0"} 0\n')
+    assert outbox_status(Metrics(parse_metrics(text)), "alert-outbox-sink").endswith(
+        "behind an open transaction on alert-outbox-0")
+
+
+def test_status_line_without_tap_falls_back_to_lso_stall():
+    m = Metrics(parse_metrics('# TYPE kafka_partition_lso_stalled_seconds gauge\n'
+                              'kafka_partition_lso_stalled_seconds{cluster="demo",topic="t",partition="0"} 33\n'))
+    line = status_line(m)
+    assert "poller DOWN" in line and "max LSO stall 33s" in line and "tap:" not in line and "outbox" not in line
+
+
+# ------------------------------------------------------------------ page: blocked by
+def _txn(tid: str, *tps) -> OpenTransaction:
+    return OpenTransaction(tid, "app", 1, 0, "Ongoing", 0, 10_000, tuple(tps), 3.0, 7.0)
+
+
+@pytest.mark.parametrize(("lag_rc", "lag_ru", "hanging", "txns", "stalled", "want"), [
+    (0, 0, False, [], False, ""),                      # caught up
+    (3, 3, False, [], False, ""),                      # behind, but all of it readable (LSO = HWM)
+    (0, 57, True, [_txn("x", ("t", 0))], True,
+     "hanging transaction at offset 40 (producer id 9, transactional id late-0, open 2.0m)"),
+    (0, 5, False, [_txn("b", ("t", 0)), _txn("a", ("t", 0)), _txn("c", ("t", 1))], True,
+     "open transaction of a, b (LSO stalled 12s)"),
+    (0, 5, False, [], True, "an open transaction (LSO stalled 12s)"),
+    (0, 5, False, [], False, "an open transaction"),
+])
+def test_blocked_by_names_what_holds_the_lso(lag_rc, lag_ru, hanging, txns, stalled, want):
+    g = GroupLag("sink", "t", 0, 100, lag_rc, lag_ru)
+    p = PartitionState("t", 0, 157, 100, 1000.0 if stalled else None, 12.0 if stalled else 0.0)
+    h = {("t", 0): HangingTransaction("t", 0, 9, 0, 40, 120.0, "late-0", "coordinator_not_open")} if hanging else {}
+    assert blocked_by(g, p, h, txns) == want
+
+
+def test_group_rows_puts_blocked_groups_first_and_counts_the_caught_up():
+    parts = {("t", 0): PartitionState("t", 0, 157, 100, 1000.0, 30.0), ("t", 1): PartitionState("t", 1, 90, 90)}
+    snap = ClusterSnapshot("demo", 0.0, 0.1, partitions=parts, groups=(
+        GroupLag("big", "t", 1, 10, 80, 80), GroupLag("sink", "t", 0, 100, 0, 57), GroupLag("done", "t", 1, 90, 0, 0)),
+        hanging=(HangingTransaction("t", 0, 9, 0, 100, 30.0, None, "no_transactional_id"),))
+    rows, caught_up = group_rows(snap)
+    assert [(g.group, why.split(" (")[0]) for g, why in rows] == [
+        ("sink", "hanging transaction at offset 100"), ("big", "")]
+    assert caught_up == 1

@@ -1,0 +1,231 @@
+"""Compile and run the demo's Kafka Streams application (`streams/BalanceApp.java`).
+
+    app = StreamsApp(bootstrap, workdir=state / "streams", application_id="balance-app", ...)
+    app.start()                 # javac (once per source change), then the JVM; returns when RUNNING
+    app.process_id, app.transactional_id_prefix, app.kill(), app.restart(), app.stop()
+
+The source is compiled with `javac` against the Kafka distribution's `libs/` (found by
+`broker.find_kafka()`), into `<workdir>/classes`; the classes are reused while the source,
+the distribution and the JDK are the same. The app keeps its state in memory only (the
+distribution has no rocksdbjni), and every start gets an empty state directory: Kafka
+Streams then picks a new process id, so the transactional ids (`<application.id>-<process
+id>-<thread index>` under exactly_once_v2) are new too and a killed instance's open
+transaction is ended by the coordinator's timeout, not by fencing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import threading
+from pathlib import Path
+
+from .broker import KafkaInstall, require_kafka
+from .net import wait_for
+
+SOURCE = Path(__file__).resolve().parent / "streams" / "BalanceApp.java"
+MAIN_CLASS = "BalanceApp"
+# "running thread=balance-app-<uuid>-StreamThread-1 ..." (default client.id = <application.id>-<process id>)
+_RUNNING = re.compile(r"^running thread=(?P<client>\S+?)-StreamThread-(?P<thread>\d+)\b", re.M)
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+_LOG4J = ("log4j.rootLogger=WARN, stdout\n"
+          "log4j.appender.stdout=org.apache.log4j.ConsoleAppender\n"
+          "log4j.appender.stdout.layout=org.apache.log4j.PatternLayout\n"
+          "log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n\n")
+
+
+def javac_for(install: KafkaInstall) -> str:
+    """The javac beside the java that runs Kafka (JAVA_HOME or PATH), else the PATH's."""
+    for java in (Path(install.java), Path(install.java).resolve()):
+        cand = java.with_name("javac")
+        if os.access(cand, os.X_OK):
+            return str(cand)
+    found = shutil.which("javac")
+    if found:
+        return found
+    raise RuntimeError(f"javac not found beside {install.java} nor on the PATH: the demo's Kafka Streams app "
+                       "is compiled at start; install a JDK (e.g. apt-get install openjdk-17-jdk-headless) "
+                       "or run the demo with --no-streams")
+
+
+def process_id_from_output(text: str, application_id: str) -> tuple[str, int] | None:
+    """(process id, thread index) from the app's last "running thread=..." line (pure)."""
+    matches = list(_RUNNING.finditer(text))
+    if not matches:
+        return None
+    m = matches[-1]
+    client = m.group("client")
+    prefix = application_id + "-"
+    if not client.startswith(prefix) or not _UUID.fullmatch(client[len(prefix):]):
+        return None
+    return client[len(prefix):], int(m.group("thread"))
+
+
+def source_digest(source: str, install: KafkaInstall, javac: str) -> str:
+    """What the compiled classes depend on: the source, the distribution and the compiler."""
+    h = hashlib.sha256(source.encode())
+    h.update(f"\0{install.home}\0{install.version}\0{Path(javac).resolve()}".encode())
+    return h.hexdigest()
+
+
+def compile_app(classes: Path, install: KafkaInstall) -> bool:
+    """Compile SOURCE into `classes` unless the classes there are from the same inputs.
+    Returns True when it compiled, False when it reused the classes."""
+    javac = javac_for(install)
+    digest = source_digest(SOURCE.read_text(), install, javac)
+    stamp = classes / ".source-sha256"
+    if stamp.exists() and stamp.read_text() == digest and (classes / f"{MAIN_CLASS}.class").exists():
+        return False
+    shutil.rmtree(classes, ignore_errors=True)
+    classes.mkdir(parents=True)
+    out = subprocess.run([javac, "-nowarn", "-cp", str(install.home / "libs" / "*"), "-d", str(classes),
+                          str(SOURCE)], capture_output=True, text=True, timeout=180)
+    if out.returncode != 0:
+        raise RuntimeError(f"javac {SOURCE.name} failed ({out.returncode}): "
+                           f"{(out.stderr or out.stdout)[-3000:]}")
+    stamp.write_text(digest)
+    return True
+
+
+class StreamsApp:
+    """One instance (one JVM, one stream thread) of the balance app."""
+
+    def __init__(self, bootstrap: str | None, workdir: str | os.PathLike, *, application_id: str = "balance-app",
+                 input_topic: str, balances_topic: str, alerts_topic: str, threshold: float = 600,
+                 transaction_timeout_ms: int = 10_000, install: KafkaInstall | None = None,
+                 heap: str = "160m") -> None:
+        self.install = install or require_kafka()
+        self.bootstrap = bootstrap
+        self.workdir = Path(workdir)
+        self.application_id = application_id
+        self.args = {"application-id": application_id, "input": input_topic,
+                     "balances": balances_topic, "alerts": alerts_topic, "threshold": str(threshold),
+                     "transaction-timeout-ms": str(transaction_timeout_ms),
+                     "state-dir": str(self.workdir / "state")}
+        self.heap = heap
+        self.log_path = self.workdir / "streams.log"
+        self.proc: subprocess.Popen | None = None
+        self.pids: list[int] = []
+        self.process_id: str | None = None
+        self.thread_index: int | None = None
+        self.compiled: bool | None = None   # True: compiled at this start, False: classes reused
+        self._log_offset = 0
+        self._lock = threading.Lock()      # launch vs close (a fault may restart while the demo stops)
+        self.closed = False
+
+    @property
+    def classes(self) -> Path:
+        return self.workdir / "classes"
+
+    @property
+    def transactional_id_prefix(self) -> str | None:
+        """`<application.id>-<process id>-` of the running instance (EOS-v2 ids)."""
+        return None if self.process_id is None else f"{self.application_id}-{self.process_id}-"
+
+    @property
+    def transactional_id(self) -> str | None:
+        """The running instance's (single) stream thread's transactional id."""
+        return None if self.process_id is None else f"{self.transactional_id_prefix}{self.thread_index}"
+
+    @property
+    def thread_name(self) -> str | None:
+        return None if self.process_id is None else \
+            f"{self.application_id}-{self.process_id}-StreamThread-{self.thread_index}"
+
+    def prepare(self) -> None:
+        """Compile (or reuse) the classes; no JVM started."""
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.compiled = compile_app(self.classes, self.install)
+
+    def output(self) -> str:
+        """What the running instance printed since it started."""
+        if not self.log_path.exists():
+            return ""
+        with open(self.log_path, "rb") as f:
+            f.seek(self._log_offset)
+            return f.read().decode(errors="replace")
+
+    def launch(self) -> None:
+        """Start a JVM with an empty state directory (so: a new process id); no waiting."""
+        if self.compiled is None:
+            self.prepare()
+        with self._lock:
+            if self.closed:
+                raise RuntimeError(f"{self.application_id} is closed: not starting it again")
+            self._launch()
+
+    def _launch(self) -> None:
+        shutil.rmtree(self.args["state-dir"], ignore_errors=True)
+        log4j = self.workdir / "log4j.properties"
+        log4j.write_text(_LOG4J)
+        cp = os.pathsep.join([str(self.classes), str(self.install.home / "libs" / "*")])
+        # a small heap, one GC thread and C1 only: the demo shares two cores with a broker and Spark
+        cmd = [self.install.java, f"-Xmx{self.heap}", "-Xms32m", "-XX:+UseSerialGC",
+               "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true", f"-Dlog4j.configuration=file:{log4j}",
+               "-cp", cp, MAIN_CLASS]
+        if not self.bootstrap:
+            raise ValueError("StreamsApp.bootstrap is not set")
+        for k, v in {"bootstrap": self.bootstrap, **self.args}.items():
+            cmd += [f"--{k}", v]
+        self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        self.process_id = self.thread_index = None
+        with open(self.log_path, "ab") as out:
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                         cwd=self.workdir)
+        self.pids.append(self.proc.pid)
+
+    def wait_running(self, timeout: float = 120.0) -> str:
+        """Until the instance reports RUNNING with its process id; returns the process id."""
+        def running():
+            if self.proc.poll() is not None:
+                return True
+            return process_id_from_output(self.output(), self.application_id)
+
+        got = wait_for(running, timeout, interval=0.2,
+                       what=f"Kafka Streams app {self.application_id} to run (log: {self.log_path})")
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"Kafka Streams app {self.application_id} exited {self.proc.returncode}: "
+                               f"{self.output()[-3000:]}")
+        self.process_id, self.thread_index = got
+        return self.process_id
+
+    def start(self, timeout: float = 120.0) -> StreamsApp:
+        self.launch()
+        self.wait_running(timeout)
+        return self
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL: no close(), no abort; its open transaction stays until the coordinator's timeout."""
+        if self.running():
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        if self.proc is not None:
+            self.proc.wait(30)
+
+    def restart(self, timeout: float = 120.0) -> str:
+        """Kill and start again without state: a new process id; returns it."""
+        self.kill()
+        self.start(timeout)
+        return self.process_id
+
+    def close(self, timeout: float = 20.0) -> None:
+        """stop() for good: later launches raise."""
+        with self._lock:
+            self.closed = True
+        self.stop(timeout)
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """SIGTERM (the shutdown hook closes Kafka Streams), SIGKILL after `timeout`."""
+        if self.running():
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(30)
