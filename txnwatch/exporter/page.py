@@ -122,6 +122,7 @@ def render_page(exporter) -> str:
                + "".join(rows) + "</table></section>")
 
     findings, txns, stalled, notes, snaps = [], [], [], [], []
+    unobservable = False   # a cluster without KIP-664: its open transactions cannot be listed
     for name, rt in exporter.clusters.items():
         snap = rt.poller.snapshot
         if snap is None:
@@ -130,6 +131,8 @@ def render_page(exporter) -> str:
         findings += [(name, f) for f in snap.findings]
         if snap.open_transactions is not None:
             txns += [(name, t) for t in snap.open_transactions]
+        else:
+            unobservable = True
         stalled += [(name, p) for p in snap.partitions.values() if p.stalled_since is not None]
         if snap.hanging_method == "lso_stall":
             notes.append(f"{escape(name)}: the broker lacks the KIP-664 transaction APIs "
@@ -154,7 +157,8 @@ def render_page(exporter) -> str:
             f"<td class=num>{t.timeout_ms / 1000:.0f}s</td><td class='num "
             f"{'bad' if (t.headroom_seconds or 0) < 0 else ''}'>{_age(t.headroom_seconds)}</td></tr>"
             for c, t in txns[:20]) + "</table>"
-        if txns else "<p class=muted>None open, or not observable on this broker (see notes).</p>")
+        if txns else "<p class=muted>" + ("None open, or not observable on this broker (see notes)."
+                                           if unobservable else "None open at the last poll.") + "</p>")
         + "</section>")
     stalled.sort(key=lambda cp: -cp[1].stalled_seconds)
     out.append("<section><h2>Stalled partitions (LSO below HWM)</h2>" + (
