@@ -21,7 +21,6 @@ import base64
 import glob
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -31,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .net import free_port, port_open, wait_for
+from .procs import kill_group, stop_group
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "txnwatch"
@@ -198,6 +198,7 @@ class KafkaBroker:
     CONTROLLER, and any `extra_listeners` (SASL, TLS)."""
 
     kind = "kafka"
+    ready_line = READY_LINE   # what the node logs once it serves clients
 
     def __init__(self, port: int | None = None, host: str = "127.0.0.1", *,
                  workdir: str | os.PathLike | None = None, log_path: str | os.PathLike | None = None,
@@ -342,18 +343,22 @@ class KafkaBroker:
         def ready() -> bool:
             if self.proc.poll() is not None:
                 return True
-            return READY_LINE in self.server_log()[self._ready_offset:] and port_open(self.host, self.port)
+            return self.ready_line in self.server_log()[self._ready_offset:] and port_open(self.host, self.port)
 
         try:
-            wait_for(ready, timeout, interval=0.1, what=f"Kafka node {self.node_id} to start on {self.bootstrap}")
+            wait_for(ready, timeout, interval=0.1, what=f"{self.label} to start on {self.bootstrap}")
         except TimeoutError:
             self.kill()
-            raise TimeoutError(f"Kafka node {self.node_id} did not start within {timeout:.0f}s; "
+            raise TimeoutError(f"{self.label} did not start within {timeout:.0f}s; "
                                f"last log lines:\n{self._tail()}") from None
         if self.proc.poll() is not None:
-            raise RuntimeError(f"Kafka node {self.node_id} exited with {self.proc.returncode} at start; "
+            raise RuntimeError(f"{self.label} exited with {self.proc.returncode} at start; "
                                f"last log lines:\n{self._tail()}")
         self.started_count += 1
+
+    @property
+    def label(self) -> str:
+        return f"Kafka node {self.node_id}"
 
     def _tail(self, n: int = 25) -> str:
         text = self.server_log() or (self.stdout_path.read_text(errors="replace")
@@ -369,20 +374,11 @@ class KafkaBroker:
 
     def kill(self) -> None:
         """SIGKILL (an abrupt outage). Data stays: `start()` recovers the log."""
-        if self.running():
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        if self.proc is not None:
-            self.proc.wait(30)
+        kill_group(self.proc)
 
     def stop(self, timeout: float = 30.0) -> None:
         """Controlled shutdown (SIGTERM); SIGKILL if it takes longer than `timeout`."""
-        if self.running():
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(30)
+        stop_group(self.proc, timeout)
 
     def restart(self) -> None:
         self.kill()
@@ -538,18 +534,10 @@ class TansuBroker:
 
     def kill(self) -> None:
         """SIGKILL the broker (an abrupt outage)."""
-        if self.running():
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
+        kill_group(self.proc)
 
     def stop(self, timeout: float = 10.0) -> None:
-        if self.running():
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
+        stop_group(self.proc, timeout)
 
     def restart(self) -> None:
         self.kill()

@@ -57,6 +57,7 @@ from .faults import (
     slow_transaction,
 )
 from .net import free_port, wait_for
+from .procs import stop_group
 from .workload import create_topics
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -463,7 +464,7 @@ class Demo:
         if self.streams is not None:
             step("streams", self.streams.close)   # also keeps a fault from starting it again
         if pipeline is not None:
-            step("pipeline", lambda: _wait_or_kill(pipeline, 20))
+            step("pipeline", lambda: stop_group(pipeline, 20, sig=None))
         for t in threads:
             t.join(15)
         step("fault producers", self._kill_fault_children)
@@ -472,7 +473,7 @@ class Demo:
         if self.prometheus:
             step("prometheus", self.prometheus.stop)
         if self.exporter:
-            step("exporter", lambda: _wait_or_kill(self.exporter.proc, 15, signal.SIGTERM))
+            step("exporter", lambda: stop_group(self.exporter.proc, 15))
         if self.kind == "external" and self.hanging_made.made:
             step("hanging transactions", self._abort_hanging)
         if self.broker:
@@ -503,19 +504,6 @@ class Demo:
                              f"{h.topic} --partition {h.partition} --start-offset {h.offset}")
         finally:
             admin.close()
-
-
-def _wait_or_kill(proc: subprocess.Popen | None, timeout: float, sig: int | None = None) -> None:
-    """Send `sig` (if given) to the process group, wait `timeout`, then SIGKILL the group."""
-    if proc is None or proc.poll() is not None:
-        return
-    if sig is not None:
-        os.killpg(proc.pid, sig)
-    try:
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import urllib.parse
@@ -17,6 +16,7 @@ from pathlib import Path
 import yaml
 
 from .net import free_port, wait_for
+from .procs import stop_group
 
 
 def prometheus_binary() -> str:
@@ -83,10 +83,4 @@ class PrometheusProcess:
         return [a for a in self.alerts() if a["labels"].get("alertname") == name and a["state"] == "firing"]
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(5)
+        stop_group(self.proc, 15)

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 from collections.abc import Iterable, Mapping
@@ -39,6 +38,7 @@ from pathlib import Path
 
 from .broker import BrokerUnavailable, KafkaBroker, KafkaInstall, Listener, require_kafka
 from .net import free_port, port_open, wait_for
+from .procs import kill_group
 
 SASL, SASL_SSL, MTLS = "SASL", "SASL_SSL", "MTLS"
 # ANONYMOUS: the PLAINTEXT admin door and INTERNAL; admin: a SCRAM user for kafka-acls.sh
@@ -153,10 +153,7 @@ class ZooKeeper:
         return self
 
     def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        if self.proc is not None:
-            self.proc.wait(30)
+        kill_group(self.proc)
 
 
 # ------------------------------------------------------------------ the broker
@@ -236,24 +233,11 @@ class SecureKafkaBroker(KafkaBroker):
         # ZooKeeper mode: the broker writes meta.properties itself (cluster id from ZooKeeper)
         self.data_dir.mkdir(parents=True, exist_ok=True)
 
-    def wait_ready(self, timeout: float = 90.0) -> None:
-        """Until the broker logs that it started and its client port answers (a ZooKeeper-mode
-        broker has no KRaft RECOVERY -> RUNNING line)."""
-        def ready() -> bool:
-            if self.proc.poll() is not None:
-                return True
-            return ZK_READY_LINE in self.server_log()[self._ready_offset:] and port_open(self.host, self.port)
+    ready_line = ZK_READY_LINE   # a ZooKeeper-mode broker has no KRaft RECOVERY -> RUNNING line
 
-        try:
-            wait_for(ready, timeout, interval=0.1, what=f"secured Kafka broker on {self.bootstrap}")
-        except TimeoutError:
-            self.kill()
-            raise TimeoutError(f"secured Kafka broker did not start within {timeout:.0f}s; "
-                               f"last log lines:\n{self._tail()}") from None
-        if self.proc.poll() is not None:
-            raise RuntimeError(f"secured Kafka broker exited with {self.proc.returncode} at start; "
-                               f"last log lines:\n{self._tail()}")
-        self.started_count += 1
+    @property
+    def label(self) -> str:
+        return "secured Kafka broker"
 
 
 # ------------------------------------------------------------------ ACLs and users

@@ -19,13 +19,13 @@ import hashlib
 import os
 import re
 import shutil
-import signal
 import subprocess
 import threading
 from pathlib import Path
 
 from .broker import KafkaInstall, require_kafka
 from .net import wait_for
+from .procs import kill_group, stop_group
 
 SOURCE = Path(__file__).resolve().parent / "streams" / "BalanceApp.java"
 MAIN_CLASS = "BalanceApp"
@@ -203,10 +203,7 @@ class StreamsApp:
 
     def kill(self) -> None:
         """SIGKILL: no close(), no abort; its open transaction stays until the coordinator's timeout."""
-        if self.running():
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        if self.proc is not None:
-            self.proc.wait(30)
+        kill_group(self.proc)
 
     def restart(self, timeout: float = 120.0) -> str:
         """Kill and start again without state: a new process id; returns it."""
@@ -222,10 +219,4 @@ class StreamsApp:
 
     def stop(self, timeout: float = 20.0) -> None:
         """SIGTERM (the shutdown hook closes Kafka Streams), SIGKILL after `timeout`."""
-        if self.running():
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(30)
+        stop_group(self.proc, timeout)

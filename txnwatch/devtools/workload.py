@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 from collections.abc import Iterable
@@ -11,6 +9,7 @@ from collections.abc import Iterable
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from .net import wait_for
+from .procs import kill_group
 
 
 def create_topics(bootstrap: str, topics: Iterable[str], partitions: int = 1,
@@ -85,10 +84,8 @@ class ProducerProcess:
         return rc
 
     def kill(self) -> None:
-        """SIGKILL mid-transaction: the transaction stays open on Tansu."""
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
+        """SIGKILL mid-transaction: the coordinator aborts it at its timeout (on Tansu it stays open)."""
+        kill_group(self.proc)
 
 
 def commit_group_offset(bootstrap: str, group: str, topic: str, partition: int, offset: int) -> None:

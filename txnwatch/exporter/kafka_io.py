@@ -115,14 +115,11 @@ class KafkaIO:
 
     # -- helpers
     def _wait(self, futures: Iterable[Future], deadline: float) -> None:
+        """Every future done by `deadline` (else PollError timeout); the first failure raises."""
+        futures = list(futures)
+        self._wait_settled(futures, deadline)
         for f in futures:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise PollError("timeout", f"poll did not finish within {self.timeout:.0f}s")
-            try:
-                f.result(timeout=left)
-            except TimeoutError:
-                raise PollError("timeout", f"poll did not finish within {self.timeout:.0f}s") from None
+            f.result()
 
     def _wait_settled(self, futures: Iterable[Future], deadline: float) -> None:
         """Like _wait, but a future that failed is left for the caller to look at."""

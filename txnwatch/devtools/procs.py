@@ -1,0 +1,36 @@
+"""Stopping the child processes of tests, the demo and benchmarks. Each runs in its own
+session (start_new_session=True), so a signal to its process group also reaches what it
+started (kafka-server-start.sh execs the JVM; make runs python)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+
+
+def kill_group(proc: subprocess.Popen | None, wait: float = 30.0) -> None:
+    """SIGKILL the process group (an abrupt death) and reap it."""
+    if proc is None:
+        return
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait(wait)
+
+
+def stop_group(proc: subprocess.Popen | None, timeout: float, sig: int | None = signal.SIGTERM) -> None:
+    """Send `sig` to the process group (None: it was signalled already), wait `timeout`,
+    then SIGKILL it; always reaped."""
+    if proc is None or proc.poll() is not None:
+        return
+    try:
+        if sig is not None:
+            os.killpg(proc.pid, sig)
+        proc.wait(timeout)
+    except ProcessLookupError:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
