@@ -143,6 +143,20 @@ CATALOG: dict[str, MetricSpec] = {s.name: s for s in [
        "Offsets behind latest per source (stat=min|max|avg from the Kafka source's metrics, "
        "or stat=total from start/end/latest offsets) and topic.", Q + ("source", "topic", "stat"),
        source="spark"),
+    _m("spark_streaming_source_partition_offset", "gauge",
+       "Per Kafka partition, the offset the query reads next: its last micro-batch's endOffset.",
+       Q + ("source", "topic", "partition"), source="spark"),
+    _m("spark_streaming_source_partition_offsets_behind_latest", "gauge",
+       "Per Kafka partition, latestOffset - endOffset of the last micro-batch (read_committed: "
+       "latest is the partition's last stable offset, so 0 behind can still mean blocked).",
+       Q + ("source", "topic", "partition"), source="spark"),
+    _m("spark_streaming_source_blocked_seconds", "gauge",
+       "Per Kafka partition a query has read up to its last stable offset while an open transaction "
+       "holds that offset below the high watermark: how long the LSO has been stalled (only while blocked).",
+       ("cluster",) + Q + ("topic", "partition"), source="exporter"),
+    _m("spark_streaming_sink_output_rows", "counter",
+       "Rows the query's sink reported written (sink.numOutputRows; foreachBatch sinks report none).",
+       Q, source="spark"),
     _m("spark_streaming_state_rows", "gauge", "State store rows per operator.", Q + ("operator",),
        source="spark"),
     _m("spark_streaming_state_memory_bytes", "gauge", "State store memory per operator.", Q + ("operator",),

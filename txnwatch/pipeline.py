@@ -3,12 +3,14 @@
     python -m txnwatch.pipeline --bootstrap H:P --input-topic in --output-topic out \
         --checkpoint /var/lib/txnwatch/ckpt --name orders-agg --trigger-seconds 5
 
-Reads the input topic read_committed (the Python confluent-kafka source, or Spark's
-JVM `format("kafka")` with `--source kafka` where the connector is installed), runs a
-keyed, stateful aggregation with a watermark (count and sum of `amount` per key and
-event-time window), and writes each closed window once through the exactly-once sink
-(`--sink eos`, default) or a plain at-least-once producer (`--sink at-least-once`,
-or Spark's JVM writer with `--sink kafka`).
+Reads the input topic with Spark's own Kafka source (`format("kafka")`,
+`kafka.isolation.level=read_committed`), runs a keyed, stateful aggregation with a
+watermark (count and sum of `amount` per key and event-time window), and writes each
+closed window once through the exactly-once sink (`--sink eos`, default), or at least
+once through Spark's own Kafka sink (`--sink spark-kafka`) or a plain producer
+(`--sink at-least-once`). The connector's jars come from `TXNWATCH_SPARK_KAFKA_JARS`
+or, on machines with a Maven repository, from `spark.jars.packages` (see
+txnwatch.spark_connector).
 
 Input records: JSON values {"key": str, "amount": number, "ts": unix seconds}; the
 Kafka key is used when `key` is absent. Output records: key = the key, value = JSON
@@ -41,8 +43,7 @@ class Settings:
     output_topic: str
     checkpoint: str
     name: str = "txnwatch-pipeline"
-    source: str = "python"            # python | kafka (JVM connector)
-    sink: str = "eos"                 # eos | at-least-once | kafka (JVM writer, at-least-once)
+    sink: str = "eos"                 # eos | at-least-once | spark-kafka (Spark's writer, at-least-once)
     num_tasks: int = 2
     trigger_seconds: float = 1.0
     max_records_per_batch: int | None = 50_000
@@ -57,22 +58,13 @@ class Settings:
 
 
 def read_input(spark: Any, s: Settings) -> Any:
-    if s.source == "kafka":
-        r = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", s.bootstrap)
-             .option("subscribe", s.input_topic).option("kafka.isolation.level", "read_committed")
-             .option("startingOffsets", s.starting_offsets).option("failOnDataLoss", "true"))
-        if s.max_records_per_batch:
-            r = r.option("maxOffsetsPerTrigger", s.max_records_per_batch)
-        return r.load()
-    if s.source != "python":
-        raise ValueError(f"unknown source {s.source!r} (python|kafka)")
-    from txnwatch.spark_listener.kafka_source import FORMAT, KafkaDataSource
-
-    spark.dataSource.register(KafkaDataSource)
-    r = (spark.readStream.format(FORMAT).option("kafka.bootstrap.servers", s.bootstrap)
-         .option("subscribe", s.input_topic).option("startingOffsets", s.starting_offsets))
+    """Spark's Kafka source, read_committed: its latest offsets are the partitions' LSOs,
+    so a batch never plans past an open transaction and a replay reads the same records."""
+    r = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", s.bootstrap)
+         .option("subscribe", s.input_topic).option("kafka.isolation.level", "read_committed")
+         .option("startingOffsets", s.starting_offsets).option("failOnDataLoss", "true"))
     if s.max_records_per_batch:
-        r = r.option("maxRecordsPerBatch", s.max_records_per_batch)
+        r = r.option("maxOffsetsPerTrigger", s.max_records_per_batch)
     return r.load()
 
 
@@ -106,7 +98,7 @@ def make_sink(s: Settings, metrics: Any = None) -> Any:
             broker_max_timeout_ms=s.broker_max_timeout_ms, metrics=metrics, faults=s.faults)
     if s.sink == "at-least-once":
         return AtLeastOnceKafkaSink(s.name, s.bootstrap, s.output_topic, num_tasks=s.num_tasks)
-    raise ValueError(f"unknown sink {s.sink!r} (eos|at-least-once|kafka)")
+    raise ValueError(f"unknown sink {s.sink!r} (eos|at-least-once|spark-kafka)")
 
 
 def start_query(spark: Any, s: Settings, metrics: Any = None) -> tuple[Any, Any]:
@@ -115,7 +107,7 @@ def start_query(spark: Any, s: Settings, metrics: Any = None) -> tuple[Any, Any]
     w = out.writeStream.queryName(s.name).outputMode(s.output_mode).option("checkpointLocation", s.checkpoint)
     if s.trigger_seconds:
         w = w.trigger(processingTime=f"{int(s.trigger_seconds * 1000)} milliseconds")
-    if s.sink == "kafka":
+    if s.sink == "spark-kafka":
         q = (w.format("kafka").option("kafka.bootstrap.servers", s.bootstrap)
              .option("topic", s.output_topic).start())
         return q, None
@@ -146,19 +138,22 @@ def run_until_idle(query: Any, idle_seconds: float, timeout: float, poll: float 
     return "timeout"
 
 
-def spark_session(master: str, name: str, shuffle_partitions: int, **conf: str) -> Any:
-    """A SparkSession for the pipeline, the tests and the benchmarks. The larger driver
-    thread stack avoids a StackOverflowError that Python streaming sources hit on the
-    stream thread; it must be set before the JVM starts."""
+def spark_session(master: str, name: str, shuffle_partitions: int, kafka_connector: bool = True,
+                  **conf: str) -> Any:
+    """A SparkSession for the pipeline, the tests and the benchmarks, with Spark's Kafka
+    connector on the class path (`kafka_connector`; see txnwatch.spark_connector)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_SUBMIT_ARGS", "--driver-java-options -Xss64m pyspark-shell")
     from pyspark.sql import SparkSession
 
     builder = (SparkSession.builder.master(master).appName(name)
                .config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-               .config("spark.driver.extraJavaOptions", "-Xss64m"))
+               .config("spark.sql.shuffle.partitions", str(shuffle_partitions)))
+    if kafka_connector:
+        from txnwatch.spark_connector import connector_conf
+
+        for key, value in connector_conf().items():
+            builder = builder.config(key, value)
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
@@ -182,9 +177,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--checkpoint", required=True, help="Spark checkpoint directory")
     p.add_argument("--name", default="txnwatch-pipeline",
                    help="query and sink name (transactional ids txnwatch.<name>.<task>)")
-    p.add_argument("--source", choices=["python", "kafka"], default="python",
-                   help="python: confluent-kafka data source; kafka: Spark's JVM connector")
-    p.add_argument("--sink", choices=["eos", "at-least-once", "kafka"], default="eos")
+    p.add_argument("--sink", choices=["eos", "at-least-once", "spark-kafka"], default="eos",
+                   help="eos: txnwatch's exactly-once sink; spark-kafka: Spark's own Kafka sink "
+                        "(at least once); at-least-once: a plain producer per task")
     p.add_argument("--num-tasks", type=int, default=2, help="output tasks = transactional ids")
     p.add_argument("--trigger-seconds", type=float, default=1.0, help="0: as fast as possible")
     p.add_argument("--max-records-per-batch", type=int, default=50_000, help="0: no limit")
@@ -218,7 +213,7 @@ def settings_from(a: argparse.Namespace) -> Settings:
         k, _, v = f.partition("=")
         faults[k] = json.loads(v)
     return Settings(bootstrap=a.bootstrap, input_topic=a.input_topic, output_topic=a.output_topic,
-                    checkpoint=a.checkpoint, name=a.name, source=a.source, sink=a.sink,
+                    checkpoint=a.checkpoint, name=a.name, sink=a.sink,
                     num_tasks=a.num_tasks, trigger_seconds=a.trigger_seconds,
                     max_records_per_batch=a.max_records_per_batch or None,
                     starting_offsets=a.starting_offsets, window=a.window, watermark=a.watermark,

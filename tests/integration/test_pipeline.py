@@ -305,12 +305,3 @@ def test_driver_killed_with_two_transactions_open_then_restart(spark, broker, un
         return v.lag_records == 0 and sum(n for (app, _), n in v.fencing.items() if app == s.name)
     wait_for(lambda: fences() >= 2, 30, what="the coordinator's log showing the fences")
     assert fences() == 2 == total(smp, "kafka_producer_transaction_errors_total", app=s.name)
-
-
-def test_jvm_kafka_source_flag_uses_format_kafka(spark, broker, unique, tmp_path):
-    """`--source kafka` builds the query on Spark's JVM connector; where it is not installed
-    (here: no Maven access) starting fails with Spark's own error naming the kafka source."""
-    s = settings(broker.bootstrap, tmp_path, unique("jvm").replace("-", "_"), source="kafka")
-    with pytest.raises(Exception, match="(?i)kafka"):
-        q, _ = start_query(spark, s)
-        q.stop()

@@ -9,17 +9,17 @@ def test_flags_to_settings():
     a = pipeline.parse_args([
         "--bootstrap", "b:9092", "--input-topic", "in", "--output-topic", "out", "--checkpoint", "/c",
         "--name", "orders", "--num-tasks", "4", "--trigger-seconds", "5", "--max-records-per-batch", "0",
-        "--source", "kafka", "--sink", "at-least-once", "--broker-max-timeout-ms", "none",
+        "--sink", "spark-kafka", "--broker-max-timeout-ms", "none",
         "--fault", 'pause_before_commit={"batch": 2, "task": 0, "signal_file": "/tmp/x"}'])
     s = pipeline.settings_from(a)
     assert (s.bootstrap, s.input_topic, s.output_topic, s.checkpoint, s.name) == ("b:9092", "in", "out", "/c",
                                                                                   "orders")
     assert s.num_tasks == 4 and s.trigger_seconds == 5 and s.max_records_per_batch is None
-    assert s.source == "kafka" and s.sink == "at-least-once" and s.broker_max_timeout_ms is None
+    assert s.sink == "spark-kafka" and s.broker_max_timeout_ms is None
     assert s.faults == {"pause_before_commit": {"batch": 2, "task": 0, "signal_file": "/tmp/x"}}
     d = pipeline.settings_from(pipeline.parse_args(["--bootstrap", "b", "--input-topic", "i",
                                                     "--output-topic", "o", "--checkpoint", "c"]))
-    assert d.sink == "eos" and d.source == "python" and d.broker_max_timeout_ms == "discover"
+    assert d.sink == "eos" and d.broker_max_timeout_ms == "discover"
     assert d.output_mode == "append" and d.transaction_timeout_ms == 60_000
 
 

@@ -323,12 +323,12 @@ class Demo:
                # one slow micro-batch that eats into the sink's 15 s transaction timeout
                "--fault", "pause_before_commit=" + json.dumps(
                    {"batch": 6, "task": 0, "seconds": 9, "signal_file": str(self.state / "slow-batch")})]
-        env = {**os.environ, "PYSPARK_SUBMIT_ARGS": "--driver-java-options -Xss64m pyspark-shell",
-               "PYSPARK_PYTHON": sys.executable}
+        env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
         self.pipeline = subprocess.Popen(cmd, stdout=open(self.state / "pipeline.log", "ab"),
                                          stderr=subprocess.STDOUT, env=env, start_new_session=True)
         self._record_pid("pipeline", self.pipeline.pid)
-        self.say(f"started the reference Spark pipeline {INPUT} -> {OUTPUT} (exactly-once sink, listener "
+        self.say(f"started the reference Spark pipeline {INPUT} -> {OUTPUT} (Spark's Kafka source read_committed, "
+                 f"exactly-once sink, listener "
                  f"forwarding to the exporter; log: {self.state}/pipeline.log)")
 
     def _start_prometheus(self) -> None:

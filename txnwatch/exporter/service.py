@@ -12,6 +12,8 @@ from ..metrics import FamilyWriter
 from ..spark_listener.state import SparkQueryState
 from .collector import ExporterCollector, Part, render_health, render_snapshot
 from .poller import ClusterPoller
+from .spark_blocked import BLOCKED, classify
+from .spark_page import spark_section
 
 log = logging.getLogger(__name__)
 
@@ -88,10 +90,24 @@ class Exporter:
                                   key=lambda rt=rt: rt.tap.view()))
             rt.poller.on_snapshot = lambda snap, name=name, rt=rt: self.collector.publish(
                 f"poller:{name}", lambda w: rt.render_snapshot(w, self.collector, snap))
-        parts.append(Part("spark", lambda w: self.spark_state.render(w)))
+        parts.append(Part("spark", self.render_spark))
         # a response shared between scrapes is not served once what /readyz goes by changed
         self.collector = ExporterCollector(parts, live_key=lambda: tuple(
             rt.readiness() for rt in self.clusters.values()))
+
+    def spark_partitions(self):
+        """The Spark queries' read positions matched with the clusters' partitions."""
+        snaps = {name: rt.poller.snapshot for name, rt in self.clusters.items()}
+        return classify(self.spark_state.positions(), snaps)
+
+    def render_spark(self, w: FamilyWriter) -> None:
+        self.spark_state.render(w)
+        statuses, _ = self.spark_partitions()
+        for st in statuses:
+            if st.state == BLOCKED:
+                w.add("spark_streaming_source_blocked_seconds",
+                      {"cluster": st.cluster, "query": st.query, "query_id": st.query_id,
+                       "topic": st.topic, "partition": st.partition}, st.stalled_seconds)
 
     def metrics(self, openmetrics: bool, gzip: bool = False) -> bytes:
         return self.collector.exposition(openmetrics, gzip)
@@ -140,9 +156,8 @@ class Exporter:
             out.append("<section><h2>Transaction-log tap</h2><table><tr><th>cluster</th><th>topic found</th>"
                        "<th>rebuilt</th><th>lag (records)</th><th>applied</th><th>transactional ids</th></tr>"
                        + rows + "</table></section>")
-        queries = self.spark_state.queries()
-        if queries:
-            out.append("<section><h2>Spark queries (from the listener)</h2><p>"
-                       + ", ".join(f"<span class=pill>{escape(q)}</span>" for q in queries[:100])
-                       + "</p></section>")
+        cards = self.spark_state.cards()
+        if cards:
+            statuses, ambiguous = self.spark_partitions()
+            out.append(spark_section(cards, statuses, ambiguous))
         return out

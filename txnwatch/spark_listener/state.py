@@ -23,6 +23,7 @@ Rules worth knowing:
 
 from __future__ import annotations
 
+import ast
 import json
 import logging
 import math
@@ -53,6 +54,7 @@ _LAG_STATS = {"minOffsetsBehindLatest": "min", "maxOffsetsBehindLatest": "max",
               "avgOffsetsBehindLatest": "avg"}
 _EXC_CLASS = re.compile(r"^\s*([A-Za-z_$][\w$]*(?:\.[A-Za-z_$][\w$]*)*)(?::|\s*$)", re.M)
 _LABEL_MAX = 120
+_MAX_REPR_CHARS = 1_000_000
 
 
 def _bounds(name: str, default: tuple[float, ...]) -> tuple[float, ...]:
@@ -102,13 +104,23 @@ def error_class_of(error_class: str | None, exception: str | None) -> str:
 
 
 def _maybe_json(v: Any) -> Any:
+    """A nested value that may arrive as text: JSON (the JVM's progress), or a Python repr
+    (PySpark 4.0's `fromJson`, used by Spark Connect listeners, stores offsets as
+    `str(dict)`: `{'orders': {'0': 5}}`), read with literal_eval, which evaluates no code."""
     if isinstance(v, str):
         s = v.strip()
         if s[:1] in ("{", "["):
             try:
                 return json.loads(s)
             except ValueError:
-                return None
+                pass
+            if len(s) <= _MAX_REPR_CHARS:
+                try:
+                    out = ast.literal_eval(s)
+                except (ValueError, SyntaxError, MemoryError, RecursionError):
+                    return None
+                return out if isinstance(out, Mapping | list) else None
+            return None
     return v
 
 
@@ -152,6 +164,48 @@ def source_lag(source: Mapping[str, Any]) -> dict[tuple[str, str], float]:
     return out
 
 
+def source_partitions(source: Mapping[str, Any]) -> dict[tuple[str, str], tuple[float, float | None]]:
+    """(topic, partition) -> (endOffset, latestOffset - endOffset or None) for one entry of
+    progress.sources (Kafka-shaped offsets only)."""
+    end = _topic_offsets(source.get("endOffset"))
+    if end is None:
+        return {}
+    latest = _topic_offsets(source.get("latestOffset")) or {}
+    out: dict[tuple[str, str], tuple[float, float | None]] = {}
+    for topic, parts in end.items():
+        lt = latest.get(topic, {})
+        for p, off in parts.items():
+            out[(topic, p)] = (off, max(0.0, lt[p] - off) if p in lt else None)
+    return out
+
+
+@dataclass(frozen=True)
+class SourcePosition:
+    """Where a query reads one Kafka partition, as of its last progress event."""
+    query: str
+    query_id: str
+    source: str
+    topic: str
+    partition: int
+    offset: float
+    behind_latest: float | None
+
+
+@dataclass(frozen=True)
+class QueryCard:
+    """What the page shows of one query."""
+    query: str
+    query_id: str
+    active: bool
+    batch_id: float | None
+    last_batch_seconds: float | None
+    input_rate: float | None
+    processed_rate: float | None
+    offsets_behind: float | None
+    last_progress_ts: float | None
+    terminated_with: str | None
+
+
 @dataclass
 class _Query:
     query: str
@@ -168,6 +222,10 @@ class _Query:
     input_rate: float | None = None
     processed_rate: float | None = None
     lag: dict[tuple[str, str, str], float] = field(default_factory=dict)
+    partitions: dict[tuple[str, str, str], tuple[float, float | None]] = field(default_factory=dict)
+    last_batch_seconds: float | None = None
+    output_rows: float = 0.0
+    last_termination: str | None = None
     state_rows: dict[str, float] = field(default_factory=dict)
     state_memory: dict[str, float] = field(default_factory=dict)
     watermark_delay: float | None = None
@@ -192,11 +250,12 @@ class SparkQueryState:
 
     def __init__(self, ttl_seconds: float | None = DEFAULT_TTL_SECONDS, max_queries: int = 1000,
                  max_keys_per_query: int = 64, max_transactional_ids: int = 500,
-                 max_apps: int = 200) -> None:
+                 max_apps: int = 200, max_partitions_per_query: int = 500) -> None:
         self.ttl_seconds = ttl_seconds
         self.max_queries = max_queries
         self.max_apps = max_apps
         self.max_keys = max_keys_per_query
+        self.max_partitions = max_partitions_per_query
         self.max_transactional_ids = max_transactional_ids
         self._lock = threading.Lock()
         self._queries: dict[str, _Query] = {}
@@ -234,6 +293,33 @@ class SparkQueryState:
         with self._lock:
             return sorted(self._queries)
 
+    def positions(self) -> list[SourcePosition]:
+        """Every (query, Kafka partition) read position of the active queries."""
+        out = []
+        with self._lock:
+            for q in self._queries.values():
+                if not q.active:
+                    continue
+                for (src, topic, part), (off, behind) in q.partitions.items():
+                    try:
+                        pnum = int(part)
+                    except ValueError:
+                        continue
+                    out.append(SourcePosition(q.query, q.query_id, src, topic, pnum, off, behind))
+        return out
+
+    def cards(self) -> list[QueryCard]:
+        with self._lock:
+            out = []
+            for q in sorted(self._queries.values(), key=lambda q: (q.query, q.query_id)):
+                behind = [b for _, b in q.partitions.values() if b is not None]
+                if not behind:
+                    behind = [v for (_, _, stat), v in q.lag.items() if stat == "total"]
+                out.append(QueryCard(q.query, q.query_id, q.active, q.batch_id, q.last_batch_seconds,
+                                     q.input_rate, q.processed_rate, sum(behind) if behind else None,
+                                     q.last_progress_ts, q.last_termination))
+            return out
+
     # ----------------------------------------------------------------- apply
     def apply(self, event: Mapping[str, Any], now: float | None = None) -> bool:
         """Apply one event dict. Never raises; returns False when it was not applied."""
@@ -254,6 +340,7 @@ class SparkQueryState:
                     q.active = True
                 elif etype == "progress":
                     q.active = True
+                    q.last_termination = None
                     self._apply_progress(q, event.get("progress"))
                 elif etype == "idle":
                     q.active = True
@@ -262,6 +349,7 @@ class SparkQueryState:
                     q.active = False
                     ec = error_class_of(event.get("error_class"), event.get("exception"))
                     q.terminations[ec] = q.terminations.get(ec, 0) + 1
+                    q.last_termination = ec
                 return True
         except Exception as exc:  # noqa: BLE001 - never raise into Spark or the ingest
             self.count_error("apply", exc)
@@ -305,6 +393,7 @@ class SparkQueryState:
                 dur = num(durations.get("triggerExecution"))
             if dur is not None and dur >= 0:
                 q.batch.observe(dur / 1000.0)
+                q.last_batch_seconds = dur / 1000.0
             commit = [num(durations.get(k)) for k in ("walCommit", "commitOffsets")]
             commit = [c for c in commit if c is not None and c >= 0]
             if commit:
@@ -323,6 +412,10 @@ class SparkQueryState:
             rows = num(p.get("numInputRows"))
             if rows is not None and rows > 0:
                 q.input_rows += rows
+            sink = p.get("sink")
+            out_rows = num(sink.get("numOutputRows")) if isinstance(sink, Mapping) else None
+            if out_rows is not None and out_rows > 0:    # -1: the sink does not say (foreachBatch)
+                q.output_rows += out_rows
         rate = num(p.get("inputRowsPerSecond"))
         if rate is not None:
             q.input_rate = rate
@@ -333,6 +426,8 @@ class SparkQueryState:
         sources = p.get("sources")
         if isinstance(sources, list):
             lag: dict[tuple[str, str, str], float] = {}
+            parts: dict[tuple[str, str, str], tuple[float, float | None]] = {}
+            over = 0
             for i, s in enumerate(sources):
                 if not isinstance(s, Mapping):
                     continue
@@ -341,7 +436,14 @@ class SparkQueryState:
                 for (topic, stat), v in source_lag(s).items():
                     if len(lag) < self.max_keys:
                         lag[(src, _label(topic), stat)] = v
-            q.lag = lag
+                for (topic, part), pos in source_partitions(s).items():
+                    if len(parts) < self.max_partitions:
+                        parts[(src, _label(topic), part)] = pos
+                    else:
+                        over += 1
+            q.lag, q.partitions = lag, parts
+            if over:
+                self._dropped["partition_limit"] = self._dropped.get("partition_limit", 0) + over
 
         ops = p.get("stateOperators")
         if isinstance(ops, list):
@@ -484,6 +586,11 @@ class SparkQueryState:
             for (src, topic, stat), v in sorted(q.lag.items()):
                 w.add("spark_streaming_source_offsets_behind_latest",
                       {**lb, "source": src, "topic": topic, "stat": stat}, v)
+            for (src, topic, part), (off, behind) in sorted(q.partitions.items()):
+                plb = {**lb, "source": src, "topic": topic, "partition": part}
+                w.add("spark_streaming_source_partition_offset", plb, off)
+                w.add("spark_streaming_source_partition_offsets_behind_latest", plb, behind)
+            w.add("spark_streaming_sink_output_rows", lb, q.output_rows)
             for op, v in sorted(q.state_rows.items()):
                 w.add("spark_streaming_state_rows", {**lb, "operator": op}, v)
             for op, v in sorted(q.state_memory.items()):
