@@ -18,8 +18,10 @@ Everything is real and running at once:
   through the Spark listener's forwarder;
 - Spark queries with the listener attached and forwarding to the exporter: a stateful
   watermarked window count (state, watermark, phases), a query over e2e.payments through
-  the confluent-kafka source (source lag), an idle query (QueryIdleEvents) and a query
-  that fails (terminations by error class);
+  Spark's Kafka source (source lag), a query reading e2e.orders read_committed that waits
+  at the hanging transaction's LSO (blocked: the exporter's join of its read positions
+  with the partitions' LSO), an idle query (QueryIdleEvents) and a query that fails
+  (terminations by error class);
 - `txnwatch serve` with the tap on and a small per-id series cap, plus a second cluster
   that cannot be reached (poll errors);
 - Debian's `prometheus` on its own port scraping the exporter every second with the
@@ -30,7 +32,7 @@ return at least one series with a number (NaN does not count): on Kafka nothing 
 excluded (the broker config values and the KIP-664 epoch bumps that Tansu lacked have
 data). The panels that only have data under a fault are listed in FAULTS with the fault
 this test makes happen. KafkaTransactionHanging must be firing in /api/v1/alerts for
-e2e.orders-1.
+e2e.orders-1, and SparkStreamingQueryBlockedByOpenTransaction for the blocked query.
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ CLIENT_APP = "payments"
 CLIENT_TID = "payments-writer-0"
 TRIGGER = "500 milliseconds"
 Q_WINDOWED, Q_KAFKA, Q_IDLE, Q_FAILING = "e2e_windowed", "e2e_kafka", "e2e_idle", "e2e_failing"
+Q_BLOCKED = "e2e_blocked"      # reads e2e.orders read_committed: caught up to the hanging LSO
 
 OV, TX, PA, SP, EX = (ids.OVERVIEW.title, ids.TRANSACTIONS.title, ids.PARTITIONS.title, ids.SPARK.title,
                       ids.EXPORTER.title)
@@ -99,6 +102,8 @@ FAULTS: dict[tuple[str, str], str] = {
     (PA, "Hanging transactions and stalled LSOs"): f"the hanging transaction on {ORDERS}-{HANG_PARTITION}",
     (PA, "Groups blocked behind a stalled LSO"): f"as Groups behind a stalled LSO ({BLOCKED_GROUP})",
     (SP, "Terminations by error class"): f"{Q_FAILING} raises in foreachBatch and terminates",
+    (SP, "Blocked by an open transaction"): f"{Q_BLOCKED} reads {ORDERS} read_committed up to the LSO of "
+                                            f"{ORDERS}-{HANG_PARTITION}, held by the hanging transaction",
     (EX, "Poll errors by cause"): "a second configured cluster that nothing listens for",
     (EX, "Series folded or dropped"): "max_transactional_id_series=3 with dozens of transactional ids in the tap",
 }
@@ -334,6 +339,18 @@ def kafka_query(spark, bootstrap: str) -> SupervisedQuery:
     return SupervisedQuery(Q_KAFKA, start, lambda failure: False, max_runs=1, pause=0)
 
 
+def blocked_query(spark, bootstrap: str) -> SupervisedQuery:
+    """Q_BLOCKED: e2e.orders read_committed, no limit per batch: it reads the hanging partition
+    up to its LSO and waits there (the exporter's blocked series)."""
+    def start():
+        df = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+              .option("subscribe", ORDERS).option("startingOffsets", "earliest")
+              .option("kafka.isolation.level", "read_committed").load())
+        return df.writeStream.queryName(Q_BLOCKED).format("noop").trigger(processingTime=TRIGGER).start()
+
+    return SupervisedQuery(Q_BLOCKED, start, lambda failure: False, max_runs=1, pause=0)
+
+
 def failing_query(spark, checkpoint: str) -> SupervisedQuery:
     """Q_FAILING raises in foreachBatch from its second batch on. It is started again from
     its checkpoint (so with the same query id) until stopped: each run fails again at once,
@@ -492,7 +509,8 @@ def test_every_dashboard_query_has_data_and_the_hanging_alert_fires(spark, tmp_p
         exporter.wait_metric(lambda m: m.get_value("txnwatch_tap_rebuilt", cluster=CLUSTER) == 1, 60,
                              what="the tap to rebuild from __transaction_state")
 
-        rules, _ = generate_alerts(tmp_path / "rules", AlertConfig(hanging_for="2s"))
+        rules, _ = generate_alerts(tmp_path / "rules", AlertConfig(hanging_for="2s", spark_blocked_seconds=5,
+                                                                   spark_blocked_for="2s"))
         prom = PrometheusProcess([f"127.0.0.1:{exporter.port}"], [rules], interval="1s",
                                  log_path=tmp_path / "prometheus.log", data_dir=tmp_path / "prometheus").start()
         stack.callback(prom.stop)
@@ -517,6 +535,8 @@ def test_every_dashboard_query_has_data_and_the_hanging_alert_fires(spark, tmp_p
         stack.callback(stop_queries, queries)
         kafka = kafka_query(spark, bootstrap).start()
         stack.callback(kafka.stop)
+        blocked = blocked_query(spark, bootstrap).start()
+        stack.callback(blocked.stop)
         failing = failing_query(spark, str(tmp_path / "failing-checkpoint")).start()
         stack.callback(failing.stop)
 
@@ -531,6 +551,8 @@ def test_every_dashboard_query_has_data_and_the_hanging_alert_fires(spark, tmp_p
                 "state rows": (v("spark_streaming_state_rows", query=Q_WINDOWED) or 0) > 0,
                 "watermark": v("spark_streaming_watermark_delay_seconds", query=Q_WINDOWED) is not None,
                 "source lag": v("spark_streaming_source_offsets_behind_latest", query=Q_KAFKA) is not None,
+                "spark blocked": v("spark_streaming_source_blocked_seconds", cluster=CLUSTER, query=Q_BLOCKED,
+                                   topic=ORDERS, partition=HANG_PARTITION) is not None,
                 "idle events": (v("spark_streaming_idle_events_total", query=Q_IDLE) or 0) > 0,
                 "terminations": sum(n for lb, n in m.select("spark_streaming_query_terminations_total",
                                                             query=Q_FAILING) if lb["error_class"] != "none") >= 2,
@@ -591,6 +613,7 @@ def test_every_dashboard_query_has_data_and_the_hanging_alert_fires(spark, tmp_p
         assert client.error is None, client.error
         assert failing.error is None, failing.error
         assert kafka.error is None, kafka.error
+        assert blocked.error is None, blocked.error
         assert not failures, summary
         assert len(excluded) == len(NO_DATA_ON_BROKER), excluded
         assert all(f"{d} / {p}" in "\n".join(ok) for d, p in FAULTS), "a fault-only panel without data"
@@ -607,3 +630,12 @@ def test_every_dashboard_query_has_data_and_the_hanging_alert_fires(spark, tmp_p
         assert firing[0]["labels"]["severity"] == "critical"
         assert "dashboard_url" in firing[0]["annotations"] and "runbook_url" in firing[0]["annotations"]
         assert client.outcomes.get("committed") and client.outcomes.get("aborted"), client.outcomes
+
+        # The Spark query waiting at the hanging transaction's LSO: blocked, not slow.
+        def blocked_alert():
+            return [a for a in prom.firing("SparkStreamingQueryBlockedByOpenTransaction")
+                    if a["labels"].get("query") == Q_BLOCKED]
+
+        firing = wait_for(blocked_alert, 30, interval=0.5, what="SparkStreamingQueryBlockedByOpenTransaction firing")
+        assert {k: firing[0]["labels"][k] for k in ("cluster", "topic", "partition")} == \
+            {"cluster": CLUSTER, "topic": ORDERS, "partition": str(HANG_PARTITION)}

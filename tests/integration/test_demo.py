@@ -25,6 +25,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.kafka]
 ROOT = Path(__file__).resolve().parents[2]
 FENCING = ("PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "_FENCED")
 APP, OUTBOX, GROUP = "balance-app", "alert-outbox", "alert-outbox-sink"
+SPARK_QUERY, SPARK_INPUT = "orders-totals", "demo.orders"      # the demo's reference pipeline
 EOS_V2_ID = re.compile(r"^balance-app-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}-\d+$")
 
 
@@ -97,8 +98,8 @@ class DemoWatch:
             "status line with the coordinator's fences and timeouts": lambda: re.search(
                 r"tap: commits \d+ aborts [1-9]\d* fences new_instance [1-9]\d* timeout [1-9]\d* "
                 r"coordinator timeouts [1-9]", out),
-            "Spark pipeline batches": lambda: max((v for _, v in m.select("spark_streaming_batch_id")),
-                                                  default=-1) >= 1,
+            "Spark pipeline: Kafka-source query, its page row with batch, rows/s, offsets behind": lambda: (
+                self._spark_row(m, page) and re.search(r"spark batch \d+, \d+ offsets behind", out)),
             "KafkaTransactionHanging firing in Prometheus": lambda: any(
                 a["labels"].get("topic") == OUTBOX for a in self.prom.firing("KafkaTransactionHanging")),
         }
@@ -117,6 +118,17 @@ class DemoWatch:
         open_table = page.split("Oldest open transactions", 1)[1].split("</section>")[0]
         return (len(self.headroom) >= 2 and 0 < self.headroom[-1] < self.headroom[-2]
                 and "settlement-batch-0" in open_table)
+
+    def _spark_row(self, m, page: str) -> bool:
+        if max((v for _, v in m.select("spark_streaming_batch_id", query=SPARK_QUERY)), default=-1) < 1:
+            return False
+        if m.get_value("spark_streaming_source_partition_offset", query=SPARK_QUERY, topic=SPARK_INPUT,
+                       partition=0) is None:
+            return False
+        row = page.split(f"<td>{SPARK_QUERY}<br>", 1)[-1].split("</tr>", 1)[0]
+        cells = re.findall(r"<td class=num>([^<]*)</td>", row)   # batch, last batch, in/s, processed/s, behind
+        return (f"<td>{SPARK_QUERY}<br>" in page and len(cells) == 5 and all(cells)
+                and ("caught up" in row or "behind</span>" in row))
 
     def _outbox_blocked(self, m) -> bool:
         lag = {lbl["isolation"]: v for lbl, v in

@@ -1,4 +1,5 @@
-"""The reference pipeline, exactly once, on the session's Kafka broker and real Spark.
+"""The reference pipeline, exactly once, on the session's Kafka broker and real Spark:
+Spark's own Kafka source (`format("kafka")`, read_committed) into the exactly-once sink.
 
 Input: one committed transaction of JSON events (keys x event times) on a 2-partition
 topic; the pipeline aggregates per key and 5-second event-time window with a watermark
@@ -299,6 +300,18 @@ def test_driver_killed_with_two_transactions_open_then_restart(spark, broker, un
                      error="PRODUCER_FENCED") == 1
     assert total(smp, "kafka_producer_transactions_total", app=s.name, outcome="committed") >= 4
     assert total(smp, "spark_streaming_batch_id", query=s.name) >= 2
+    # The listener's Kafka-source series are the broker's offsets: the restarted query read
+    # each input partition to its end (the LSO, here the HWM: every transaction ended).
+    c = Consumer({"bootstrap.servers": s.bootstrap, "group.id": "wm", "isolation.level": "read_committed"})
+    try:
+        ends = {p: c.get_watermark_offsets(TopicPartition(s.input_topic, p), timeout=10)[1] for p in (0, 1)}
+    finally:
+        c.close()
+    for p, end in ends.items():
+        labels = {"query": s.name, "topic": s.input_topic, "partition": p}
+        assert total(smp, "spark_streaming_source_partition_offset", **labels) == end, (p, end)
+        assert total(smp, "spark_streaming_source_partition_offsets_behind_latest", **labels) == 0
+    assert total(smp, "spark_streaming_source_offsets_behind_latest", query=s.name, stat="max") == 0
 
     def fences() -> int:
         v = tap.view()

@@ -192,3 +192,17 @@ def test_group_rows_puts_blocked_groups_first_and_counts_the_caught_up():
     assert [(g.group, why.split(" (")[0]) for g, why in rows] == [
         ("sink", "hanging transaction at offset 100"), ("big", "")]
     assert caught_up == 1
+
+
+def test_status_line_names_spark_offsets_behind_and_a_blocked_partition():
+    text = METRICS + (
+        '# TYPE spark_streaming_source_partition_offsets_behind_latest gauge\n'
+        'spark_streaming_source_partition_offsets_behind_latest{query="orders-totals",query_id="q",source="s",'
+        'topic="demo.orders",partition="0"} 40\n'
+        'spark_streaming_source_partition_offsets_behind_latest{query="orders-totals",query_id="q",source="s",'
+        'topic="demo.orders",partition="1"} 2\n'
+        '# TYPE spark_streaming_source_blocked_seconds gauge\n'
+        'spark_streaming_source_blocked_seconds{cluster="demo",query="orders-totals",query_id="q",'
+        'topic="demo.orders",partition="1"} 95\n')
+    line = status_line(Metrics(parse_metrics(text)))
+    assert "| spark batch 7, 42 offsets behind, BLOCKED by an open transaction on demo.orders-1 |" in line

@@ -107,6 +107,9 @@ class AlertConfig:
     spark_behind_factor: float = 1.0            # mean batch duration > factor * trigger
     spark_behind_window: str = "10m"
     spark_behind_for: str = "15m"
+    # -- SparkStreamingQueryBlockedByOpenTransaction
+    spark_blocked_seconds: float = 300          # the partition's LSO stalled this long at the query's position
+    spark_blocked_for: str = "2m"
     # -- SparkStreamingQueryFailed
     spark_failure_window: str = "15m"
     spark_failed_for: str = "1m"
@@ -486,6 +489,13 @@ def spark_alerts(cfg: AlertConfig) -> list[Alert]:
         f'  "trigger_interval_seconds", "{_num(secs)}", "__name__", ".*"\n)'
         for m, secs in branches)
 
+    # The exporter emits spark_streaming_source_blocked_seconds only for a partition the query
+    # has read up to its LSO while the LSO is stalled below the HWM (the listener's events
+    # matched with the poller's partitions): its value is the LSO's stall time.
+    blocked = _expr(f"""
+        max by (cluster, query, query_id, topic, partition) (
+          spark_streaming_source_blocked_seconds{sel(cfg.cluster_selector, s)}
+        ) >= {_num(cfg.spark_blocked_seconds)}""")
     failed = _new_or_increased(
         f"spark_streaming_query_terminations_total{sel(FAILED, s)}",
         "query, query_id, error_class", cfg.spark_failure_window)
@@ -502,6 +512,15 @@ def spark_alerts(cfg: AlertConfig) -> list[Alert]:
               f"{cfg.spark_behind_window}, longer than its trigger interval of "
               "{{ $labels.trigger_interval_seconds }}s: the query falls further behind its sources.",
               S, "batch_vs_trigger", VAR_QUERY),
+        Alert("SparkStreamingQueryBlockedByOpenTransaction", blocked, cfg.spark_blocked_for, "warning",
+              "Spark query {{ $labels.query }} is blocked by an open transaction on "
+              "{{ $labels.topic }}-{{ $labels.partition }}",
+              "Spark query {{ $labels.query }} ({{ $labels.query_id }}) has read {{ $labels.topic }}-"
+              "{{ $labels.partition }} on cluster {{ $labels.cluster }} up to its last stable offset, which an "
+              "open transaction has held below the high watermark for {{ $value | humanizeDuration }}. The query "
+              "reads read_committed, so it sees no new data from that partition while records keep arriving; "
+              "its offsets behind latest read 0 because its latest is the LSO.",
+              S, "blocked", VAR_QUERY),
         Alert("SparkStreamingQueryFailed", failed, cfg.spark_failed_for, "critical",
               "Spark query {{ $labels.query }} terminated with an error",
               "Spark query {{ $labels.query }} ({{ $labels.query_id }}) terminated with error class "

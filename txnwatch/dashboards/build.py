@@ -494,6 +494,21 @@ def spark() -> list[P]:
           [(f"max by (query, source, topic, stat) (spark_streaming_source_offsets_behind_latest{SQ})",
             "{{query}} {{topic}} {{stat}}")],
           thresholds=steps(GREEN)),
+        P("partition_lag", "Offsets behind latest per partition, top 20",
+          "latestOffset - endOffset of the last micro-batch per Kafka partition. A read_committed query's latest "
+          "is the partition's last stable offset: 0 here does not mean it sees everything (see the next panel).",
+          "short",
+          [(f"topk(20, max by (query, topic, partition) "
+            f"(spark_streaming_source_partition_offsets_behind_latest{SQ}))", "{{query}} {{topic}}-{{partition}}")],
+          thresholds=steps(GREEN), w=12),
+        P("blocked", "Blocked by an open transaction",
+          "Partitions a query has read up to the last stable offset while an open transaction holds that LSO below "
+          "the high watermark: how long the LSO has been stalled. Computed by the exporter from the listener's read "
+          f"positions and the poller's offsets; above {CFG.spark_blocked_seconds:g}s fires "
+          "SparkStreamingQueryBlockedByOpenTransaction.", "s",
+          [(f"max by (cluster, query, topic, partition) (spark_streaming_source_blocked_seconds{s(C, Q)})",
+            "{{query}} {{cluster}} {{topic}}-{{partition}}")],
+          thresholds=steps(GREEN, (CFG.spark_blocked_seconds, RED)), w=12),
         P("state_rows", "State store rows",
           "Rows in each stateful operator's state store (stateful queries only).", "short",
           [(f"sum by (query, operator) (spark_streaming_state_rows{SQ})", "{{query}} {{operator}}")],
@@ -670,6 +685,7 @@ FAULT_ONLY_PANELS: list[tuple[str, str]] = [
     (ids.PARTITIONS.title, "Hanging transactions and stalled LSOs"),
     (ids.PARTITIONS.title, "Groups blocked behind a stalled LSO"),
     (ids.SPARK.title, "Terminations by error class"),
+    (ids.SPARK.title, "Blocked by an open transaction"),
     (ids.EXPORTER.title, "Poll errors by cause"),
     (ids.EXPORTER.title, "Series folded or dropped"),
 ]

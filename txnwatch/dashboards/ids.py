@@ -53,6 +53,7 @@ PANEL_IDS: dict[str, dict[str, int]] = {
         "active": 1, "batch_id": 2, "last_progress": 3, "batch_vs_trigger": 4, "phases": 5,
         "commit": 6, "rates": 7, "source_lag": 8, "state_rows": 9, "state_memory": 10,
         "watermark": 11, "terminations": 12, "sink_commit": 13, "idle": 14,
+        "blocked": 15, "partition_lag": 16,
     },
     EXPORTER.uid: {
         "scrape_up": 1, "sources_up": 2, "since_success": 3, "poll_duration": 4, "poll_errors": 5,

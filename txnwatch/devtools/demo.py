@@ -124,7 +124,15 @@ def status_line(m: Metrics, firing: str | None = None, outbox_group: str | None 
     if outbox_group:
         parts.append(outbox_status(m, outbox_group))
     batch = max((v for _, v in m.select("spark_streaming_batch_id")), default=None)
-    parts.append(f"spark batch {'-' if batch is None else int(batch)}")
+    spark = f"spark batch {'-' if batch is None else int(batch)}"
+    behind = m.select("spark_streaming_source_partition_offsets_behind_latest")
+    if behind:
+        spark += f", {sum(v for _, v in behind):.0f} offsets behind"
+    blocked = m.select("spark_streaming_source_blocked_seconds")
+    if blocked:
+        spark += ", BLOCKED by an open transaction on " + ", ".join(
+            sorted({f"{lbl['topic']}-{lbl['partition']}" for lbl, _ in blocked}))
+    parts.append(spark)
     parts.append(f"alerts firing: {firing or 'n/a'}")
     return " | ".join(parts)
 
