@@ -77,10 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from .logsetup import setup_logging
 
-    secrets = [v for c in config.clusters for k, v in c.client_properties().items()
-               if k in c.redacted_client() and c.redacted_client()[k] == "***"]
-    if config.http.ingest_token:
-        secrets.append(config.http.ingest_token)
+    secrets = config.secret_values()
     if args.command == "serve":
         setup_logging(config.log_level, secrets)
         # Scrape threads wait for the GIL while polls parse big responses; a shorter switch

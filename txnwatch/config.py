@@ -90,6 +90,9 @@ class HttpConfig:
     auth_bearer_token: str | None = None
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
+    # Each cluster's poller and tap in a worker process of its own (the serving process then
+    # holds no Kafka client); false runs them as threads of the serving process.
+    worker_processes: bool = True
 
     @property
     def tls(self) -> bool:
@@ -102,6 +105,15 @@ class Config:
     http: HttpConfig = HttpConfig()
     log_level: str = "INFO"
     source: str | None = None
+
+    def secret_values(self) -> list[str]:
+        """Every configured secret (SASL passwords, tokens): log lines never show them."""
+        out = [v for c in self.clusters for k, v in c.client_properties().items()
+               if k in c.redacted_client() and c.redacted_client()[k] == "***"]
+        for v in (self.http.ingest_token, self.http.auth_password, self.http.auth_bearer_token):
+            if v:
+                out.append(v)
+        return out
 
 
 def resolve_secret(value: str) -> str:
@@ -129,7 +141,7 @@ _CLUSTER_KEYS = {"name", "bootstrap_servers", "poll_interval_seconds", "poll_tim
                  "transaction_log_tap", "hanging_threshold_seconds", "default_transaction_max_timeout_ms",
                  "default_transactional_id_expiration_ms", "describe_configs_every"}
 _HTTP_KEYS = {"host", "port", "threads", "ingest_token", "ingest_max_bytes", "spark_query_ttl_seconds",
-              "auth", "tls"}
+              "auth", "tls", "worker_processes"}
 _TOP_KEYS = {"clusters", "http", "log_level"}
 
 
@@ -284,6 +296,8 @@ class _Parser:
         if "spark_query_ttl_seconds" in v:
             kw["spark_query_ttl_seconds"] = self.number(f"{key}.spark_query_ttl_seconds",
                                                         v["spark_query_ttl_seconds"])
+        if "worker_processes" in v:
+            kw["worker_processes"] = self.boolean(f"{key}.worker_processes", v["worker_processes"])
         if v.get("auth") is not None:
             a = self.mapping(f"{key}.auth", v["auth"], {"username", "password", "bearer_token"})
             for k in a:

@@ -198,6 +198,13 @@ CATALOG: dict[str, MetricSpec] = {s.name: s for s in [
        source="self"),
     _m("txnwatch_last_success_timestamp_seconds", "gauge", "Unix time of the source's last successful poll.",
        ("cluster", "source"), source="self"),
+    _m("txnwatch_data_age_seconds", "gauge",
+       "Age of the data a source last published (now - when it was taken): grows while a source or its "
+       "worker process is down or stalled, whose last data keeps being served.", ("cluster", "source"),
+       source="self"),
+    _m("txnwatch_worker_restarts", "counter",
+       "Times the cluster's worker process (http.worker_processes) was restarted after it exited or stalled.",
+       ("cluster",), source="self"),
     _m("txnwatch_capability", "gauge", "1 when the cluster supports the API (KIP-664 and others).",
        ("cluster", "api"), source="self"),
     _m("txnwatch_series_dropped", "counter",

@@ -129,7 +129,8 @@ CLUSTER_BAD_VALUES = {
 }
 HTTP_BAD_VALUES = {"host": [5, ""], "port": [0, 70000, "x"], "threads": [0, "x"], "ingest_token": [5],
                    "ingest_max_bytes": [0, "x"], "spark_query_ttl_seconds": ["x", 0],
-                   "auth": ["x", {"username": "u"}, {"token": "t"}, {}], "tls": ["x", {"cert_file": "/nope"}]}
+                   "auth": ["x", {"username": "u"}, {"token": "t"}, {}], "tls": ["x", {"cert_file": "/nope"}],
+                   "worker_processes": ["maybe", 2]}
 
 
 def test_every_invalid_value_names_its_key():

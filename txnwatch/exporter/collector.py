@@ -193,7 +193,10 @@ class ExporterCollector:
     # ----------------------------------------------------------------- publishing
     def publish(self, name: str, render: Callable[[FamilyWriter], None]) -> None:
         """Render a big part (a new snapshot) and swap in a document built with it."""
-        chunks = self._render(name, render)
+        self.publish_chunks(name, self._render(name, render))
+
+    def publish_chunks(self, name: str, chunks: dict[str, FamilyChunk]) -> None:
+        """Swap in a document with a big part rendered elsewhere (a worker process)."""
         with self._publish_lock:
             parts = {**self._published.parts, name: chunks}
             sections = {om: self._section(parts, om, gz) for om, gz in self._wanted_formats()}

@@ -72,12 +72,14 @@ def group_rows(snap, limit: int = 20) -> tuple[list[tuple[GroupLag, str]], int]:
     return rows[:limit], len(snap.groups) - len(rows)
 
 
-def _groups_section(snaps: list[tuple[str, object]]) -> str:
+def _groups_section(digests: list[tuple[str, object]]) -> str:
     rows, caught_up = [], 0
-    for name, snap in snaps:
-        got, n = group_rows(snap)
-        rows += [(name, g, why) for g, why in got]
-        caught_up += n
+    for name, d in digests:
+        rows += [(name, g, why) for g, why in d.group_rows]
+        caught_up += d.groups_caught_up
+    rows.sort(key=lambda r: (r[2] == "", -r[1].lag_read_uncommitted, r[0], r[1].group, r[1].topic,
+                             r[1].partition))
+    rows = rows[:20]
     if not rows:
         body = ("<p class=ok>Every consumer group is at the high watermark.</p>" if caught_up else
                 "<p class=muted>No consumer group has committed offsets on the watched topics.</p>")
@@ -103,10 +105,11 @@ def render_page(exporter) -> str:
            f"<header><h1>txnwatch</h1><span>exactly-once Kafka pipelines · v{escape(__version__)}</span>"
            f"<span style='margin-left:auto'><a style='color:#9ecbff' href='/metrics'>/metrics</a> · "
            f"<a style='color:#9ecbff' href='/readyz'>/readyz</a></span></header><main>"]
-    # clusters
+    # clusters: (name, its sources' health, its digest) from the exporter, in- or out-of-process
+    views = exporter.page_views()
     rows = []
-    for name, rt in exporter.clusters.items():
-        for h in rt.sources():
+    for name, sources, _digest in views:
+        for h in sources:
             state = "<span class=ok>up</span>" if h.up else "<span class=bad>down</span>"
             err = escape(h.last_error or "") if not h.up else ""
             stale = ""
@@ -121,26 +124,24 @@ def render_page(exporter) -> str:
                "<th>last success</th><th>last poll</th><th>errors</th><th>last error</th></tr>"
                + "".join(rows) + "</table></section>")
 
-    findings, txns, stalled, notes, snaps = [], [], [], [], []
+    findings, txns, stalled, notes, digests = [], [], [], [], []
     unobservable = False   # a cluster without KIP-664: its open transactions cannot be listed
-    for name, rt in exporter.clusters.items():
-        snap = rt.poller.snapshot
-        if snap is None:
+    for name, _sources, d in views:
+        if d.kip664_error:
+            notes.append(f"{escape(name)}: KIP-664 poll failed: {escape(d.kip664_error)}")
+        if d.taken_at is None:
             continue
-        snaps.append((name, snap))
-        findings += [(name, f) for f in snap.findings]
-        if snap.open_transactions is not None:
-            txns += [(name, t) for t in snap.open_transactions]
+        digests.append((name, d))
+        findings += [(name, f) for f in d.findings]
+        if d.open_transactions is not None:
+            txns += [(name, t) for t in d.open_transactions]
         else:
             unobservable = True
-        stalled += [(name, p) for p in snap.partitions.values() if p.stalled_since is not None]
-        if snap.hanging_method == "lso_stall":
+        stalled += [(name, p) for p in d.stalled]
+        if d.hanging_method == "lso_stall":
             notes.append(f"{escape(name)}: the broker lacks the KIP-664 transaction APIs "
                          "(ListTransactions, DescribeTransactions, DescribeProducers); hanging transactions "
                          "are detected from stalled last stable offsets instead.")
-        err = rt.poller.kip664_error
-        if err:
-            notes.append(f"{escape(name)}: KIP-664 poll failed: {escape(err)}")
     sev = {"critical": "bad", "warning": "warn"}
     out.append("<section><h2>Findings</h2>" + (
         "<table><tr><th>cluster</th><th>severity</th><th>finding</th></tr>" + "".join(
@@ -169,7 +170,7 @@ def render_page(exporter) -> str:
             f"<td class=num>{p.lso_lag}</td><td class=num>{_age(p.stalled_seconds)}</td></tr>"
             for c, p in stalled[:20]) + "</table>"
         if stalled else "<p class=ok>Every partition's LSO is at its high watermark.</p>") + "</section>")
-    out.append(_groups_section(snaps))
+    out.append(_groups_section(digests))
     extra = getattr(exporter, "page_sections", None)
     if extra:
         out.extend(extra())

@@ -39,6 +39,7 @@ class ClusterPoller:
                                   cfg.transaction_log_tap)
         self.snapshot: ClusterSnapshot | None = None
         self.on_snapshot: Callable[[ClusterSnapshot], None] | None = None  # called in the poll thread
+        self.on_success: Callable[[ClusterSnapshot], None] | None = None   # then, once `up` says so
         self.polls = 0
         self._facts = ClusterFacts()
         self._prev_partitions: dict = {}
@@ -165,6 +166,12 @@ class ClusterPoller:
                         self.cfg.name, exc)
             return None, [], "lso_stall"
 
+    def restore_epoch_bumps(self, counts) -> None:
+        """Continue the epoch-bump counters of an earlier poller of this cluster (a restarted
+        worker): they never go backwards. Bumps between the two are not seen."""
+        for app, n in dict(counts).items():
+            self._epoch_bumps[app] = max(self._epoch_bumps.get(app, 0), int(n))
+
     @property
     def kip664_error(self) -> str | None:
         return self._kip664_error
@@ -185,6 +192,11 @@ class ClusterPoller:
                 log.debug("publishing the snapshot failed", exc_info=True)
         # Success is reported once the data is served: `up` and the series appear together.
         self.health.success(snap.poll_seconds, now=snap.taken_at)
+        if self.on_success is not None:
+            try:
+                self.on_success(snap)
+            except Exception:  # noqa: BLE001
+                log.debug("on_success failed", exc_info=True)
         if self._failing_since is not None:
             log.warning("cluster %s: polls recovered after %.0fs (%d failed)", self.cfg.name,
                         self.clock() - self._failing_since, self._consecutive_failures)

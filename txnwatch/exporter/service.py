@@ -4,16 +4,22 @@ Spark ingest state, wired to one Collector. Scrapes render the sources' last vie
 from __future__ import annotations
 
 import logging
+import re
+import shutil
+import tempfile
 import time
 from html import escape
+from pathlib import Path
 
 from ..config import ClusterConfig, Config
 from ..metrics import FamilyWriter
 from ..spark_listener.state import SparkQueryState
 from .collector import ExporterCollector, Part, render_health, render_snapshot
 from .poller import ClusterPoller
+from .published import ClusterDigest, digest_of
 from .spark_blocked import BLOCKED, classify
 from .spark_page import spark_section
+from .workers import WorkerRuntime
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +27,7 @@ log = logging.getLogger(__name__)
 class ClusterRuntime:
     """Everything that runs for one cluster."""
 
-    def __init__(self, cfg: ClusterConfig) -> None:
+    def __init__(self, cfg: ClusterConfig, tap_resume_from=None) -> None:
         self.cfg = cfg
         self.poller = ClusterPoller(cfg)
         self.tap = None
@@ -31,7 +37,8 @@ class ClusterRuntime:
             self.tap = TransactionLogTap(cfg.name, cfg.client_properties(), self.poller.resolver,
                                          cfg.max_transactional_id_series,
                                          expiration_ms=cfg.default_transactional_id_expiration_ms,
-                                         poll_timeout=min(1.0, cfg.poll_timeout_seconds))
+                                         poll_timeout=min(1.0, cfg.poll_timeout_seconds),
+                                         resume_from=tap_resume_from)
             self.poller.access.tap = self.tap   # its health and known ids feed the access findings
 
     def sources(self):
@@ -58,6 +65,33 @@ class ClusterRuntime:
         """Health of every source (small; changes with each attempt)."""
         for h in self.sources():
             render_health(w, self.cfg.name, h)
+        snap = self.poller.snapshot
+        if snap is not None:
+            w.add("txnwatch_data_age_seconds", {"cluster": self.cfg.name, "source": "poller"},
+                  max(0.0, time.time() - snap.taken_at))
+
+    def digest(self) -> ClusterDigest:
+        """The page's data (every partition stays in spark_view: it is in memory anyway)."""
+        return digest_of(self.poller.snapshot, self.cfg.name, self.poller.kip664_error,
+                         self.tap.view() if self.tap is not None else None)
+
+    def spark_view(self):
+        return self.poller.snapshot
+
+    def start(self) -> None:
+        self.poller.start()
+        if self.tap is not None:
+            self.tap.start()
+
+    def signal_stop(self) -> None:
+        self.poller.signal_stop()
+        if self.tap is not None:
+            self.tap.signal_stop()
+
+    def stop(self) -> None:
+        self.poller.stop()
+        if self.tap is not None:
+            self.tap.stop()
 
     def render_snapshot(self, w: FamilyWriter, collector: ExporterCollector, snap) -> None:
         """A poller snapshot: rendered once per poll, in the poll thread (see publish)."""
@@ -76,20 +110,37 @@ class ClusterRuntime:
             collector.count_dropped(self.cfg.name, metric, "id_cap", n)
 
 
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:80]
+
+
 class Exporter:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.started_at = time.time()
-        self.clusters = {c.name: ClusterRuntime(c) for c in config.clusters}
         self.spark_state = SparkQueryState(ttl_seconds=config.http.spark_query_ttl_seconds)
         parts: list[Part] = []
-        for name, rt in self.clusters.items():
-            parts.append(Part(f"health:{name}", rt.render_live))
-            if rt.tap is not None:
-                parts.append(Part(f"tap:{name}", lambda w, rt=rt: rt.render_tap(w, self.collector),
-                                  key=lambda rt=rt: rt.tap.view()))
-            rt.poller.on_snapshot = lambda snap, name=name, rt=rt: self.collector.publish(
-                f"poller:{name}", lambda w: rt.render_snapshot(w, self.collector, snap))
+        self.clusters: dict[str, ClusterRuntime | WorkerRuntime] = {}
+        self.workers = config.http.worker_processes
+        self._worker_dir: Path | None = None
+        if self.workers:
+            # Pollers and taps run in worker processes; this one holds no Kafka client.
+            for c in config.clusters:
+                wr = WorkerRuntime(c, lambda name=c.name: self._worker_base() / _safe(name), lambda: self.collector,
+                                   self.spark_state.topics, log_level=config.log_level,
+                                   secrets=tuple(config.secret_values()))
+                self.clusters[c.name] = wr
+                parts.append(Part(f"health:{c.name}", wr.render_live))
+        else:
+            for c in config.clusters:
+                rt = self.clusters[c.name] = ClusterRuntime(c)
+                name = c.name
+                parts.append(Part(f"health:{name}", rt.render_live))
+                if rt.tap is not None:
+                    parts.append(Part(f"tap:{name}", lambda w, rt=rt: rt.render_tap(w, self.collector),
+                                      key=lambda rt=rt: rt.tap.view()))
+                rt.poller.on_snapshot = lambda snap, name=name, rt=rt: self.collector.publish(
+                    f"poller:{name}", lambda w: rt.render_snapshot(w, self.collector, snap))
         parts.append(Part("spark", self.render_spark))
         # a response shared between scrapes is not served once what /readyz goes by changed
         self.collector = ExporterCollector(parts, live_key=lambda: tuple(
@@ -97,8 +148,13 @@ class Exporter:
 
     def spark_partitions(self):
         """The Spark queries' read positions matched with the clusters' partitions."""
-        snaps = {name: rt.poller.snapshot for name, rt in self.clusters.items()}
-        return classify(self.spark_state.positions(), snaps)
+        positions = self.spark_state.positions()
+        if not positions:
+            return [], []
+        return classify(positions, {name: rt.spark_view() for name, rt in self.clusters.items()})
+
+    def page_views(self) -> list[tuple[str, list, ClusterDigest]]:
+        return [(name, list(rt.sources()), rt.digest()) for name, rt in self.clusters.items()]
 
     def render_spark(self, w: FamilyWriter) -> None:
         self.spark_state.render(w)
@@ -112,23 +168,24 @@ class Exporter:
     def metrics(self, openmetrics: bool, gzip: bool = False) -> bytes:
         return self.collector.exposition(openmetrics, gzip)
 
+    def _worker_base(self) -> Path:
+        if self._worker_dir is None:   # private (0700): made at start, removed at stop
+            self._worker_dir = Path(tempfile.mkdtemp(prefix="txnwatch-workers-"))
+        return self._worker_dir
+
     def start(self) -> None:
         for rt in self.clusters.values():
-            rt.poller.start()
-            if rt.tap is not None:
-                rt.tap.start()
+            rt.start()
 
     def stop(self) -> None:
         # Every source is told first, then each is waited for: a shutdown takes as long as
         # the slowest source's call in flight, not the sum of them.
         for rt in self.clusters.values():
-            rt.poller.signal_stop()
-            if rt.tap is not None:
-                rt.tap.signal_stop()
+            rt.signal_stop()
         for rt in self.clusters.values():
-            rt.poller.stop()
-            if rt.tap is not None:
-                rt.tap.stop()
+            rt.stop()
+        if self._worker_dir is not None:
+            shutil.rmtree(self._worker_dir, ignore_errors=True)
 
     def ready(self) -> tuple[bool, dict[str, bool]]:
         status = {name: rt.ready() for name, rt in self.clusters.items()}
@@ -137,7 +194,12 @@ class Exporter:
     def page_sections(self) -> list[str]:
         """Extra sections of the human page: the tap and Spark queries."""
         out = []
-        taps = [(n, rt.tap.view(), rt.tap.health()) for n, rt in self.clusters.items() if rt.tap is not None]
+        taps = []
+        for name, sources, d in self.page_views():
+            if d.tap is not None:
+                h = next((h for h in sources if h.source == "tap"), None)
+                if h is not None:
+                    taps.append((name, d.tap, h))
 
         def found(v, h) -> str:
             if v.topic_found:
@@ -151,7 +213,7 @@ class Exporter:
                 f"<tr><td>{escape(n)}</td><td>{found(v, h)}</td>"
                 f"<td>{'yes' if v.rebuilt else 'rebuilding'}</td>"
                 f"<td class=num>{'' if v.lag_records is None else v.lag_records}</td>"
-                f"<td class=num>{v.applied}</td><td class=num>{sum(v.ids_per_app.values())}</td></tr>"
+                f"<td class=num>{v.applied}</td><td class=num>{v.ids}</td></tr>"
                 for n, v, h in taps)
             out.append("<section><h2>Transaction-log tap</h2><table><tr><th>cluster</th><th>topic found</th>"
                        "<th>rebuilt</th><th>lag (records)</th><th>applied</th><th>transactional ids</th></tr>"

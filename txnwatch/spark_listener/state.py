@@ -293,6 +293,11 @@ class SparkQueryState:
         with self._lock:
             return sorted(self._queries)
 
+    def topics(self) -> frozenset[str]:
+        """The Kafka topics the active queries read (what the exporter needs partitions of)."""
+        with self._lock:
+            return frozenset(t for q in self._queries.values() if q.active for (_, t, _) in q.partitions)
+
     def positions(self) -> list[SourcePosition]:
         """Every (query, Kafka partition) read position of the active queries."""
         out = []

@@ -44,6 +44,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from types import MappingProxyType
 
 from ..health import HealthTracker, SourceHealth
 from .decoder import TxnLogDecodeError, decode_key, decode_value
@@ -63,7 +64,8 @@ class TransactionLogTap:
                  resolver: Callable[[str], str], cap: int, expiration_ms: int | None = None,
                  poll_timeout: float = 1.0, *, topic: str = TOPIC, metadata_interval: float = 10.0,
                  view_interval: float = 0.5, idle_scan_interval: float = 1.0,
-                 batch_size: int = 2000, truncation_grace: float = 5.0) -> None:
+                 batch_size: int = 2000, truncation_grace: float = 5.0,
+                 resume_from: TapView | None = None) -> None:
         self.cluster = cluster_name
         self._client_config = dict(client_config)
         self.cap = int(cap)
@@ -75,6 +77,12 @@ class TransactionLogTap:
         self.batch_size = batch_size
         self.truncation_grace = truncation_grace
         self._state = TxnLogState(resolver, expiration_ms)
+        # A checkpoint of an earlier tap (a restarted worker): its counters, and the offsets
+        # they were counted to. Records below them are rebuilt, records from them on counted.
+        self._resume_at: dict[int, int] = {}
+        if resume_from is not None:
+            self._state.restore_counters(resume_from)
+            self._resume_at = dict(resume_from.positions)
         self._health = HealthTracker(SOURCE)
         self._view = TapView(expiration_ms=self._state.expiration_ms, cap=self.cap)
         self._stop = threading.Event()
@@ -324,6 +332,8 @@ class TransactionLogTap:
             else:
                 _low, high = consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10)
                 targets[p] = max(0, high)
+                if p in self._resume_at:   # counted up to there by the tap before this one
+                    targets[p] = min(targets[p], self._resume_at.pop(p))
             assign.append(TopicPartition(self.topic, p, OFFSET_BEGINNING))
         consumer.incremental_assign(assign)
         for p in new:
@@ -481,7 +491,17 @@ class TransactionLogTap:
             self._idle_at = now + max(self.idle_scan_interval, 20 * self._idle_cost)
         view = self._state.view(self._idle, cap=self.cap)
         self._view = dataclasses.replace(view, rebuilt=self._rebuilt, lag_records=self._lag(consumer),
-                                         partitions=len(self._next), topic_found=self._topic_found)
+                                         partitions=len(self._next), topic_found=self._topic_found,
+                                         positions=MappingProxyType(self._counted_positions()))
+
+    def _counted_positions(self) -> dict[int, int]:
+        """Per partition, the offset the counters are complete up to: the next offset once
+        past the rebuild, else the rebuild's end (nothing below it is counted later)."""
+        out = {p: n if p in self._count_from_ms else max(n, self._rebuild_to.get(p, 0))
+               for p, n in self._next.items()}
+        for p, n in self._resume_at.items():   # not seen yet by this tap: keep the old checkpoint
+            out.setdefault(p, n)
+        return out
 
 
 def _fatal(exc: Exception) -> bool:

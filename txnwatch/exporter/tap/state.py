@@ -123,6 +123,8 @@ class TapView:
     lag_records: int | None = None
     partitions: int = 0
     topic_found: bool = False
+    # partition -> next offset, as of these counters (what a restarted tap resumes counting at)
+    positions: Mapping[int, int] = field(default_factory=dict)
 
 
 def _freeze(d: dict) -> Mapping:
@@ -161,6 +163,18 @@ class TxnLogState:
         self._skipped: dict[str, int] = {}
         self.applied = 0
         self.last_record_timestamp_ms: int | None = None
+
+    def restore_counters(self, view: TapView) -> None:
+        """Start from the counters of an earlier tap of this cluster (a restarted worker), so
+        no counter goes backwards; the state itself is rebuilt from the log."""
+        self._transactions = dict(view.transactions)
+        self._duration = {k: h.copy() for k, h in view.duration.items()}
+        self._completion = {k: h.copy() for k, h in view.completion.items()}
+        self._fencing = dict(view.fencing)
+        self._timeouts = dict(view.timeouts)
+        self._expirations = dict(view.expirations)
+        self._skipped = dict(view.skipped)
+        self.applied = view.applied
 
     # ------------------------------------------------------------------ queries
     def __len__(self) -> int:

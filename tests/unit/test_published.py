@@ -1,0 +1,96 @@
+"""What a worker publishes and how the serving side reads it (files in a temp dir, no Kafka)."""
+
+from __future__ import annotations
+
+import os
+from types import MappingProxyType
+
+from txnwatch.exporter.health import SourceHealth
+from txnwatch.exporter.model import ClusterSnapshot, HangingTransaction, OpenTransaction, PartitionState
+from txnwatch.exporter.published import PublishedFile, WorkerStatus, digest_of, write_atomic
+from txnwatch.exporter.workers import WorkerRuntime
+
+
+def snapshot(n: int = 50) -> ClusterSnapshot:
+    parts = {}
+    for i in range(n):
+        topic = "orders" if i % 2 else "payments"
+        stalled = 10.0 * i if i % 5 == 0 else 0.0
+        parts[(topic, i)] = PartitionState(topic, i, 100 + i, 100 if stalled else 100 + i,
+                                           stalled_since=1.0 if stalled else None, stalled_seconds=stalled)
+    txns = tuple(OpenTransaction(f"tx-{i}", "app", i, 0, "Ongoing", 0, 60000,
+                                 (("orders" if i % 2 else "payments", i),), float(i), 60.0 - i) for i in range(30))
+    return ClusterSnapshot("c", 1000.0, 0.5, partitions=MappingProxyType(parts), open_transactions=txns,
+                           hanging=(HangingTransaction("orders", 45, 7, 0, 100, 450.0, None, "producer_state"),))
+
+
+def test_digest_is_bounded_and_keeps_only_spark_topics():
+    d = digest_of(snapshot(), "c", None, spark_topics=frozenset({"orders"}))
+    assert len(d.open_transactions) == 20 and d.open_transactions[0].transactional_id == "tx-29"   # oldest first
+    assert [p.stalled_seconds for p in d.stalled][:2] == [450.0, 400.0]
+    assert {tp[0] for tp in d.spark_view.partitions} == {"orders"} and len(d.spark_view.partitions) == 25
+    assert all(any(tp[0] == "orders" for tp in t.partitions) for t in d.spark_view.open_transactions)
+    assert [h.partition for h in d.spark_view.hanging] == [45]
+    assert digest_of(snapshot(), "c", None, spark_topics=frozenset()).spark_view is None
+    assert digest_of(None, "c", "boom").kip664_error == "boom"
+
+
+def test_published_files_round_trip_frozen_mappings_and_reload_only_when_replaced(tmp_path):
+    path = tmp_path / "digest"
+    f = PublishedFile(path)
+    assert not f.load() and f.value is None
+    d = digest_of(snapshot(), "c", None, spark_topics=frozenset({"orders"}))
+    write_atomic(path, d)
+    assert f.load()
+    assert isinstance(f.value.spark_view.partitions, MappingProxyType)
+    assert f.value == d
+    assert not f.load()                       # same file: not read again
+    write_atomic(path, digest_of(None, "c", None))
+    assert f.load() and f.value.taken_at is None
+    assert [p for p in os.listdir(tmp_path) if p.startswith(".")] == []   # no temp files left
+
+
+def runtime(tmp_path) -> WorkerRuntime:
+    from txnwatch.config import ClusterConfig
+
+    cfg = ClusterConfig(name="c", bootstrap_servers="127.0.0.1:9", transaction_log_tap=True)
+    return WorkerRuntime(cfg, lambda: tmp_path, lambda: None, frozenset)
+
+
+def status(pid: int, poller_errors: dict, up: bool = True) -> WorkerStatus:
+    return WorkerStatus("c", pid, 1, 1000.0, (SourceHealth("poller", up, errors=poller_errors),
+                                              SourceHealth("tap", up)), (up, up), {"poller": 990.0})
+
+
+def test_sources_before_the_first_status_say_starting_and_are_down(tmp_path):
+    rt = runtime(tmp_path)
+    views = rt.sources()
+    assert [(h.source, h.up, h.last_error) for h in views] == [("poller", False, "worker starting"),
+                                                                ("tap", False, "worker starting")]
+    assert rt.readiness() == (False,)
+
+
+def test_counts_of_an_earlier_worker_and_the_exits_are_kept(tmp_path):
+    rt = runtime(tmp_path)
+    rt.start = None   # never spawned here: statuses are written by hand
+    rt.dir = tmp_path
+    from txnwatch.exporter.published import PublishedFile as PF
+
+    rt._status_file, rt._digest_file, rt._chunk_files = PF(tmp_path / "status"), PF(tmp_path / "digest"), {}
+
+    class Proc:
+        pid = 11
+
+    rt.proc = Proc()
+    write_atomic(tmp_path / "status", status(11, {"timeout": 3}))
+    rt._read()
+    assert rt.readiness() == (True, True)
+    assert dict(rt.sources()[0].errors) == {"timeout": 3}
+    rt._count("worker_exit")
+    rt._set_problem("worker_exit", "worker process exited with code -9")
+    assert [h.up for h in rt.sources()] == [False, False] and rt.readiness() == (False,)
+    Proc.pid = 12
+    write_atomic(tmp_path / "status", status(12, {"timeout": 1}))
+    rt._read()
+    poller = rt.sources()[0]
+    assert poller.up and dict(poller.errors) == {"timeout": 4, "worker_exit": 1}   # never backwards

@@ -1,0 +1,157 @@
+"""What one cluster's sources publish for the serving side: the page's bounded digest and
+the worker's status, plus the atomic file swap a worker process publishes them through.
+
+The same `ClusterDigest` feeds the page whether the poller runs in this process or in a
+worker (see worker.py): the page never walks a whole snapshot, only bounded top-N lists,
+so its cost does not grow with the cluster.
+"""
+
+from __future__ import annotations
+
+import copyreg
+import os
+import pickle
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from .health import SourceHealth
+from .model import ClusterSnapshot, Finding, GroupLag, OpenTransaction, PartitionState
+
+
+# Snapshots and views freeze their mappings in MappingProxyType, which pickle cannot take
+# by itself: they travel as the dict they wrap and come back frozen.
+def _frozen(d: dict) -> MappingProxyType:
+    return MappingProxyType(d)
+
+
+copyreg.pickle(MappingProxyType, lambda m: (_frozen, (dict(m),)))
+
+TOP = 20            # rows per table on the page
+TOP_FINDINGS = 50
+
+
+@dataclass(frozen=True)
+class TapSummary:
+    topic_found: bool
+    rebuilt: bool
+    lag_records: int | None
+    applied: int
+    ids: int
+
+
+@dataclass(frozen=True)
+class ClusterDigest:
+    """A cluster's page data as of its last poll (bounded: top-N rows, counts)."""
+
+    cluster: str
+    taken_at: float | None = None
+    findings: tuple[Finding, ...] = ()
+    open_transactions: tuple[OpenTransaction, ...] | None = ()   # oldest first; None: not observable
+    stalled: tuple[PartitionState, ...] = ()                    # longest stalled first
+    group_rows: tuple[tuple[GroupLag, str], ...] = ()           # (group lag, blocked by)
+    groups_caught_up: int = 0
+    hanging_method: str = "producer_state"
+    kip664_error: str | None = None
+    tap: TapSummary | None = None
+    # the partitions (with their hanging and open transactions) of the topics Spark queries read
+    spark_view: ClusterSnapshot | None = None
+
+
+def tap_summary(view) -> TapSummary:
+    return TapSummary(view.topic_found, view.rebuilt, view.lag_records, view.applied, sum(view.ids_per_app.values()))
+
+
+def digest_of(snap: ClusterSnapshot | None, cluster: str, kip664_error: str | None, tap_view=None,
+              spark_topics: frozenset[str] | None = None) -> ClusterDigest:
+    """The page digest of a snapshot (pure). `spark_topics`: None keeps every partition in
+    `spark_view` (in-process: the snapshot itself), a set keeps only those topics."""
+    from .page import group_rows
+
+    tap = None if tap_view is None else tap_summary(tap_view)
+    if snap is None:
+        return ClusterDigest(cluster, kip664_error=kip664_error, tap=tap)
+    txns = None
+    if snap.open_transactions is not None:
+        txns = tuple(sorted(snap.open_transactions, key=lambda t: -(t.age_seconds or 0))[:TOP])
+    stalled = sorted((p for p in snap.partitions.values() if p.stalled_since is not None),
+                     key=lambda p: -p.stalled_seconds)[:TOP]
+    rows, caught_up = group_rows(snap, TOP)
+    if spark_topics is None:
+        spark_view = snap
+    elif spark_topics:
+        parts = {tp: p for tp, p in snap.partitions.items() if tp[0] in spark_topics}
+        spark_view = ClusterSnapshot(
+            snap.cluster, snap.taken_at, snap.poll_seconds, partitions=MappingProxyType(parts),
+            open_transactions=None if snap.open_transactions is None else tuple(
+                t for t in snap.open_transactions if any(tp[0] in spark_topics for tp in t.partitions)),
+            hanging=tuple(h for h in snap.hanging if h.topic in spark_topics))
+    else:
+        spark_view = None
+    return ClusterDigest(cluster, snap.taken_at, tuple(snap.findings[:TOP_FINDINGS]), txns, tuple(stalled),
+                         tuple(rows), caught_up, snap.hanging_method, kip664_error, tap, spark_view)
+
+
+@dataclass(frozen=True)
+class WorkerStatus:
+    """Published by a worker every status interval and after each poll: its sources' health
+    and the facts readiness goes by."""
+
+    cluster: str
+    pid: int
+    seq: int
+    published_at: float                     # unix time
+    sources: tuple[SourceHealth, ...]
+    readiness: tuple[bool, ...]
+    data_taken_at: dict[str, float] = field(default_factory=dict)   # source -> when its data was taken
+    dropped: dict[tuple[str, str, str], int] = field(default_factory=dict)   # (cluster, metric, reason) -> n
+
+
+def write_atomic(path: Path, obj: Any) -> None:
+    """Pickle `obj` to `path` by a rename: a reader sees the old file or the new one whole."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            pickle.dump(obj, fh, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def write_atomic_text(path: Path, obj: Any) -> None:
+    """JSON to `path` by a rename (the serving process's requests to a worker)."""
+    import json
+
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as fh:
+        json.dump(obj, fh)
+    os.replace(tmp, path)
+
+
+class PublishedFile:
+    """Reads a file a worker publishes, again only when it was replaced (a stat per call)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._key: tuple | None = None
+        self.value: Any = None
+
+    def load(self) -> bool:
+        """True when a new version was read into `value`."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return False
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if key == self._key:
+            return False
+        with open(self.path, "rb") as fh:
+            value = pickle.load(fh)   # noqa: S301 - our own worker's file in a private 0700 directory
+        self._key, self.value = key, value
+        return True

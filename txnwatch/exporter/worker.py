@@ -1,0 +1,223 @@
+"""A cluster's poller and tap in a process of their own (`http.worker_processes: true`).
+
+    python -m txnwatch.exporter.worker <dir>      # the cluster's config arrives pickled on stdin
+
+The serving process starts one per cluster (workers.py). The worker renders what it
+polls into exposition chunks and publishes them, with the page's digest and its status,
+as files in <dir> swapped by rename; the serving process reads them when they change.
+The config travels on stdin because it may carry SASL passwords: never written to disk.
+
+Files: poller.chunks, tap.chunks (dict[str, FamilyChunk]), digest (ClusterDigest),
+status (WorkerStatus, every `status_interval` and after each poll), checkpoint (the
+counters a restarted worker continues from: the tap's TapView counters with the log
+offsets they are complete to, and the poller's epoch bumps). Reads spark-topics (JSON
+list) to know which topics' partitions the digest carries for the Spark join.
+
+The worker exits when its parent goes away (checked every status interval) or on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pickle
+import signal
+import sys
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from ..metrics import FamilyWriter
+from .collector import render_snapshot
+from .published import ClusterDigest, WorkerStatus, digest_of, tap_summary, write_atomic
+
+log = logging.getLogger("txnwatch.worker")
+
+STATUS_INTERVAL = 0.5
+TAP_INTERVAL = 0.25
+
+
+class _Dropped:
+    """collector.count_dropped for the worker: counts kept here, published in the status."""
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple[str, str, str], int] = {}
+
+    def count_dropped(self, cluster: str, metric: str, reason: str, n: int) -> None:
+        if n:
+            self.counts[(cluster, metric, reason)] = self.counts.get((cluster, metric, reason), 0) + n
+
+
+class Worker:
+    def __init__(self, cfg, out_dir: Path, status_interval: float = STATUS_INTERVAL) -> None:
+        from .service import ClusterRuntime
+
+        self.cfg = cfg
+        self.dir = out_dir
+        self.status_interval = status_interval
+        checkpoint = _load(out_dir / "checkpoint") or {}
+        self.rt = ClusterRuntime(cfg, tap_resume_from=checkpoint.get("tap"))
+        if checkpoint.get("epoch_bumps"):
+            self.rt.poller.restore_epoch_bumps(checkpoint["epoch_bumps"])
+        self.dropped = _Dropped()
+        self._dropped_base = dict(checkpoint.get("dropped", {}))
+        self.dropped.counts.update(self._dropped_base)
+        self._seq = 0
+        self._lock = threading.Lock()       # publishes come from the poll thread and the main loop
+        self._stop = threading.Event()
+        self._spark_topics: frozenset[str] = frozenset()
+        self._spark_key = None
+        self._data_taken_at: dict[str, float] = {}
+        self._last_tap_view = None
+        self._epoch_bumps: dict = dict(checkpoint.get("epoch_bumps", {}))
+        self._tap_checkpoint = checkpoint.get("tap")
+        self._digest: ClusterDigest | None = None
+        self.rt.poller.on_snapshot = self._on_snapshot
+        self.rt.poller.on_success = self._on_success
+
+    # ------------------------------------------------------------------ publishing
+    def _on_snapshot(self, snap) -> None:
+        w = FamilyWriter()
+        folded = render_snapshot(w, snap, self.cfg.granularity, self.cfg.max_transactional_id_series,
+                                 render_open_transactions=self.rt.tap is None)
+        self.dropped.count_dropped(self.cfg.name, "kafka_transaction_timeout_headroom_seconds", "id_cap", folded)
+        for metric, n in w.invalid.items():
+            self.dropped.count_dropped("", metric, "invalid_value", n)
+        write_atomic(self.dir / "poller.chunks", (snap.taken_at, w.chunks()))
+        self._read_spark_topics()
+        tap_view = self.rt.tap.view() if self.rt.tap is not None else None
+        digest = digest_of(snap, self.cfg.name, self.rt.poller.kip664_error, tap_view,
+                           spark_topics=self._spark_topics)
+        with self._lock:
+            self._digest = digest
+        write_atomic(self.dir / "digest", digest)
+        with self._lock:
+            self._epoch_bumps = dict(snap.epoch_bumps)
+        self._write_checkpoint()
+
+    def _on_success(self, snap) -> None:
+        # The status naming this data is written after the data and after `up` changed: the
+        # serving process shows a chunk file only once a status covers it, so `up` and the
+        # series appear together.
+        with self._lock:
+            self._data_taken_at["poller"] = snap.taken_at
+        self.publish_status()
+
+    def _publish_tap(self) -> None:
+        tap = self.rt.tap
+        if tap is None:
+            return
+        view = tap.view()
+        if view is self._last_tap_view:
+            return
+        from .tap.render import render_tap
+
+        w = FamilyWriter()
+        folded = render_tap(w, self.cfg.name, view, cap=self.cfg.max_transactional_id_series)
+        for metric, n in folded.items():
+            self.dropped.count_dropped(self.cfg.name, metric, "id_cap", n)
+        taken = time.time()
+        write_atomic(self.dir / "tap.chunks", (taken, w.chunks()))
+        # the page's tap row follows the tap, also before (or without) a successful poll
+        with self._lock:
+            base = self._digest or ClusterDigest(self.cfg.name, kip664_error=self.rt.poller.kip664_error)
+            self._digest = replace(base, tap=tap_summary(view))
+            digest = self._digest
+        write_atomic(self.dir / "digest", digest)
+        self._last_tap_view = view
+        with self._lock:
+            self._data_taken_at["tap"] = taken
+            self._tap_checkpoint = view
+        self._write_checkpoint()
+        self.publish_status()
+
+    def _write_checkpoint(self) -> None:
+        with self._lock:
+            cp = {"tap": self._tap_checkpoint, "epoch_bumps": self._epoch_bumps,
+                  "dropped": dict(self.dropped.counts)}
+            write_atomic(self.dir / "checkpoint", cp)
+
+    def publish_status(self) -> None:
+        with self._lock:
+            self._seq += 1
+            status = WorkerStatus(self.cfg.name, os.getpid(), self._seq, time.time(), tuple(self.rt.sources()),
+                                  tuple(self.rt.readiness()), dict(self._data_taken_at),
+                                  dict(self.dropped.counts))
+            write_atomic(self.dir / "status", status)
+
+    def _read_spark_topics(self) -> None:
+        path = self.dir / "spark-topics"
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if key == self._spark_key:
+            return
+        try:
+            self._spark_topics = frozenset(json.loads(path.read_text()))
+            self._spark_key = key
+        except (OSError, ValueError):
+            pass
+
+    # ------------------------------------------------------------------ run
+    def run(self, parent_pid: int) -> int:
+        self.rt.start()
+        next_status = 0.0
+        try:
+            failed = False
+            while not self._stop.is_set():
+                now = time.monotonic()
+                try:
+                    self._publish_tap()
+                    if now >= next_status:
+                        self.publish_status()
+                        next_status = now + self.status_interval
+                except Exception:  # noqa: BLE001 - a failed publish is retried; status silence shows it
+                    if not failed:
+                        log.exception("worker[%s]: publishing failed (retrying)", self.cfg.name)
+                    failed = True
+                if os.getppid() != parent_pid:
+                    log.warning("worker[%s]: the serving process is gone; exiting", self.cfg.name)
+                    break
+                self._stop.wait(TAP_INTERVAL)
+        finally:
+            self.rt.signal_stop()
+            self.rt.stop()
+            self._publish_tap()
+            self._write_checkpoint()
+        return 0
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def _load(path: Path):
+    try:
+        with open(path, "rb") as fh:
+            return pickle.load(fh)   # noqa: S301 - written by an earlier worker into our private directory
+    except FileNotFoundError:
+        return None
+    except Exception:  # noqa: BLE001 - a damaged checkpoint only costs continuity
+        log.warning("ignoring an unreadable checkpoint %s", path, exc_info=True)
+        return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    out_dir = Path(argv[0])
+    parent = int(argv[1]) if len(argv) > 1 else os.getppid()
+    cfg, log_level, secrets = pickle.load(sys.stdin.buffer)   # noqa: S301 - from our parent process
+    from ..logsetup import setup_logging
+
+    setup_logging(log_level, secrets)
+    worker = Worker(cfg, out_dir)
+    signal.signal(signal.SIGTERM, lambda *_: worker.stop())
+    signal.signal(signal.SIGINT, lambda *_: worker.stop())
+    return worker.run(parent)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

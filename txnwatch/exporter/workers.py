@@ -1,0 +1,254 @@
+"""The serving side of a cluster's worker process (see worker.py).
+
+`WorkerRuntime` starts the worker, restarts it with backoff when it exits, kills and
+restarts it when it stops publishing (stalled), and hands what it publishes to the
+collector and the page. While the worker is down or stalled its last published data
+keeps being served, its age in `txnwatch_data_age_seconds`, and `txnwatch_up` is 0 with
+the reason on the page. Counters never go backwards across a restart: the worker resumes
+from its checkpoint (tap and epoch-bump counters), and the health counters of earlier
+workers are added here.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from types import MappingProxyType
+
+from ..metrics import FamilyWriter
+from .collector import render_health
+from .health import SourceHealth
+from .published import ClusterDigest, PublishedFile, WorkerStatus
+
+log = logging.getLogger(__name__)
+
+BACKOFF_START, BACKOFF_MAX = 1.0, 30.0
+HEALTHY_RESET_SECONDS = 60.0     # a worker up this long starts the next backoff from the start
+SUPERVISE_INTERVAL = 0.1
+
+
+class WorkerRuntime:
+    """One cluster's worker process, as the serving process sees it."""
+
+    def __init__(self, cfg, workdir: Callable[[], Path], collector: Callable[[], object],
+                 spark_topics: Callable[[], frozenset[str]], *, log_level: str = "INFO",
+                 secrets: tuple[str, ...] = (), stall_seconds: float | None = None,
+                 kill_stalled_after: float | None = None) -> None:
+        self.cfg = cfg
+        self._workdir = workdir     # made when the worker starts (nothing on disk before)
+        self.dir: Path | None = None
+        self._collector = collector
+        self._spark_topics = spark_topics
+        self.log_level, self.secrets = log_level, tuple(secrets)
+        # A worker publishes its status every 0.5 s; a poll never blocks that (it runs on its
+        # own thread), so silence means the process is stuck (or stopped).
+        self.stall_seconds = stall_seconds if stall_seconds is not None else 5.0
+        self.kill_stalled_after = (kill_stalled_after if kill_stalled_after is not None
+                                   else max(30.0, 4 * cfg.poll_timeout_seconds))
+        self.proc: subprocess.Popen | None = None
+        self.restarts = 0
+        self._backoff = BACKOFF_START
+        self._restart_at = 0.0
+        self._started_at = 0.0
+        self._problem: str | None = "worker starting"
+        self._problem_cause: str | None = None
+        self._events: dict[str, int] = {}        # worker_exit / worker_stalled, counted here
+        self._base_errors: dict[tuple[str, str], int] = {}
+        self._status_file = self._digest_file = None
+        self._chunk_files: dict[str, PublishedFile] = {}
+        self._pending: dict[str, tuple[float, dict]] = {}
+        self._status: WorkerStatus | None = None
+        self._status_seen = 0.0                   # monotonic time the status last changed
+        self._spark_written: frozenset[str] | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ process
+    def _spawn(self) -> None:
+        cmd = [sys.executable, "-m", "txnwatch.exporter.worker", str(self.dir), str(os.getpid())]
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE)
+        try:
+            # the config may carry SASL passwords: a pipe, never a file
+            proc.stdin.write(pickle.dumps((self.cfg, self.log_level, self.secrets)))
+            proc.stdin.close()
+        except OSError:
+            pass   # it died at once: the supervisor sees the exit
+        self.proc = proc
+        self._started_at = time.monotonic()
+        self._status_seen = self._started_at
+        log.info("cluster %s: worker process %d started", self.cfg.name, proc.pid)
+
+    def start(self) -> None:
+        self.dir = Path(self._workdir())
+        self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._status_file = PublishedFile(self.dir / "status")
+        self._digest_file = PublishedFile(self.dir / "digest")
+        self._chunk_files = {name: PublishedFile(self.dir / f"{name}.chunks") for name in ("poller", "tap")}
+        self._spawn()
+        self._thread = threading.Thread(target=self._supervise, name=f"worker-{self.cfg.name}", daemon=True)
+        self._thread.start()
+
+    def signal_stop(self) -> None:
+        self._stop.set()
+        p = self.proc
+        if p is not None and p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+
+    def stop(self) -> None:
+        self.signal_stop()
+        if self._thread is not None:
+            self._thread.join(5)
+        p = self.proc
+        if p is not None:
+            try:
+                p.wait(self.cfg.poll_timeout_seconds * 4 + 5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(10)
+
+    # ------------------------------------------------------------------ supervision
+    def _supervise(self) -> None:
+        while not self._stop.wait(SUPERVISE_INTERVAL):
+            try:
+                self._step()
+            except Exception:  # noqa: BLE001 - the supervisor never dies
+                log.exception("cluster %s: supervising the worker failed", self.cfg.name)
+
+    def _step(self) -> None:
+        now = time.monotonic()
+        p = self.proc
+        if p is not None and p.poll() is not None:
+            code = p.returncode
+            self.proc = None
+            self._count("worker_exit")
+            up_for = now - self._started_at
+            if up_for >= HEALTHY_RESET_SECONDS:
+                self._backoff = BACKOFF_START
+            self._restart_at = now + self._backoff
+            self._set_problem("worker_exit", f"worker process exited with code {code}; restarting in "
+                                             f"{self._backoff:.0f}s (serving its last data)")
+            log.warning("cluster %s: worker process exited with code %s after %.0fs; restarting in %.0fs",
+                        self.cfg.name, code, up_for, self._backoff)
+            self._backoff = min(self._backoff * 2, BACKOFF_MAX)
+        if self.proc is None:
+            if now >= self._restart_at and not self._stop.is_set():
+                self.restarts += 1
+                self._spawn()
+            return
+        self._read()
+        silent = now - self._status_seen
+        if silent >= self.stall_seconds:
+            if self._problem_cause != "worker_stalled":
+                self._count("worker_stalled")
+                log.warning("cluster %s: worker process %d published nothing for %.0fs: stalled",
+                            self.cfg.name, self.proc.pid, silent)
+            self._set_problem("worker_stalled", f"worker process stalled: nothing published for {silent:.0f}s "
+                                                "(serving its last data)")
+            if silent >= self.kill_stalled_after:
+                log.warning("cluster %s: killing the stalled worker %d", self.cfg.name, self.proc.pid)
+                self.proc.kill()
+        self._write_spark_topics()
+
+    def _read(self) -> None:
+        if self._status_file.load():
+            st: WorkerStatus = self._status_file.value
+            with self._lock:
+                prev = self._status
+                if prev is not None and prev.pid != st.pid:   # a new worker: keep the old counts
+                    for h in prev.sources:
+                        for cause, n in h.errors.items():
+                            self._base_errors[(h.source, cause)] = self._base_errors.get((h.source, cause), 0) + n
+                self._status = st
+                self._status_seen = time.monotonic()
+                if self.proc is not None and st.pid == self.proc.pid:
+                    self._problem = self._problem_cause = None
+        self._digest_file.load()
+        st = self._status
+        collector = self._collector()
+        for name, f in self._chunk_files.items():
+            if f.load():
+                self._pending[name] = f.value
+            pending = self._pending.get(name)
+            # shown once a status covers it: `up` and the series change together
+            if pending is not None and st is not None and st.data_taken_at.get(name, float("-inf")) >= pending[0]:
+                collector.publish_chunks(f"{name}:{self.cfg.name}", pending[1])
+                del self._pending[name]
+
+    def _write_spark_topics(self) -> None:
+        topics = self._spark_topics()
+        if topics == self._spark_written:
+            return
+        from .published import write_atomic_text
+
+        write_atomic_text(self.dir / "spark-topics", sorted(topics))
+        self._spark_written = topics
+
+    def _count(self, cause: str) -> None:
+        with self._lock:
+            self._events[cause] = self._events.get(cause, 0) + 1
+
+    def _set_problem(self, cause: str, message: str) -> None:
+        with self._lock:
+            self._problem_cause, self._problem = cause, message
+
+    # ------------------------------------------------------------------ views
+    def sources(self) -> list[SourceHealth]:
+        with self._lock:
+            st, problem, events, base = self._status, self._problem, dict(self._events), dict(self._base_errors)
+        if st is None:
+            names = ["poller"] + (["tap"] if self.cfg.transaction_log_tap else [])
+            views = [SourceHealth(n) for n in names]
+        else:
+            views = list(st.sources)
+        out = []
+        for h in views:
+            errors = dict(h.errors)
+            for (src, cause), n in base.items():
+                if src == h.source:
+                    errors[cause] = errors.get(cause, 0) + n
+            for cause, n in events.items():
+                errors[cause] = errors.get(cause, 0) + n
+            if problem is not None:
+                h = replace(h, up=False, last_error=problem)
+            out.append(replace(h, errors=MappingProxyType(errors)))
+        return out
+
+    def readiness(self) -> tuple[bool, ...]:
+        with self._lock:
+            st, problem = self._status, self._problem
+        if st is None or problem is not None:
+            return (False,)
+        return tuple(st.readiness)
+
+    def ready(self) -> bool:
+        return all(self.readiness())
+
+    def render_live(self, w: FamilyWriter) -> None:
+        now = time.time()
+        for h in self.sources():
+            render_health(w, self.cfg.name, h)
+        st = self._status
+        if st is not None:
+            for source, taken in st.data_taken_at.items():
+                w.add("txnwatch_data_age_seconds", {"cluster": self.cfg.name, "source": source},
+                      max(0.0, now - taken))
+            for (cluster, metric, reason), n in st.dropped.items():
+                w.add("txnwatch_series_dropped", {"cluster": cluster, "metric": metric, "reason": reason}, n)
+        w.add("txnwatch_worker_restarts", {"cluster": self.cfg.name}, self.restarts)
+
+    def digest(self) -> ClusterDigest:
+        d = self._digest_file.value if self._digest_file is not None else None
+        return d if d is not None else ClusterDigest(self.cfg.name)
+
+    def spark_view(self):
+        return self.digest().spark_view
