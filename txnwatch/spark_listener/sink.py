@@ -730,12 +730,14 @@ def _write(cfg: SinkConfig, task: int, batch_id: int, data: list, producer: Tran
                          key=transactional_id(cfg.name, task).encode(), partition=task,
                          on_delivery=on_marker)
         rows = _produce_rows(cfg, producer, data, headers)
-        _fault_hooks(cfg, task, batch_id)
         if producer.flush(cfg.commit_timeout_seconds) or not marker_offset:
             raise RuntimeError("the progress marker was not delivered")
         producer.send_offsets_to_transaction(
             [TopicPartition(cfg.progress_topic, task, marker_offset[0] + 1)],
             consumer.consumer_group_metadata(), cfg.commit_timeout_seconds)
+        # test hooks: after every record of the attempt reached the broker, before the commit
+        # (before the flush, a kill could beat librdkafka's send and leave no row behind)
+        _fault_hooks(cfg, task, batch_id)
     except BaseException as exc:
         _abort_with_note(cfg, producer, task, attempt, exc)
         # A cached producer fenced by another instance's init since (the fence can surface
