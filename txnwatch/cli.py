@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from . import __version__
@@ -32,6 +33,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--poll-interval", type=float, metavar="SECONDS", help="seconds between polls (default 15)")
     serve.add_argument("--transaction-log-tap", action="store_const", const=True, default=None,
                        help="also tap __transaction_state (needs read access to it)")
+    serve.add_argument("--shard", metavar="N|auto", default=os.environ.get("TXNWATCH_SHARD"),
+                       help="this replica's shard (0-based), or auto: the StatefulSet pod ordinal "
+                            "($POD_NAME / $HOSTNAME ending in -N); default $TXNWATCH_SHARD")
+    serve.add_argument("--total-shards", type=int, metavar="M",
+                       default=int(os.environ["TXNWATCH_TOTAL_SHARDS"]) if os.environ.get("TXNWATCH_TOTAL_SHARDS")
+                       else None, help="replicas splitting the work (default 1, $TXNWATCH_TOTAL_SHARDS)")
 
     check = sub.add_parser("check", help="one-shot diagnosis: exit 0 healthy, 1 warnings, 2 critical")
     _cluster_flags(check)
@@ -69,7 +76,17 @@ def main(argv: list[str] | None = None) -> int:
         cfg = AlertConfig(cluster_selector=args.cluster_selector) if args.cluster_selector else AlertConfig()
         print("\n".join(map(str, generate_alerts(args.out, cfg))))
         return 0
-    flags = {k: v for k, v in vars(args).items() if k not in ("command", "json", "sample_seconds")}
+    flags = {k: v for k, v in vars(args).items()
+             if k not in ("command", "json", "sample_seconds", "shard", "total_shards")}
+    shard = None
+    if args.command == "serve":
+        from .sharding import ShardError, from_flags
+
+        try:
+            shard = from_flags(args.shard, args.total_shards)
+        except ShardError as exc:
+            print(f"txnwatch: {exc}", file=sys.stderr)
+            return 2
     try:
         config = load_config(flags)
     except ConfigError as exc:
@@ -85,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.setswitchinterval(0.001)
         from .exporter.server import serve
 
-        return serve(config)
+        return serve(config, shard=shard)
     if args.command == "check":
         setup_logging("ERROR", secrets)
         from .check import run_check

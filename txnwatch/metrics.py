@@ -202,6 +202,9 @@ CATALOG: dict[str, MetricSpec] = {s.name: s for s in [
        "Age of the data a source last published (now - when it was taken): grows while a source or its "
        "worker process is down or stalled, whose last data keeps being served.", ("cluster", "source"),
        source="self"),
+    _m("txnwatch_shard", "gauge",
+       "1 on a replica started with --total-shards: which share of the work it has (see txnwatch.sharding).",
+       ("shard", "total_shards"), source="self"),
     _m("txnwatch_worker_restarts", "counter",
        "Times the cluster's worker process (http.worker_processes) was restarted after it exited or stalled.",
        ("cluster",), source="self"),

@@ -16,8 +16,14 @@ def exporter_factory(tmp_path):
         return e
 
     yield start
-    for e in started:
-        e.stop()
+    errors = []
+    for e in started:     # every exporter is stopped, even when stopping one fails
+        try:
+            e.stop()
+        except Exception as exc:  # noqa: BLE001
+            e.kill()
+            errors.append(f"{e.url}: {exc!r}")
+    assert not errors, f"exporters that did not stop on SIGTERM: {errors}"
 
 
 def cluster_config(bootstrap: str, topics: list[str] | None = None, **extra) -> dict:

@@ -24,8 +24,16 @@ log = logging.getLogger(__name__)
 
 
 def render_snapshot(w: FamilyWriter, snap: ClusterSnapshot, granularity: str, id_cap: int,
-                    render_open_transactions: bool = True) -> int:
-    """Write one cluster's poller snapshot. Returns how many id series were folded."""
+                    render_open_transactions: bool = True, cluster_level: bool = True) -> int:
+    """Write one cluster's poller snapshot. Returns how many id series were folded.
+    `cluster_level=False` (a shard other than 0 of a split cluster) leaves out the facts
+    about the whole cluster, which shard 0 exports."""
+    if cluster_level:
+        _render_cluster_facts(w, snap)
+    return _render_partitions_and_transactions(w, snap, granularity, id_cap, render_open_transactions)
+
+
+def _render_cluster_facts(w: FamilyWriter, snap: ClusterSnapshot) -> None:
     c = snap.cluster
     f = snap.facts
     w.add("kafka_brokers", {"cluster": c}, f.brokers)
@@ -41,6 +49,10 @@ def render_snapshot(w: FamilyWriter, snap: ClusterSnapshot, granularity: str, id
     for api, ok in snap.capabilities.items():
         w.add("txnwatch_capability", {"cluster": c, "api": api}, 1 if ok else 0)
 
+
+def _render_partitions_and_transactions(w: FamilyWriter, snap: ClusterSnapshot, granularity: str, id_cap: int,
+                                        render_open_transactions: bool) -> int:
+    c = snap.cluster
     hanging = defaultdict(int)
     for h in snap.hanging:
         hanging[(h.topic, h.partition)] += 1

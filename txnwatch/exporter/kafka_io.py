@@ -126,11 +126,15 @@ class KafkaIO:
         for f in futures:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise PollError("timeout", f"poll did not finish within {self.timeout:.0f}s")
+                raise PollError("timeout", self._timed_out())
             try:
                 f.exception(timeout=left)
             except TimeoutError:
-                raise PollError("timeout", f"poll did not finish within {self.timeout:.0f}s") from None
+                raise PollError("timeout", self._timed_out()) from None
+
+    def _timed_out(self) -> str:
+        # worded like librdkafka's own timeouts ("Local: Timed out"), so every timeout reads alike
+        return f"Timed out: the poll did not finish within poll_timeout_seconds ({self.timeout:g}s)"
 
     def metadata(self, topic_filter: Callable[[str], bool]) -> tuple[int, dict[str, int], list[int]]:
         """(broker count, {topic: partition count} of selected topics, broker ids)."""
@@ -144,11 +148,14 @@ class KafkaIO:
                   if t.error is None and topic_filter(name)}
         return len(md.brokers), topics, sorted(md.brokers)
 
-    def offsets(self, topics: dict[str, int]) -> list[PartitionOffsets]:
-        """HWM and LSO for every partition: two batched ListOffsets calls."""
+    def offsets(self, topics: dict[str, int],
+                owns: Callable[[str, int], bool] | None = None) -> list[PartitionOffsets]:
+        """HWM and LSO for every partition (those `owns` accepts): two batched ListOffsets calls."""
         if not topics:
             return []
-        tps = [TopicPartition(t, p) for t, n in topics.items() for p in range(n)]
+        tps = [TopicPartition(t, p) for t, n in topics.items() for p in range(n) if owns is None or owns(t, p)]
+        if not tps:
+            return []
         deadline = time.monotonic() + self.timeout
         results: dict = {IsolationLevel.READ_UNCOMMITTED: {}, IsolationLevel.READ_COMMITTED: {}}
         latest = OffsetSpec.latest()

@@ -12,6 +12,7 @@ from types import MappingProxyType
 
 from ..apps import AppResolver
 from ..config import ClusterConfig
+from ..sharding import WHOLE, ClusterShare
 from . import derive
 from .access_probe import AccessProbe
 from .health import HealthTracker
@@ -27,8 +28,12 @@ CAPABILITY_RECHECK_POLLS = 40
 class ClusterPoller:
     """Polls one cluster. `poll_once()` is the whole cycle (also used by `txnwatch check`)."""
 
-    def __init__(self, cfg: ClusterConfig, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, cfg: ClusterConfig, clock: Callable[[], float] = time.time,
+                 share: ClusterShare = WHOLE) -> None:
         self.cfg = cfg
+        # With --total-shards: this replica's topic partitions, and the apps whose
+        # transactional ids it describes (see txnwatch.sharding).
+        self.split = share.split
         self.clock = clock
         self.resolver = AppResolver(cfg.app_rules)
         self.health = HealthTracker("poller")
@@ -60,10 +65,13 @@ class ClusterPoller:
         now = self.clock()
         cfg = self.cfg
         brokers, topics, broker_ids = self.io.metadata(cfg.topics)
-        offsets = self.io.offsets(topics)
+        owns = self.split.owns_partition if self.split.sharded else None
+        offsets = self.io.offsets(topics, owns)
         self._refresh_lso_timestamps(derive.stalled_lsos(offsets), now)
         partitions = derive.partition_states(offsets, self._prev_partitions, now, self._lso_ts)
         committed = self.io.group_offsets(cfg.groups)
+        if owns is not None:
+            committed = [c for c in committed if owns(c[1], c[2])]
         groups = derive.group_lags(committed, partitions)
 
         if self.polls % max(cfg.describe_configs_every, 1) == 0:
@@ -130,6 +138,8 @@ class ClusterPoller:
         now_ms = int(now * 1000)
         try:
             listings = self.txn_api.list_transactions()
+            if self.split.sharded:   # this replica's apps only: per-app series from one replica
+                listings = [t for t in listings if self.split.owns_key(self.resolver(t.transactional_id))]
             listed = {t.transactional_id for t in listings}
             open_ids = {t.transactional_id for t in listings if t.state in derive.OPEN_STATES}
             # Ids open at the last poll and ended since are described once more: a transaction

@@ -51,8 +51,8 @@ def tune_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
-def serve(config: Config, ready_event: threading.Event | None = None) -> int:
-    exporter = Exporter(config)
+def serve(config: Config, ready_event: threading.Event | None = None, shard=None) -> int:
+    exporter = Exporter(config, shard=shard)
     app = create_app(exporter)
     http = config.http
     if http.tls:
@@ -64,7 +64,9 @@ def serve(config: Config, ready_event: threading.Event | None = None) -> int:
                                outbuf_overflow=256 * 1024 * 1024, send_bytes=256 * 1024)
     tune_gc()
     exporter.start()
-    names = ", ".join(f"{c.name} ({c.bootstrap_servers})" for c in config.clusters)
+    names = ", ".join(f"{c.name} ({c.bootstrap_servers})" for c in config.clusters if c.name in exporter.clusters)
+    if exporter.shard.sharded:
+        names += f"; shard {exporter.shard.index} of {exporter.shard.total}"
     log.info("txnwatch serving on %s://%s:%s/ for %s", "https" if http.tls else "http", http.host,
              server.effective_port, names)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..config import ClusterConfig, Config
 from ..metrics import FamilyWriter
+from ..sharding import ALL, WHOLE, ClusterShare, Shard, plan
 from ..spark_listener.state import SparkQueryState
 from .collector import ExporterCollector, Part, render_health, render_snapshot
 from .poller import ClusterPoller
@@ -27,9 +28,10 @@ log = logging.getLogger(__name__)
 class ClusterRuntime:
     """Everything that runs for one cluster."""
 
-    def __init__(self, cfg: ClusterConfig, tap_resume_from=None) -> None:
+    def __init__(self, cfg: ClusterConfig, tap_resume_from=None, share: ClusterShare = WHOLE) -> None:
         self.cfg = cfg
-        self.poller = ClusterPoller(cfg)
+        self.share = share
+        self.poller = ClusterPoller(cfg, share=share)
         self.tap = None
         if cfg.transaction_log_tap:
             from .tap.source import TransactionLogTap
@@ -38,7 +40,9 @@ class ClusterRuntime:
                                          cfg.max_transactional_id_series,
                                          expiration_ms=cfg.default_transactional_id_expiration_ms,
                                          poll_timeout=min(1.0, cfg.poll_timeout_seconds),
-                                         resume_from=tap_resume_from)
+                                         resume_from=tap_resume_from,
+                                         partition_filter=share.split.owns_log_partition if share.split.sharded
+                                         else None)
             self.poller.access.tap = self.tap   # its health and known ids feed the access findings
 
     def sources(self):
@@ -98,7 +102,7 @@ class ClusterRuntime:
         # With the tap on, it is the exact source of open transactions; the poller's KIP-664
         # view would report the same series.
         folded = render_snapshot(w, snap, self.cfg.granularity, self.cfg.max_transactional_id_series,
-                                 render_open_transactions=self.tap is None)
+                                 render_open_transactions=self.tap is None, cluster_level=self.share.cluster_level)
         collector.count_dropped(self.cfg.name, "kafka_transaction_timeout_headroom_seconds", "id_cap", folded)
 
     def render_tap(self, w: FamilyWriter, collector: ExporterCollector) -> None:
@@ -115,8 +119,11 @@ def _safe(name: str) -> str:
 
 
 class Exporter:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, shard: Shard | None = None) -> None:
         self.config = config
+        self.shard = shard or ALL
+        shares = plan([c.name for c in config.clusters], self.shard)
+        watched = [c for c in config.clusters if shares[c.name].watch]
         self.started_at = time.time()
         self.spark_state = SparkQueryState(ttl_seconds=config.http.spark_query_ttl_seconds)
         parts: list[Part] = []
@@ -125,15 +132,15 @@ class Exporter:
         self._worker_dir: Path | None = None
         if self.workers:
             # Pollers and taps run in worker processes; this one holds no Kafka client.
-            for c in config.clusters:
+            for c in watched:
                 wr = WorkerRuntime(c, lambda name=c.name: self._worker_base() / _safe(name), lambda: self.collector,
                                    self.spark_state.topics, log_level=config.log_level,
-                                   secrets=tuple(config.secret_values()))
+                                   secrets=tuple(config.secret_values()), share=shares[c.name])
                 self.clusters[c.name] = wr
                 parts.append(Part(f"health:{c.name}", wr.render_live))
         else:
-            for c in config.clusters:
-                rt = self.clusters[c.name] = ClusterRuntime(c)
+            for c in watched:
+                rt = self.clusters[c.name] = ClusterRuntime(c, share=shares[c.name])
                 name = c.name
                 parts.append(Part(f"health:{name}", rt.render_live))
                 if rt.tap is not None:
@@ -142,6 +149,9 @@ class Exporter:
                 rt.poller.on_snapshot = lambda snap, name=name, rt=rt: self.collector.publish(
                     f"poller:{name}", lambda w: rt.render_snapshot(w, self.collector, snap))
         parts.append(Part("spark", self.render_spark))
+        if self.shard.sharded:
+            parts.append(Part("shard", lambda w: w.add("txnwatch_shard", {"shard": self.shard.index,
+                                                                           "total_shards": self.shard.total}, 1)))
         # a response shared between scrapes is not served once what /readyz goes by changed
         self.collector = ExporterCollector(parts, live_key=lambda: tuple(
             rt.readiness() for rt in self.clusters.values()))

@@ -36,6 +36,7 @@ from .published import ClusterDigest, WorkerStatus, digest_of, tap_summary, writ
 log = logging.getLogger("txnwatch.worker")
 
 STATUS_INTERVAL = 0.5
+SHUTDOWN_GRACE = 8.0      # seconds a worker takes at most to stop after SIGTERM
 TAP_INTERVAL = 0.25
 
 
@@ -51,14 +52,16 @@ class _Dropped:
 
 
 class Worker:
-    def __init__(self, cfg, out_dir: Path, status_interval: float = STATUS_INTERVAL) -> None:
+    def __init__(self, cfg, out_dir: Path, status_interval: float = STATUS_INTERVAL, share=None) -> None:
+        from ..sharding import WHOLE
         from .service import ClusterRuntime
 
         self.cfg = cfg
+        self.share = share or WHOLE
         self.dir = out_dir
         self.status_interval = status_interval
         checkpoint = _load(out_dir / "checkpoint") or {}
-        self.rt = ClusterRuntime(cfg, tap_resume_from=checkpoint.get("tap"))
+        self.rt = ClusterRuntime(cfg, tap_resume_from=checkpoint.get("tap"), share=self.share)
         if checkpoint.get("epoch_bumps"):
             self.rt.poller.restore_epoch_bumps(checkpoint["epoch_bumps"])
         self.dropped = _Dropped()
@@ -81,7 +84,8 @@ class Worker:
     def _on_snapshot(self, snap) -> None:
         w = FamilyWriter()
         folded = render_snapshot(w, snap, self.cfg.granularity, self.cfg.max_transactional_id_series,
-                                 render_open_transactions=self.rt.tap is None)
+                                 render_open_transactions=self.rt.tap is None,
+                                 cluster_level=self.share.cluster_level)
         self.dropped.count_dropped(self.cfg.name, "kafka_transaction_timeout_headroom_seconds", "id_cap", folded)
         for metric, n in w.invalid.items():
             self.dropped.count_dropped("", metric, "invalid_value", n)
@@ -142,9 +146,13 @@ class Worker:
     def publish_status(self) -> None:
         with self._lock:
             self._seq += 1
+            # readiness as of the data already published: the tap counts as rebuilt only once
+            # the view that says so is in tap.chunks (what /metrics serves)
+            readiness = [h.up for h in self.rt.sources()]
+            if self.rt.tap is not None:
+                readiness.append(self._last_tap_view is not None and self._last_tap_view.rebuilt)
             status = WorkerStatus(self.cfg.name, os.getpid(), self._seq, time.time(), tuple(self.rt.sources()),
-                                  tuple(self.rt.readiness()), dict(self._data_taken_at),
-                                  dict(self.dropped.counts))
+                                  tuple(readiness), dict(self._data_taken_at), dict(self.dropped.counts))
             write_atomic(self.dir / "status", status)
 
     def _read_spark_topics(self) -> None:
@@ -209,13 +217,21 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     out_dir = Path(argv[0])
     parent = int(argv[1]) if len(argv) > 1 else os.getppid()
-    cfg, log_level, secrets = pickle.load(sys.stdin.buffer)   # noqa: S301 - from our parent process
+    cfg, log_level, secrets, share = pickle.load(sys.stdin.buffer)   # noqa: S301 - from our parent process
     from ..logsetup import setup_logging
 
     setup_logging(log_level, secrets)
-    worker = Worker(cfg, out_dir)
-    signal.signal(signal.SIGTERM, lambda *_: worker.stop())
-    signal.signal(signal.SIGINT, lambda *_: worker.stop())
+    worker = Worker(cfg, out_dir, share=share)
+
+    def stop(*_) -> None:
+        worker.stop()
+        # a call stuck in a client library must not hold the exit: what matters is published
+        timer = threading.Timer(SHUTDOWN_GRACE, lambda: os._exit(0))
+        timer.daemon = True    # a quick stop exits at once
+        timer.start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
     return worker.run(parent)
 
 

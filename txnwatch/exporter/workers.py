@@ -42,8 +42,9 @@ class WorkerRuntime:
     def __init__(self, cfg, workdir: Callable[[], Path], collector: Callable[[], object],
                  spark_topics: Callable[[], frozenset[str]], *, log_level: str = "INFO",
                  secrets: tuple[str, ...] = (), stall_seconds: float | None = None,
-                 kill_stalled_after: float | None = None) -> None:
+                 kill_stalled_after: float | None = None, share=None) -> None:
         self.cfg = cfg
+        self.share = share
         self._workdir = workdir     # made when the worker starts (nothing on disk before)
         self.dir: Path | None = None
         self._collector = collector
@@ -79,7 +80,7 @@ class WorkerRuntime:
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE)
         try:
             # the config may carry SASL passwords: a pipe, never a file
-            proc.stdin.write(pickle.dumps((self.cfg, self.log_level, self.secrets)))
+            proc.stdin.write(pickle.dumps((self.cfg, self.log_level, self.secrets, self.share)))
             proc.stdin.close()
         except OSError:
             pass   # it died at once: the supervisor sees the exit
@@ -111,7 +112,7 @@ class WorkerRuntime:
         p = self.proc
         if p is not None:
             try:
-                p.wait(self.cfg.poll_timeout_seconds * 4 + 5)
+                p.wait(10)    # the worker exits within its SHUTDOWN_GRACE of SIGTERM
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait(10)
@@ -160,8 +161,22 @@ class WorkerRuntime:
         self._write_spark_topics()
 
     def _read(self) -> None:
-        if self._status_file.load():
-            st: WorkerStatus = self._status_file.value
+        # The data first, then the status that covers it: a scrape never sees a status (up,
+        # readiness) newer than the series it is served with.
+        new_status = self._status_file.load()
+        st_next: WorkerStatus | None = self._status_file.value
+        collector = self._collector()
+        for name, f in self._chunk_files.items():
+            if f.load():
+                self._pending[name] = f.value
+            pending = self._pending.get(name)
+            if pending is not None and st_next is not None and \
+                    st_next.data_taken_at.get(name, float("-inf")) >= pending[0]:
+                collector.publish_chunks(f"{name}:{self.cfg.name}", pending[1])
+                del self._pending[name]
+        self._digest_file.load()
+        if new_status:
+            st: WorkerStatus = st_next
             with self._lock:
                 prev = self._status
                 if prev is not None and prev.pid != st.pid:   # a new worker: keep the old counts
@@ -172,17 +187,7 @@ class WorkerRuntime:
                 self._status_seen = time.monotonic()
                 if self.proc is not None and st.pid == self.proc.pid:
                     self._problem = self._problem_cause = None
-        self._digest_file.load()
-        st = self._status
-        collector = self._collector()
-        for name, f in self._chunk_files.items():
-            if f.load():
-                self._pending[name] = f.value
-            pending = self._pending.get(name)
-            # shown once a status covers it: `up` and the series change together
-            if pending is not None and st is not None and st.data_taken_at.get(name, float("-inf")) >= pending[0]:
-                collector.publish_chunks(f"{name}:{self.cfg.name}", pending[1])
-                del self._pending[name]
+
 
     def _write_spark_topics(self) -> None:
         topics = self._spark_topics()

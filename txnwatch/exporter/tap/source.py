@@ -65,7 +65,8 @@ class TransactionLogTap:
                  poll_timeout: float = 1.0, *, topic: str = TOPIC, metadata_interval: float = 10.0,
                  view_interval: float = 0.5, idle_scan_interval: float = 1.0,
                  batch_size: int = 2000, truncation_grace: float = 5.0,
-                 resume_from: TapView | None = None) -> None:
+                 resume_from: TapView | None = None,
+                 partition_filter: Callable[[int], bool] | None = None) -> None:
         self.cluster = cluster_name
         self._client_config = dict(client_config)
         self.cap = int(cap)
@@ -80,6 +81,7 @@ class TransactionLogTap:
         # A checkpoint of an earlier tap (a restarted worker): its counters, and the offsets
         # they were counted to. Records below them are rebuilt, records from them on counted.
         self._resume_at: dict[int, int] = {}
+        self._owns = partition_filter or (lambda _p: True)   # --total-shards: this replica's log partitions
         if resume_from is not None:
             self._state.restore_counters(resume_from)
             self._resume_at = dict(resume_from.positions)
@@ -318,7 +320,7 @@ class TransactionLogTap:
             return
         if not t.partitions:
             return
-        new = sorted(p for p in t.partitions if p not in self._next)
+        new = sorted(p for p in t.partitions if p not in self._next and self._owns(p))
         if not new:
             return
         count_all = self._topic_found   # partitions added to a topic we already read

@@ -1,0 +1,75 @@
+"""Horizontal sharding on the session's Kafka broker: three `txnwatch serve --shard N
+--total-shards 3` replicas and one unsharded exporter watch the same cluster. The replicas'
+per-partition series are disjoint and together equal the single exporter's; the cluster's
+facts come from shard 0 only; the tap's per-app counters, split by `__transaction_state`
+partition, sum to the single exporter's; killing one replica loses only its share.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.integration.conftest import cluster_config
+from txnwatch.devtools.workload import create_topics
+
+pytestmark = [pytest.mark.integration, pytest.mark.kafka]
+
+PARTITION_SERIES = ("kafka_partition_high_watermark", "kafka_partition_last_stable_offset",
+                    "kafka_partition_lso_lag_messages", "kafka_transaction_hanging")
+
+
+def partition_series(m, topic: str) -> dict:
+    return {(n, lb): v for (n, lb), v in m.items() if n in PARTITION_SERIES and dict(lb).get("topic") == topic}
+
+
+def commits(m, app: str) -> float:
+    return sum(v for _, v in m.select("kafka_transactions_total", app=app, outcome="committed"))
+
+
+def test_three_replicas_export_what_one_does_and_a_dead_one_loses_only_its_share(broker, unique, producers,
+                                                                                   exporter_factory):
+    topic, tid = unique("shard"), unique("shard-tx")
+    app = "shard-app"
+    create_topics(broker.bootstrap, [topic], partitions=9)
+    cfg = cluster_config(broker.bootstrap, [topic], transaction_log_tap=True,
+                         app_rules=[{"match": f"^{tid}-", "app": app}])
+    single = exporter_factory(cfg)
+    shards = [exporter_factory(cfg, extra_args=["--shard", str(i), "--total-shards", "3"]) for i in range(3)]
+    everyone = [single, *shards]
+    for e in everyone:
+        e.wait_metric(lambda m: m.get_value("txnwatch_tap_rebuilt") == 1 and m.get_value("txnwatch_up",
+                                                                                          source="poller") == 1,
+                      60, what="the tap rebuilt and the poller up")
+    for i in range(6):   # ids spread over __transaction_state partitions, records over the topic's
+        producers(broker.bootstrap, topic, f"{tid}-{i}", action="commit", count=2, records=9).wait()
+    want = single.wait_metric(lambda m: commits(m, app) == 12 and len(partition_series(m, topic)) == 36, 60,
+                              what="the single exporter's view")
+
+    got = [s.wait_metric(lambda m: len(partition_series(m, topic)) > 0, 60, what="a shard's partitions")
+           for s in shards]
+    parts = [partition_series(m, topic) for m in got]
+    for i, a in enumerate(parts):
+        for b in parts[i + 1:]:
+            assert not a.keys() & b.keys()                 # disjoint
+    union = {k: v for p in parts for k, v in p.items()}
+    assert union == partition_series(want, topic)          # together: what one exporter exports
+    assert all(len(p) >= 4 for p in parts)                 # 9 partitions spread over 3 replicas
+
+    # cluster-level facts: shard 0 only
+    assert [m.get_value("kafka_brokers") for m in got] == [want.get_value("kafka_brokers"), None, None]
+    assert [m.get_value("txnwatch_shard", shard=i, total_shards=3) for i, m in enumerate(got)] == [1, 1, 1]
+    assert want.get_value("txnwatch_shard") is None
+
+    # the tap's per-app counters split by log partition: they sum to the single exporter's
+    def shard_commits() -> float:
+        return sum(commits(s.metrics(), app) for s in shards)
+
+    from txnwatch.devtools.net import wait_for
+
+    wait_for(lambda: shard_commits() == 12, 60, what="the shards' commits to add up to 12")
+
+    # one replica dies: the others keep exporting exactly their shares
+    shards[1].kill()
+    for i in (0, 2):
+        m = shards[i].metrics()
+        assert partition_series(m, topic).keys() == parts[i].keys()
