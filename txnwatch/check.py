@@ -10,6 +10,7 @@ from dataclasses import asdict
 
 from .config import Config
 from .exporter.kafka_io import classify, one_line
+from .exporter.kip664 import API_KEYS
 from .exporter.model import ClusterSnapshot
 from .exporter.poller import ClusterPoller
 
@@ -45,7 +46,8 @@ def summarize(snap: ClusterSnapshot) -> dict:
     return {
         "cluster": snap.cluster, "status": status, "reachable": True,
         "brokers": snap.facts.brokers,
-        "kip664": bool(snap.capabilities) and all(snap.capabilities.values()),
+        "kip664": bool(kip664_caps := {k: v for k, v in snap.capabilities.items() if k in API_KEYS})
+                  and all(kip664_caps.values()),
         "hanging_detection": snap.hanging_method,
         "configs": {k: v for k, v in asdict(snap.facts).items() if k not in ("topic_retention_ms",)},
         "open_transactions": None if snap.open_transactions is None else [

@@ -194,7 +194,10 @@ CATALOG: dict[str, MetricSpec] = {s.name: s for s in [
        source="self"),
     _m("txnwatch_poll_duration_seconds", "gauge", "Duration of the source's last poll.",
        ("cluster", "source"), source="self"),
-    _m("txnwatch_poll_errors", "counter", "Poll errors by cause.", ("cluster", "source", "cause"),
+    _m("txnwatch_poll_errors", "counter",
+       "Poll errors by cause (timeout, auth, tls, authorization, unreachable, ...; group_offsets_<cause>: "
+       "groups left out of a poll while the others answered; worker_exit / worker_stalled: the cluster's "
+       "worker process).", ("cluster", "source", "cause"),
        source="self"),
     _m("txnwatch_last_success_timestamp_seconds", "gauge", "Unix time of the source's last successful poll.",
        ("cluster", "source"), source="self"),
@@ -208,7 +211,10 @@ CATALOG: dict[str, MetricSpec] = {s.name: s for s in [
     _m("txnwatch_worker_restarts", "counter",
        "Times the cluster's worker process (http.worker_processes) was restarted after it exited or stalled.",
        ("cluster",), source="self"),
-    _m("txnwatch_capability", "gauge", "1 when the cluster supports the API (KIP-664 and others).",
+    _m("txnwatch_capability", "gauge",
+       "1 when the cluster supports the API: the KIP-664 calls (list_transactions, describe_transactions, "
+       "describe_producers) and offset_fetch_batched (committed offsets of many groups per OffsetFetch v8, "
+       "KIP-709; 0: one request per group).",
        ("cluster", "api"), source="self"),
     _m("txnwatch_series_dropped", "counter",
        "Series folded into transactional_id=\"__other__\" by the per-id cap, or dropped as invalid.",

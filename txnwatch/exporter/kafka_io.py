@@ -1,11 +1,16 @@
 """confluent-kafka I/O for the poller: metadata, ListOffsets in both isolation levels,
 consumer-group offsets, DescribeConfigs and LSO record timestamps. Everything is
-issued as batched futures and bounded by a timeout; errors raise PollError with a cause."""
+issued as batched futures and bounded by a timeout; errors raise PollError with a cause.
+
+Committed offsets of consumer groups go through group_offsets.py (batched OffsetFetch v8
+and FindCoordinator v4 over kafka-python, which librdkafka lacks) where the broker has
+them, else through librdkafka one group per request."""
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 
@@ -34,6 +39,7 @@ BROKER_CONFIGS = {
 
 
 OFFSETS_CHUNK = 1000   # partitions per ListOffsets call
+GROUP_PATH_RECHECK_CALLS = 40   # group_offsets calls before the batched path is tried again
 
 
 class PollError(Exception):
@@ -96,6 +102,18 @@ class KafkaIO:
                                   "logger": logging.getLogger("txnwatch.librdkafka"),
                                   "error_cb": self._on_client_error})
         self._consumer: Consumer | None = None
+        self._broker_ids: set[int] | None = None   # of the last metadata(): coordinator cache upkeep
+        # Committed offsets: the batched path (group_offsets.py) once it is known to work
+        self._groups_batched = None                 # BatchedGroupOffsets
+        self._group_calls = 0
+        self._batched_retry_at = 0                  # group_offsets call that may try it again
+        self._batched_off_reason: str | None = None
+        self._group_failure_causes: frozenset[str] = frozenset()
+        self.offset_fetch_batched: bool | None = None   # capability; None until tried
+        self.group_offsets_report = None            # FetchReport of the last batched fetch
+        # Called with "group_offsets_<cause>" once per poll and cause when groups were left out
+        # (the others answered); the poller can point it at HealthTracker.count_error.
+        self.count_error: Callable[[str], None] | None = None
 
     def _on_client_error(self, err: KafkaError) -> None:
         if err.code() in AUTHENTICATION or err.code() == KafkaError._SSL:
@@ -144,6 +162,7 @@ class KafkaIO:
             raise self._why_unreachable(exc) from None
         self.admin.poll(0)
         self._connect_errors.clear()   # connected: older connect errors are history
+        self._broker_ids = set(md.brokers)
         topics = {name: len(t.partitions) for name, t in md.topics.items()
                   if t.error is None and topic_filter(name)}
         return len(md.brokers), topics, sorted(md.brokers)
@@ -176,24 +195,130 @@ class KafkaIO:
             out.append(PartitionOffsets(tp.topic, tp.partition, hwm, min(lso, hwm) if lso >= 0 else hwm))
         return out
 
+    @property
+    def capabilities(self) -> dict[str, bool]:
+        """{"offset_fetch_batched": True when committed offsets go through batched OffsetFetch
+        v8 / FindCoordinator v4, False on the per-group path}; empty until group_offsets ran."""
+        return {} if self.offset_fetch_batched is None else {"offset_fetch_batched": self.offset_fetch_batched}
+
     def group_offsets(self, group_filter: Callable[[str], bool]) -> list[tuple[str, str, int, int]]:
-        """(group, topic, partition, committed offset) for every selected group."""
+        """(group, topic, partition, committed offset) for every selected group, sorted: one
+        OffsetFetch per coordinator where the broker has OffsetFetch v8 (Kafka 3.0+), else one
+        request per group. Groups that fail while others answer are left out of this poll
+        (count_error says so); when all fail the call raises."""
         deadline = time.monotonic() + self.timeout
-        listing = self.admin.list_consumer_groups(request_timeout=self.timeout)
+        groups = self.list_groups(group_filter, deadline)
+        fetcher = self._batched_fetcher(deadline)
+        if fetcher is not None:
+            from .group_offsets import BatchedUnsupported
+
+            try:
+                rows = fetcher.fetch(groups, deadline, live_nodes=self._broker_ids)
+            except BatchedUnsupported as exc:   # a broker without the versions (mixed cluster)
+                self._disable_batched(str(exc))
+            except Exception:
+                # as the KIP-664 client does: a new kafka-python connection next time
+                fetcher.transport.close()
+                self._groups_batched = None
+                raise
+            else:
+                self.group_offsets_report = fetcher.last
+                self._report_group_failures(fetcher.last.failed)
+                return rows
+        return self.group_offsets_per_group(groups, deadline)
+
+    def list_groups(self, group_filter: Callable[[str], bool], deadline: float) -> list[str]:
+        """Selected consumer groups, sorted (ListGroups to every broker)."""
+        listing = self.admin.list_consumer_groups(request_timeout=max(deadline - time.monotonic(), 0.001))
         self._wait([listing], deadline)
-        groups = sorted(g.group_id for g in listing.result().valid if group_filter(g.group_id))
-        # The API takes one group per request; issue them all at once and wait together.
+        return sorted(g.group_id for g in listing.result().valid if group_filter(g.group_id))
+
+    def group_offsets_per_group(self, groups: list[str], deadline: float) -> list[tuple[str, str, int, int]]:
+        """The librdkafka path: its API takes one group per request (and finds the group's
+        coordinator for each); all are issued at once and waited for together."""
         futures: dict[str, Future] = {}
         for g in groups:
             futures.update(self.admin.list_consumer_group_offsets(
-                [ConsumerGroupTopicPartitions(g)], request_timeout=self.timeout))
-        self._wait(futures.values(), deadline)
+                [ConsumerGroupTopicPartitions(g)], request_timeout=max(deadline - time.monotonic(), 0.001)))
+        self._wait_settled(futures.values(), deadline)
         out = []
+        failed: dict[str, BaseException] = {}
         for g, f in futures.items():
+            exc = f.exception()
+            if exc is not None:
+                failed[g] = exc
+                continue
             for tp in f.result().topic_partitions or []:
                 if tp.error is None and tp.offset >= 0:
                     out.append((g, tp.topic, tp.partition, tp.offset))
-        return out
+        if failed and len(failed) == len(futures):
+            raise next(iter(failed.values()))
+        self._report_group_failures({g: classify(e) for g, e in failed.items()})
+        return sorted(out)
+
+    def _batched_fetcher(self, deadline: float):
+        """The batched path's fetcher, connected on first use; None where it cannot be used
+        (broker without OffsetFetch v8 / FindCoordinator v4, security settings kafka-python
+        cannot use, kafka-python failing to connect: retried after GROUP_PATH_RECHECK_CALLS)."""
+        self._group_calls += 1
+        if self._groups_batched is not None:
+            return self._groups_batched
+        if self._group_calls < self._batched_retry_at:
+            return None
+        from .group_offsets import (
+            BatchedGroupOffsets,
+            BatchedUnsupported,
+            KafkaPythonTransport,
+            batched_supported,
+        )
+
+        try:
+            # half the time left at most: the per-group path still gets the rest this poll
+            transport = KafkaPythonTransport(self._props, self.timeout,
+                                             connect_timeout=max((deadline - time.monotonic()) / 2, 0.5))
+        except BatchedUnsupported as exc:
+            self._disable_batched(str(exc), forever=True)
+            return None
+        except Exception as exc:  # noqa: BLE001 - kafka-python reports failed bootstraps as timeouts
+            self._disable_batched(f"kafka-python could not connect ({type(exc).__name__}: {exc})")
+            return None
+        try:
+            versions = transport.api_versions()
+        except Exception as exc:  # noqa: BLE001 - as above
+            transport.close()
+            self._disable_batched(f"ApiVersions unknown ({type(exc).__name__}: {exc})")
+            return None
+        if not batched_supported(versions):
+            transport.close()
+            self._disable_batched("the broker lacks OffsetFetch v8 or FindCoordinator v4 (ApiVersions)")
+            return None
+        self._groups_batched = BatchedGroupOffsets(transport)
+        self.offset_fetch_batched = True
+        self._batched_off_reason = None
+        log.info("committed offsets of consumer groups: batched (OffsetFetch v8 per coordinator)")
+        return self._groups_batched
+
+    def _disable_batched(self, reason: str, forever: bool = False) -> None:
+        if self._groups_batched is not None:
+            self._groups_batched.transport.close()
+            self._groups_batched = None
+        self.offset_fetch_batched = False
+        self._batched_retry_at = float("inf") if forever else self._group_calls + GROUP_PATH_RECHECK_CALLS
+        if reason != self._batched_off_reason:
+            log.info("committed offsets of consumer groups: one request per group (%s)", reason)
+        self._batched_off_reason = reason
+
+    def _report_group_failures(self, failed: dict[str, str]) -> None:
+        """Groups left out of this poll (their cause), while the others answered."""
+        causes = Counter(failed.values())
+        if frozenset(causes) != self._group_failure_causes and causes:
+            log.warning("committed offsets: %d of the consumer groups left out of this poll (%s), e.g. %s",
+                        len(failed), ", ".join(f"{c}: {n}" for c, n in sorted(causes.items())),
+                        ", ".join(sorted(failed)[:3]))
+        self._group_failure_causes = frozenset(causes)
+        if self.count_error is not None:
+            for cause in sorted(causes):
+                self.count_error("group_offsets_" + cause)
 
     def configs(self, broker_ids: list[int], topics: Iterable[str]) -> ClusterFacts:
         """Broker configs that matter to transactions and topic retention.ms, where the broker
@@ -294,3 +419,6 @@ class KafkaIO:
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
+        if self._groups_batched is not None:
+            self._groups_batched.transport.close()
+            self._groups_batched = None

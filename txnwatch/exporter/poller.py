@@ -38,6 +38,7 @@ class ClusterPoller:
         self.resolver = AppResolver(cfg.app_rules)
         self.health = HealthTracker("poller")
         self.io = KafkaIO(cfg.client_properties(), cfg.poll_timeout_seconds)
+        self.io.count_error = self.health.count_error   # groups left out of a poll, by cause
         self.txn_api = TransactionAPI(cfg.client_properties(), cfg.poll_timeout_seconds)
         # missing ACLs as findings; service.py sets access.tap when the cluster's tap runs here
         self.access = AccessProbe(cfg.client_properties(), cfg.bootstrap_servers, self.io, self.txn_api,
@@ -105,7 +106,8 @@ class ClusterPoller:
             open_transactions=None if open_txns is None else tuple(open_txns),
             hanging=tuple(hanging), hanging_method=method,
             epoch_bumps=MappingProxyType(dict(self._epoch_bumps)),
-            capabilities=MappingProxyType(dict(self._capabilities)), findings=tuple(findings))
+            capabilities=MappingProxyType({**self._capabilities, **self.io.capabilities}),
+            findings=tuple(findings))
 
     def _refresh_lso_timestamps(self, stalled: set[tuple[str, int, int]], now: float) -> None:
         # Keep only entries for LSOs still stalled; fetch the new ones (one fetch per new LSO).

@@ -251,7 +251,17 @@ class TransactionLogTap:
                 except Exception as exc:  # noqa: BLE001 - the tap never dies; it reports and retries
                     cause = _cause(exc)
                     failures += 1
-                    self._health.failure(cause, f"{type(exc).__name__}: {exc}")
+                    # A rejected login or TLS handshake reaches only error_cb, which librdkafka
+                    # serves from poll(): serve it now (a client replaced after 5 failures would
+                    # take its queued errors along), and keep its cause rather than the generic one.
+                    self._poll_error = None
+                    if consumer is not None:
+                        try:
+                            consumer.poll(0)
+                        except Exception:  # noqa: BLE001
+                            pass
+                    if self._poll_error not in ("auth", "tls"):
+                        self._health.failure(cause, f"{type(exc).__name__}: {exc}")
                     self._log_once(f"exc:{cause}", "%s (retrying; further occurrences are counted only)",
                                    exc)
                     if consumer is not None and (failures >= 5 or _fatal(exc)):
