@@ -94,3 +94,40 @@ def test_counts_of_an_earlier_worker_and_the_exits_are_kept(tmp_path):
     rt._read()
     poller = rt.sources()[0]
     assert poller.up and dict(poller.errors) == {"timeout": 4, "worker_exit": 1}   # never backwards
+
+
+def test_a_starting_worker_is_not_called_stalled_before_the_startup_grace(tmp_path, monkeypatch):
+    import txnwatch.exporter.workers as workers
+
+    rt = runtime(tmp_path)
+    rt.dir = tmp_path
+    rt._status_file, rt._digest_file, rt._chunk_files = PublishedFile(tmp_path / "status"), \
+        PublishedFile(tmp_path / "digest"), {}
+
+    class Proc:
+        pid = 21
+        killed = False
+
+        def poll(self):
+            return None
+
+        def kill(self):
+            Proc.killed = True
+
+    rt.proc = Proc()
+    now = [1000.0]
+    monkeypatch.setattr(workers.time, "monotonic", lambda: now[0])
+    rt._status_seen = 1000.0
+    rt._write_spark_topics = lambda: None
+    now[0] += 10                     # 10 s without a first status: still starting
+    rt._step()
+    assert rt.sources()[0].last_error == "worker starting" and not Proc.killed
+    write_atomic(tmp_path / "status", status(21, {}))
+    rt._step()                       # its first status: up
+    assert rt.sources()[0].up
+    now[0] += 6                      # then 6 s of silence from a started worker: stalled
+    rt._step()
+    assert "stalled" in rt.sources()[0].last_error and not Proc.killed
+    now[0] += 60
+    rt._step()
+    assert Proc.killed

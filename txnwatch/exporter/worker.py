@@ -65,8 +65,7 @@ class Worker:
         if checkpoint.get("epoch_bumps"):
             self.rt.poller.restore_epoch_bumps(checkpoint["epoch_bumps"])
         self.dropped = _Dropped()
-        self._dropped_base = dict(checkpoint.get("dropped", {}))
-        self.dropped.counts.update(self._dropped_base)
+        self.dropped.counts.update(checkpoint.get("dropped", {}))   # continued, never backwards
         self._seq = 0
         self._lock = threading.Lock()       # publishes come from the poll thread and the main loop
         self._stop = threading.Event()

@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 BACKOFF_START, BACKOFF_MAX = 1.0, 30.0
 HEALTHY_RESET_SECONDS = 60.0     # a worker up this long starts the next backoff from the start
 SUPERVISE_INTERVAL = 0.1
+STARTUP_GRACE = 30.0             # seconds a new worker may take to publish its first status
 
 
 class WorkerRuntime:
@@ -148,7 +149,10 @@ class WorkerRuntime:
             return
         self._read()
         silent = now - self._status_seen
-        if silent >= self.stall_seconds:
+        # A worker that has not published yet is starting (imports, first connections: slow
+        # on a loaded machine), not stalled: it gets the longer grace.
+        started = self._status is not None and self._status.pid == self.proc.pid
+        if silent >= (self.stall_seconds if started else max(self.stall_seconds, STARTUP_GRACE)):
             if self._problem_cause != "worker_stalled":
                 self._count("worker_stalled")
                 log.warning("cluster %s: worker process %d published nothing for %.0fs: stalled",
