@@ -18,6 +18,7 @@ from confluent_kafka import Consumer, TopicPartition
 from tests.integration.conftest import cluster_config
 from txnwatch.devtools.broker import kafka_tool
 from txnwatch.devtools.hanging import make_hanging_transaction
+from txnwatch.devtools.net import wait_for
 from txnwatch.devtools.workload import create_topics
 from txnwatch.producer import TransactionalProducer
 from txnwatch.spark_listener import attach, detach
@@ -102,9 +103,17 @@ def test_blocked_query_is_told_apart_from_a_slow_one_and_unblocks_after_abort(sp
         assert m.get_value("spark_streaming_source_partition_offset", query="slow_q", topic=slow_topic,
                            partition=0) < m.get_value("kafka_partition_last_stable_offset", topic=slow_topic,
                                                       partition=0)
-        status, page = exp.get("/")
-        assert status == 200
-        row = {q: page[page.index(f"<td>{q}<br>"):].split("</tr>")[0] for q in ("blocked_q", "slow_q")}
+        def rows() -> dict[str, str]:
+            status, page = exp.get("/")
+            assert status == 200
+            return {q: page[page.index(f"<td>{q}<br>"):].split("</tr>")[0] for q in ("blocked_q", "slow_q")}
+
+        # each query's topics are matched from the worker's poll after the exporter first saw them
+        def matched() -> dict[str, str] | None:
+            r = rows()
+            return None if "matched on a watched cluster" in "".join(r.values()) else r
+
+        row = wait_for(matched, 30, what="both queries matched to the cluster's partitions on the page")
         assert "blocked by an open transaction" in row["blocked_q"] and f"{held}-0 on test" in row["blocked_q"]
         assert f"read up to the LSO {made.offset}" in row["blocked_q"]
         assert "behind</span>" in row["slow_q"] and "blocked by" not in row["slow_q"]
@@ -125,8 +134,8 @@ def test_blocked_query_is_told_apart_from_a_slow_one_and_unblocks_after_abort(sp
         for p, (lso, hwm) in after.items():
             assert m.get_value("spark_streaming_source_partition_offset", query="blocked_q", topic=held,
                                partition=p) == lso == hwm
-        rows = q_held.lastProgress
-        assert q_held.exception() is None and q_slow.exception() is None, rows
+        last = q_held.lastProgress
+        assert q_held.exception() is None and q_slow.exception() is None, last
     finally:
         for q in (q_held, q_slow):
             if q is not None:

@@ -170,4 +170,4 @@ def test_page_tells_blocked_from_behind():
     statuses, _ = classify(st.positions(), {"c1": s})
     html = spark_section([card], statuses, [])
     assert "blocked by" not in html and "152 readable record(s) not read yet on 2 partition(s)" in html
-    assert "no Kafka partition matched on a watched cluster" in spark_section([card], [], [])
+    assert "no Kafka partition matched on a watched cluster (yet" in spark_section([card], [], [])

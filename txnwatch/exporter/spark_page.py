@@ -41,7 +41,10 @@ def _status(card: QueryCard, statuses: list[SparkPartitionStatus]) -> str:
                 f"{len(behind)} partition(s) (slow, not blocked)")
     if mine:
         return "<span class=ok>caught up</span>"
-    return "<span class=muted>no Kafka partition matched on a watched cluster</span>"
+    # With worker processes a query's topics are matched from the poll after the exporter first
+    # saw them; a topic on no watched cluster stays unmatched.
+    return ("<span class=muted>no Kafka partition matched on a watched cluster (yet: new topics are "
+            "matched at the next poll)</span>")
 
 
 def spark_section(cards: list[QueryCard], statuses: list[SparkPartitionStatus],
