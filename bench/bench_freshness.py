@@ -16,19 +16,10 @@ import platform
 import statistics
 import time
 
-from confluent_kafka.admin import AdminClient, NewTopic
+from bench_scrape import create_partitions  # bench/ is on sys.path when run as a script
 
 from txnwatch.devtools.broker import make_broker
 from txnwatch.devtools.exporter_proc import ExporterProcess
-
-
-def create(bootstrap: str, partitions: int, prefix: str, per_topic: int = 100) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    names = [f"{prefix}-{i:05d}" for i in range(max(partitions // per_topic, 1))]
-    for i in range(0, len(names), 50):
-        for f in admin.create_topics([NewTopic(n, per_topic, 1) for n in names[i:i + 50]],
-                                     operation_timeout=120).values():
-            f.result()
 
 
 def measure(bootstrap: str, prefix: str, interval: float, seconds: float) -> dict:
@@ -62,7 +53,7 @@ def main() -> None:
         print("| partitions | scrapes | poll (median) | data age median | p90 | max |\n|---|---|---|---|---|---|")
         for n in [int(x) for x in a.partitions.split(",")]:
             prefix = f"fresh{n}"
-            create(broker.bootstrap, n, prefix)
+            create_partitions(broker.bootstrap, n, prefix)
             r = measure(broker.bootstrap, prefix, a.poll_interval, a.seconds)
             print(f"| {n:,} | {r['scrapes']} | {r['poll'] * 1000:.0f} ms | **{r['median']:.2f} s** | "
                   f"{r['p90']:.2f} s | {r['max']:.2f} s |", flush=True)

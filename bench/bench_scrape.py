@@ -27,13 +27,19 @@ from txnwatch.devtools.net import free_port
 from txnwatch.devtools.proxy import KafkaProxy
 
 
-def setup(bootstrap: str, partitions: int, groups: int, per_topic: int = 100) -> None:
+def create_partitions(bootstrap: str, partitions: int, prefix: str, per_topic: int = 100) -> list[str]:
+    """`partitions` partitions in topics of `per_topic` named <prefix>-00000...; returns the names."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    names = [f"scale-{i:05d}" for i in range(max(partitions // per_topic, 1))]
+    names = [f"{prefix}-{i:05d}" for i in range(max(partitions // per_topic, 1))]
     for i in range(0, len(names), 50):
         for f in admin.create_topics([NewTopic(n, per_topic, 1) for n in names[i:i + 50]],
                                      operation_timeout=120).values():
             f.result()
+    return names
+
+
+def setup(bootstrap: str, partitions: int, groups: int, per_topic: int = 100) -> None:
+    names = create_partitions(bootstrap, partitions, "scale", per_topic)
     for g in range(groups):
         c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"scale-group-{g:04d}",
                       "enable.auto.commit": False})
