@@ -54,6 +54,13 @@ def _in_sessions(sessions: set[int]) -> list[str]:
     return out
 
 
+def hanging_made(out: str) -> tuple[int, int] | None:
+    """(partition, offset) of the hanging transaction the demo made on the outbox, once it says so:
+    it picks the first partition its outbox sink has read."""
+    found = re.search(rf"hanging transaction on {OUTBOX}-(\d+) at offset (\d+)", out)
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
 class DemoWatch:
     """What the test has seen of the running demo so far (each check latches once true)."""
 
@@ -71,6 +78,7 @@ class DemoWatch:
         page = self.exporter.get("/")[1]
         out = self.out()
         s = lambda name, **lbl: sum(v for _, v in m.select(name, **lbl))  # noqa: E731
+        hung = hanging_made(out)
         checks = {
             # the slow transaction's headroom shrinks between scrapes, and the page lists it open
             "open transaction with shrinking headroom": lambda: self._headroom(m, page),
@@ -90,11 +98,12 @@ class DemoWatch:
                 s("kafka_transactions_total", app=APP, outcome="committed") > 0
                 and s("kafka_transaction_fencing_events_total", app=APP, reason="timeout") >= 1),
             "hanging transaction on the outbox found through KIP-664": lambda: (
-                m.get_value("kafka_transaction_hanging", topic=OUTBOX, partition=0) == 1),
+                hung is not None and m.get_value("kafka_transaction_hanging", topic=OUTBOX, partition=hung[0]) == 1),
             "outbox group blocked: lag vs LSO below lag vs HWM, named on the page and status line": lambda: (
-                self._outbox_blocked(m) and GROUP in page and "hanging transaction at offset" in page
+                hung is not None and self._outbox_blocked(m, hung[0]) and GROUP in page
+                and "hanging transaction at offset" in page
                 and re.search(rf"outbox {GROUP}: lag \d+ vs LSO, \d+ vs HWM, blocked by a hanging "
-                              rf"transaction on {OUTBOX}-0", out)),
+                              rf"transaction on {OUTBOX}-{hung[0]}", out)),
             "status line with the coordinator's fences and timeouts": lambda: re.search(
                 r"tap: commits \d+ aborts [1-9]\d* fences new_instance [1-9]\d* timeout [1-9]\d* "
                 r"coordinator timeouts [1-9]", out),
@@ -130,9 +139,9 @@ class DemoWatch:
         return (f"<td>{SPARK_QUERY}<br>" in page and len(cells) == 5 and all(cells)
                 and ("caught up" in row or "behind</span>" in row))
 
-    def _outbox_blocked(self, m) -> bool:
+    def _outbox_blocked(self, m, partition: int) -> bool:
         lag = {lbl["isolation"]: v for lbl, v in
-               m.select("kafka_consumergroup_lag_messages", group=GROUP, topic=OUTBOX, partition=0)}
+               m.select("kafka_consumergroup_lag_messages", group=GROUP, topic=OUTBOX, partition=partition)}
         return (set(lag) == {"read_committed", "read_uncommitted"}
                 and lag["read_uncommitted"] > lag["read_committed"])
 
@@ -180,11 +189,11 @@ def test_make_demo_on_kafka_shows_everything_and_cleans_up(tmp_path):
     log = watch.out()
     assert "stopped every process the demo started" in log, log[-3000:]
     # The outbox sink applied alerts once each, and none from behind the hanging transaction.
-    hanging_at = int(re.search(rf"hanging transaction on {OUTBOX}-0 at offset (\d+)", log).group(1))
+    hung_partition, hanging_at = hanging_made(log)
     with sqlite3.connect(state / "outbox.sqlite") as db:
         rows = db.execute("SELECT alert_id, partition, offset FROM alerts").fetchall()
     assert rows and len({r[0] for r in rows}) == len(rows)
-    assert all(off < hanging_at for _, part, off in rows if part == 0), (hanging_at, rows)
+    assert all(off < hanging_at for _, part, off in rows if part == hung_partition), (hanging_at, rows)
 
     pids = json.loads((state / "pids.json").read_text())
     assert set(pids) >= {"kafka", "exporter", "pipeline", "prometheus", "streams", "fault-producers"}, pids

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from tests.integration.conftest import cluster_config
-from txnwatch.devtools.workload import create_topics
+from txnwatch.devtools.workload import create_topics, watermarks
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 
@@ -20,6 +20,14 @@ PARTITION_SERIES = ("kafka_partition_high_watermark", "kafka_partition_last_stab
 
 def partition_series(m, topic: str) -> dict:
     return {(n, lb): v for (n, lb), v in m.items() if n in PARTITION_SERIES and dict(lb).get("topic") == topic}
+
+
+def shows_offsets(m, topic: str, truth: dict[int, tuple[int, int]]) -> bool:
+    """Every HWM / LSO series of `topic` in `m` equals the broker's (`truth`: partition -> (LSO, HWM))."""
+    series = partition_series(m, topic)
+    want = {"kafka_partition_last_stable_offset": 0, "kafka_partition_high_watermark": 1}
+    return bool(series) and all(v == truth[int(dict(lb)["partition"])][want[n]]
+                                for (n, lb), v in series.items() if n in want)
 
 
 def commits(m, app: str) -> float:
@@ -42,10 +50,12 @@ def test_three_replicas_export_what_one_does_and_a_dead_one_loses_only_its_share
                       60, what="the tap rebuilt and the poller up")
     for i in range(6):   # ids spread over __transaction_state partitions, records over the topic's
         producers(broker.bootstrap, topic, f"{tid}-{i}", action="commit", count=2, records=9).wait()
-    want = single.wait_metric(lambda m: commits(m, app) == 12 and len(partition_series(m, topic)) == 36, 60,
-                              what="the single exporter's view")
+    # each exporter polls on its own clock: compare them once each shows the broker's final offsets
+    truth = watermarks(broker.bootstrap, topic, 9)
+    want = single.wait_metric(lambda m: commits(m, app) == 12 and len(partition_series(m, topic)) == 36
+                              and shows_offsets(m, topic, truth), 60, what="the single exporter's view")
 
-    got = [s.wait_metric(lambda m: len(partition_series(m, topic)) > 0, 60, what="a shard's partitions")
+    got = [s.wait_metric(lambda m: shows_offsets(m, topic, truth), 60, what="a shard's partitions")
            for s in shards]
     parts = [partition_series(m, topic) for m in got]
     for i, a in enumerate(parts):

@@ -13,13 +13,12 @@ positions then equal the broker's offsets.
 from __future__ import annotations
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 
 from tests.integration.conftest import cluster_config
 from txnwatch.devtools.broker import kafka_tool
 from txnwatch.devtools.hanging import make_hanging_transaction
 from txnwatch.devtools.net import wait_for
-from txnwatch.devtools.workload import create_topics
+from txnwatch.devtools.workload import create_topics, watermarks
 from txnwatch.producer import TransactionalProducer
 from txnwatch.spark_listener import attach, detach
 
@@ -36,19 +35,6 @@ def write_committed(bootstrap: str, topic: str, tid: str, per_partition: dict[in
         for i in range(n):
             p.produce(topic, value=f"{part}-{i}".encode(), partition=part)
     p.commit()
-
-
-def watermarks(bootstrap: str, topic: str, partitions: int) -> dict[int, tuple[int, int]]:
-    """partition -> (LSO, HWM) as a read_committed / read_uncommitted consumer sees them."""
-    out = {}
-    for iso in ("read_committed", "read_uncommitted"):
-        c = Consumer({"bootstrap.servers": bootstrap, "group.id": "wm", "isolation.level": iso})
-        try:
-            for p in range(partitions):
-                out.setdefault(p, []).append(c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1])
-        finally:
-            c.close()
-    return {p: (v[0], v[1]) for p, v in out.items()}
 
 
 def start(spark, bootstrap: str, topic: str, name: str, max_offsets: int | None = None):

@@ -665,7 +665,9 @@ def test_real_broker_restart_during_traffic_never_double_counts(own_broker, uniq
     topic = unique("tap-data")
     create_topics(b.bootstrap, [topic])
     app = app_name("restart")
-    p = txn_producer(b.bootstrap, f"{app}-1")
+    # the open transaction must outlive the outage (up to 30 + 90 + 90 s of waits below): with
+    # a 60 s timeout a slow restart let the coordinator abort it, which the tap rightly counted
+    p = txn_producer(b.bootstrap, f"{app}-1", timeout_ms=600_000)
     tap = taps(b.bootstrap)
     wait_until_following(tap)
     run(p, topic, commits=2, aborts=1)

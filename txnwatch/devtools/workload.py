@@ -6,6 +6,7 @@ import subprocess
 import sys
 from collections.abc import Iterable
 
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from .net import wait_for
@@ -33,6 +34,20 @@ def create_topics(bootstrap: str, topics: Iterable[str], partitions: int = 1,
         return all(t in md.topics and len(md.topics[t].partitions) >= partitions for t in wanted)
 
     wait_for(visible, timeout, what=f"topics {wanted} in metadata")
+
+
+
+def watermarks(bootstrap: str, topic: str, partitions: int) -> dict[int, tuple[int, int]]:
+    """partition -> (LSO, HWM) as a read_committed / read_uncommitted consumer sees them."""
+    out: dict[int, list[int]] = {}
+    for iso in ("read_committed", "read_uncommitted"):
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": "txnwatch-watermarks", "isolation.level": iso})
+        try:
+            for p in range(partitions):
+                out.setdefault(p, []).append(c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1])
+        finally:
+            c.close()
+    return {p: (v[0], v[1]) for p, v in out.items()}
 
 
 class ProducerProcess:
