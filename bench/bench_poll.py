@@ -4,8 +4,9 @@
 
 Starts its own broker (Apache Kafka where found, else Tansu), creates `--topics` topics sharing `--partitions`
 partitions, commits offsets for `--groups` consumer groups, then times
-  floor: ListOffsets in both isolation levels + list groups + each group's offsets,
-         issued bare with confluent-kafka (the same batched futures), and
+  floor: ListOffsets in both isolation levels + list groups (confluent-kafka, the same
+         batched futures) + the groups' offsets batched per coordinator (kafka-python's
+         list_group_offsets: FindCoordinator v4 + OffsetFetch v8), issued bare, and
   poll:  ClusterPoller.poll_once() (the same requests plus derivations and snapshot)
 in the same run, alternating, and prints medians and the ratio.
 """
@@ -46,9 +47,12 @@ def setup(bootstrap: str, topics: int, partitions: int, groups: int) -> list[str
     return names
 
 
-def floor_cycle(admin: AdminClient, topics: dict[str, int], timeout: float, chunk: int) -> float:
+def floor_cycle(admin: AdminClient, topics: dict[str, int], timeout: float, chunk: int,
+                group_admin=None) -> float:
     """The same requests as the poller, bare: metadata, ListOffsets in both isolation levels
-    (in calls of `chunk` partitions), list groups and each group's offsets."""
+    (in calls of `chunk` partitions), list groups and the groups' offsets: batched
+    (FindCoordinator v4 + OffsetFetch v8 per coordinator, through kafka-python's own
+    list_group_offsets) when `group_admin` is given, else one call per group (librdkafka)."""
     t0 = time.perf_counter()
     md = admin.list_topics(timeout=timeout)
     tps = [TopicPartition(t, p) for t, n in topics.items() for p in range(n)]
@@ -58,9 +62,12 @@ def floor_cycle(admin: AdminClient, topics: dict[str, int], timeout: float, chun
         for iso in (IsolationLevel.READ_UNCOMMITTED, IsolationLevel.READ_COMMITTED):
             futs += list(admin.list_offsets(part, isolation_level=iso, request_timeout=timeout).values())
     groups = admin.list_consumer_groups(request_timeout=timeout).result().valid
-    for g in groups:
-        futs += list(admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g.group_id)],
-                                                       request_timeout=timeout).values())
+    if group_admin is not None:
+        group_admin.list_group_offsets({g.group_id: None for g in groups})
+    else:
+        for g in groups:
+            futs += list(admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g.group_id)],
+                                                           request_timeout=timeout).values())
     for f in futs:
         f.result()
     del md
@@ -86,11 +93,13 @@ def main() -> None:
         topics = {n: len(md.topics[n].partitions) for n in names}
         poller.poll_once()          # warm-up: connections, capability probe, DescribeConfigs
         total = sum(topics.values())
-        floor_cycle(admin, topics, 60, OFFSETS_CHUNK)
+        from kafka.admin import KafkaAdminClient
+        group_admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=60_000)
+        floor_cycle(admin, topics, 60, OFFSETS_CHUNK, group_admin)
         polls, floors, single = [], [], []
         for _ in range(a.rounds):
-            floors.append(floor_cycle(admin, topics, 60, OFFSETS_CHUNK))
-            single.append(floor_cycle(admin, topics, 60, total))
+            floors.append(floor_cycle(admin, topics, 60, OFFSETS_CHUNK, group_admin))
+            single.append(floor_cycle(admin, topics, 60, total, group_admin))
             t = time.perf_counter()
             snap = poller.poll_once()
             polls.append(time.perf_counter() - t)
@@ -99,7 +108,7 @@ def main() -> None:
               f"{statistics.median(single) * 1000:.0f} ms (all: {[round(x * 1000) for x in single]})")
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(f"partitions polled: {len(snap.partitions)}, group-partitions: {len(snap.groups)}")
-        print(f"floor (bare confluent-kafka, same requests: ListOffsets in calls of {OFFSETS_CHUNK}) median: "
+        print(f"floor (bare, same requests: ListOffsets in calls of {OFFSETS_CHUNK}, batched OffsetFetch) median: "
               f"{fl * 1000:.0f} ms  (all: {[round(x * 1000) for x in floors]})")
         print(f"txnwatch poll_once       median: {po * 1000:.0f} ms  (all: {[round(x * 1000) for x in polls]})")
         print(f"ratio poll/floor: {po / fl:.2f}x")

@@ -11,6 +11,10 @@ Prints
 * churn: 5k / 50k / 500k ids created, committed and expired with a bounded live
   window -- retained memory must not grow with the number churned.
 
+With `--tracked 1000000`: the decode+apply rate with a million ids in the state.
+With `--rebuild 1000000`: only the tap's rebuild from a compacted log of a million ids
+through a real broker (one record per id, 50 partitions), timed and its RSS growth.
+
 With `--broker N`: also end to end through a real broker (Apache Kafka where found) on this machine --
 N records written to a stand-in for `__transaction_state` (a topic of the same record format), then a TransactionLogTap started
 and timed until it has applied them all (consume + decode + apply on the tap thread).
@@ -66,9 +70,22 @@ def build_records(n_records: int, n_ids: int) -> list[tuple[bytes, bytes]]:
     return recs[:n_records]
 
 
-def throughput(n_records: int, n_ids: int) -> dict:
+def track_ids(st: TxnLogState, n_ids: int) -> None:
+    """Fill `st` with `n_ids` ids, each after one committed transaction (Empty)."""
+    values = [decode_value(v) for _, v in history("x-1", 0, T0, v1=False)]
+    for i in range(n_ids):
+        tid = tid_of(i)
+        for val in values:
+            st.apply(tid, val, T0, T0, False)
+
+
+def throughput(n_records: int, n_ids: int, tracked: int = 0) -> dict:
+    """Records/s of decode + apply over `n_ids` active ids, with `tracked` ids (those
+    included) already in the state: a dict of a million entries costs cache misses."""
     recs = build_records(n_records, n_ids)
     st = TxnLogState(AppResolver())
+    if tracked:
+        track_ids(st, tracked)
     # warm the ids (creation path), then time the steady state
     for k, v in recs[: min(len(recs), n_ids * 4)]:
         st.apply(decode_key(k).transactional_id, decode_value(v), T0, T0, True)
@@ -82,7 +99,7 @@ def throughput(n_records: int, n_ids: int) -> dict:
         decode_key(k)
         decode_value(v)
     dec = time.perf_counter() - t0
-    return {"records": len(recs), "seconds": full, "rate": len(recs) / full,
+    return {"records": len(recs), "seconds": full, "rate": len(recs) / full, "tracked": len(st),
             "decode_rate": len(recs) / dec, "committed": sum(st.view().transactions.values())}
 
 
@@ -170,6 +187,55 @@ def end_to_end(n_records: int, n_ids: int, partitions: int = 3) -> dict:
     return {"records": applied, "seconds": secs, "rate": applied / secs}
 
 
+def rebuild(n_ids: int, partitions: int = 50) -> dict:
+    """The tap's rebuild from a compacted log: one record per id (its last state, as
+    compaction leaves it), over `partitions` partitions like __transaction_state; timed from
+    the tap's start until it has applied them all and is following."""
+    from confluent_kafka import Producer
+
+    from txnwatch.devtools.broker import make_broker
+    from txnwatch.devtools.workload import create_topics
+    from txnwatch.exporter.tap.source import TransactionLogTap
+
+    log_topic = "bench.transaction-log-compacted"
+    with make_broker() as b:
+        create_topics(b.bootstrap, [log_topic], partitions=partitions, config={"cleanup.policy": "compact"})
+        p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 50, "batch.num.messages": 10000,
+                      "compression.type": "lz4"})
+        t0 = time.perf_counter()
+        for i in range(n_ids):
+            tid = tid_of(i)
+            k, v = history(tid, i % 7, T0 + i, v1=bool(i % 2))[-1]    # CompleteCommit: the kept record
+            while True:
+                try:
+                    p.produce(log_topic, key=k, value=v, partition=i % partitions)
+                    break
+                except BufferError:
+                    p.poll(0.05)
+            if i % 10_000 == 0:
+                p.poll(0)
+        assert p.flush(120) == 0
+        written = time.perf_counter() - t0
+        gc.collect()
+        rss0 = rss_kb() or 0
+        tap = TransactionLogTap("bench", {"bootstrap.servers": b.bootstrap}, AppResolver(), 500,
+                                poll_timeout=0.2, view_interval=0.2, topic=log_topic)
+        t0 = time.perf_counter()
+        tap.start()
+        try:
+            deadline = t0 + 600
+            while tap.view().applied < n_ids and time.perf_counter() < deadline:
+                time.sleep(0.05)
+            secs = time.perf_counter() - t0
+            v = tap.view()
+            gc.collect()
+            rss1 = rss_kb() or 0
+        finally:
+            tap.stop()
+    return {"ids": n_ids, "applied": v.applied, "seconds": secs, "rate": v.applied / secs,
+            "written_s": written, "rss_delta_mb": (rss1 - rss0) / 1024}
+
+
 def rss_kb() -> int | None:
     try:
         for line in Path(f"/proc/{os.getpid()}/status").read_text().splitlines():
@@ -196,12 +262,23 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--ids", type=int, default=100_000)
     ap.add_argument("--broker", type=int, default=0, metavar="N",
                     help="also measure N records end to end through a local broker")
+    ap.add_argument("--tracked", type=int, default=0, metavar="N",
+                    help="time decode+apply with N ids already tracked (e.g. 1000000)")
+    ap.add_argument("--rebuild", type=int, default=0, metavar="IDS",
+                    help="only: time the tap's rebuild from a compacted log of IDS ids through a local broker")
     args = ap.parse_args(argv)
 
     print(f"machine: {cpu_model()}, {os.cpu_count()} CPUs; Python {platform.python_version()}")
-    r = throughput(args.records, min(args.ids, 20_000))
+    if args.rebuild:
+        e = rebuild(args.rebuild)
+        print(f"rebuild: {e['applied']:,} of {e['ids']:,} ids (one record each, 50 partitions, written in "
+              f"{e['written_s']:.1f} s) consumed, decoded and applied in {e['seconds']:.2f} s = "
+              f"{e['rate']:,.0f} records/s (tap start included); RSS grew {e['rss_delta_mb']:.0f} MB = "
+              f"{e['rss_delta_mb'] * 1048576 / e['ids']:.0f} B/id")
+        return
+    r = throughput(args.records, min(args.ids, 20_000), args.tracked)
     print(f"decode+apply: {r['records']:,} records in {r['seconds']:.2f} s = {r['rate']:,.0f} records/s "
-          f"(decode only {r['decode_rate']:,.0f} records/s)")
+          f"(decode only {r['decode_rate']:,.0f} records/s; {r['tracked']:,} ids tracked)")
 
     rss0 = rss_kb()
     m = memory_per_ids(args.ids, fallback_app)

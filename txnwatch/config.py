@@ -45,12 +45,24 @@ class NameFilter:
         return not any(p.fullmatch(name) for p in self.exclude)
 
 
+# Default minimum seconds between poll starts. A worker process polls back to back (bounded by
+# this and poll_duty_cycle) since serving no longer shares its interpreter; in-process polling
+# keeps the long interval, as a back-to-back poll there slows scrapes (docs/benchmarks.md).
+WORKER_POLL_INTERVAL = 1.0
+IN_PROCESS_POLL_INTERVAL = 15.0
+
+
 @dataclass(frozen=True)
 class ClusterConfig:
     name: str
     bootstrap_servers: str
-    poll_interval_seconds: float = 15.0
+    # None: chosen by the process model (parse_config): back to back (1 s) in a worker
+    # process, 15 s when polling shares the interpreter with serving
+    poll_interval_seconds: float | None = None
+    poll_duty_cycle: float = 0.5            # at most this share of wall time spent polling
     poll_timeout_seconds: float = 10.0
+    # KIP-994 (Kafka 3.8+): list only transactions open at least this long (0: all open ones)
+    open_transaction_min_age_seconds: float = 0.0
     client: Mapping[str, str] = field(default_factory=dict)
     topics: NameFilter = NameFilter(exclude=(re.compile(r"__.*"),))
     groups: NameFilter = NameFilter()
@@ -136,7 +148,8 @@ def redacted(props: Mapping[str, Any]) -> dict[str, str]:
 
 
 # ---------------------------------------------------------------- parsing helpers
-_CLUSTER_KEYS = {"name", "bootstrap_servers", "poll_interval_seconds", "poll_timeout_seconds", "client",
+_CLUSTER_KEYS = {"name", "bootstrap_servers", "poll_interval_seconds", "poll_duty_cycle", "poll_timeout_seconds",
+                 "open_transaction_min_age_seconds", "client",
                  "topics", "groups", "app_rules", "max_transactional_id_series", "granularity",
                  "transaction_log_tap", "hanging_threshold_seconds", "default_transaction_max_timeout_ms",
                  "default_transactional_id_expiration_ms", "describe_configs_every"}
@@ -260,6 +273,15 @@ class _Parser:
         for num in ("poll_interval_seconds", "poll_timeout_seconds", "hanging_threshold_seconds"):
             if v.get(num) is not None:
                 kw[num] = self.number(f"{key}.{num}", v[num])
+        if v.get("open_transaction_min_age_seconds") is not None:
+            kw["open_transaction_min_age_seconds"] = self.number(f"{key}.open_transaction_min_age_seconds",
+                                                                 v["open_transaction_min_age_seconds"], exclusive=False)
+        if v.get("poll_duty_cycle") is not None:
+            duty = self.number(f"{key}.poll_duty_cycle", v["poll_duty_cycle"])
+            if duty > 1:
+                raise self.err(f"{key}.poll_duty_cycle", f"is a share of wall time, at most 1 (got {duty}): "
+                                                         "0.5 lets polls take half the time")
+            kw["poll_duty_cycle"] = duty
         for num in ("max_transactional_id_series", "default_transaction_max_timeout_ms",
                     "default_transactional_id_expiration_ms", "describe_configs_every"):
             if num in v:
@@ -356,7 +378,11 @@ def parse_config(data: Any, source: str | None = None) -> Config:
     level = str(top.get("log_level", "INFO")).upper()
     if level not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
         raise p.err("log_level", f"must be DEBUG, INFO, WARNING or ERROR, got {level!r}")
-    return Config(clusters, p.http("http", top.get("http")), level, source)
+    http = p.http("http", top.get("http"))
+    default_interval = WORKER_POLL_INTERVAL if http.worker_processes else IN_PROCESS_POLL_INTERVAL
+    clusters = tuple(c if c.poll_interval_seconds is not None else replace(c, poll_interval_seconds=default_interval)
+                     for c in clusters)
+    return Config(clusters, http, level, source)
 
 
 def load_file(path: str | os.PathLike) -> Config:

@@ -3,7 +3,7 @@ import sys
 
 import pytest
 
-from txnwatch.config import ConfigError, load_config, redacted
+from txnwatch.config import ConfigError, load_config, parse_config, redacted
 
 
 def write(tmp_path, text, name="txnwatch.yaml"):
@@ -41,11 +41,24 @@ clusters:
     assert [(c.name, c.bootstrap_servers) for c in cfg.clusters] == [("a", "a:1"), ("b", "b:1,b:2"), ("c", "c:1")]
 
 
+def test_the_default_poll_interval_follows_the_process_model():
+    """1 s (back to back) when a worker process polls; 15 s when polling shares the
+    interpreter with serving; a configured value wins either way."""
+    def interval(http: dict, cluster: dict | None = None) -> float:
+        cfg = parse_config({"http": http, "clusters": [{"name": "a", "bootstrap_servers": "x", **(cluster or {})}]})
+        return cfg.clusters[0].poll_interval_seconds
+
+    assert interval({}) == 1.0
+    assert interval({"worker_processes": False}) == 15.0
+    assert interval({"worker_processes": False}, {"poll_interval_seconds": 2}) == 2.0
+    assert interval({}, {"poll_interval_seconds": 30}) == 30.0
+
+
 def test_defaults():
     cfg = load_config({"bootstrap_servers": "x:1"}, env={})
     c = cfg.clusters[0]
-    assert (c.name, c.poll_interval_seconds, c.max_transactional_id_series, c.granularity) == \
-        ("default", 15.0, 500, "partition")
+    assert (c.name, c.poll_interval_seconds, c.poll_duty_cycle, c.max_transactional_id_series, c.granularity) == \
+        ("default", 1.0, 0.5, 500, "partition")    # a worker process polls back to back
     assert cfg.http.port == 10129
     assert not c.topics("__consumer_offsets") and c.topics("orders")
 
@@ -119,7 +132,8 @@ clusters:
 
 CLUSTER_BAD_VALUES = {
     "name": [None, "", 5], "bootstrap_servers": [None, ""], "poll_interval_seconds": ["x", 0, -1, [1]],
-    "poll_timeout_seconds": ["x", 0], "client": ["x", [1], {"a": {"b": 1}}, {"a": None}],
+    "poll_duty_cycle": ["x", 0, -0.5, 1.5], "poll_timeout_seconds": ["x", 0],
+    "open_transaction_min_age_seconds": ["x", -1], "client": ["x", [1], {"a": {"b": 1}}, {"a": None}],
     "topics": ["x", {"include": "["}, {"only": []}], "groups": [5, {"exclude": [")"]}],
     "app_rules": ["x", [{"match": "a"}], [{"match": "(", "app": "x"}], [5]],
     "max_transactional_id_series": ["many", 0, 1.5], "granularity": ["broker", 3],

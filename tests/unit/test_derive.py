@@ -109,9 +109,22 @@ def test_config_findings():
                           ("warning", "lso_stalled"), ("warning", "group_blocked")}
 
 
-def test_ended_since_names_ids_that_closed_and_are_still_known():
-    assert derive.ended_since({"a", "b", "c"}, now_open={"a"}, listed={"a", "b", "d"}) == {"b"}
-    assert derive.ended_since(set(), now_open={"a"}, listed={"a"}) == set()
+def test_ended_since_names_ids_that_closed():
+    assert derive.ended_since({"a", "b", "c"}, now_open={"a"}) == {"b", "c"}
+    assert derive.ended_since(set(), now_open={"a"}) == set()
+
+
+def test_remember_epochs_keeps_the_most_recently_described():
+    def d(tid, pid, epoch):
+        return derive.TxnDescription(tid, "Ongoing", pid, epoch, 60000, 0, frozenset())
+
+    epochs: dict = {}
+    derive.remember_epochs(epochs, [d("a", 1, 0), d("b", 2, 0), d("c", 3, 0)], limit=3)
+    derive.remember_epochs(epochs, [d("a", 1, 1)], limit=3)     # a: described again, now newest
+    derive.remember_epochs(epochs, [d("d", 4, 0)], limit=3)     # b, the least recent, goes
+    assert epochs == {"c": (3, 0), "a": (1, 1), "d": (4, 0)}
+    assert list(epochs) == ["c", "a", "d"]
+    assert derive.epoch_bumps({"a": (1, 0)}, [d("a", 1, 1), d("b", 2, 0)]) == ["a"]
 
 
 def test_a_hanging_finding_gives_the_abort_command():

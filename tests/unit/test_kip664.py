@@ -12,8 +12,10 @@ from kafka.structs import TopicPartition
 from txnwatch.apps import AppResolver
 from txnwatch.exporter import derive
 from txnwatch.exporter.kip664 import (
+    TransactionAPI,
     capabilities_from_api_versions,
     descriptions_from_response,
+    duration_filter_supported,
     kafka_python_config,
     listings_from_response,
     producers_from_response,
@@ -108,3 +110,50 @@ def test_kip664_client_refuses_settings_it_cannot_use():
     assert err.value.cause == "kip664_config"
     assert "ssl.keystore.location: give the client certificate and key as PEM files" in str(err.value)
     assert "pw-1234" not in str(err.value)
+
+
+class FakeAdmin:
+    """Records the calls TransactionAPI makes; answers with kafka-python's result shapes."""
+
+    def __init__(self, unknown: set[str] = frozenset()) -> None:
+        self.calls: list[tuple] = []
+        self.unknown = unknown
+
+    def list_transactions(self, **kwargs):
+        self.calls.append(("list", kwargs))
+        return {1: [TransactionListing("a", 1, TransactionState.ONGOING)]}
+
+    def describe_transactions(self, ids):
+        from kafka.errors import TransactionalIdNotFoundError
+        self.calls.append(("describe", list(ids)))
+        if self.unknown & set(ids):
+            raise TransactionalIdNotFoundError(sorted(self.unknown & set(ids))[0])
+        return {t: TransactionDescription(1, TransactionState.ONGOING, 1, 0, 60_000, 0, set()) for t in ids}
+
+
+def api_with(admin: FakeAdmin, duration_filter: bool = False) -> TransactionAPI:
+    api = TransactionAPI({}, 5)
+    api._admin = admin
+    api.duration_filter = duration_filter
+    return api
+
+
+def test_open_states_are_filtered_by_the_coordinator_and_kip994_only_when_the_broker_has_it():
+    admin = FakeAdmin()
+    api_with(admin).list_transactions(derive.OPEN_STATES, min_duration_ms=5000)        # Kafka < 3.8
+    api_with(admin, duration_filter=True).list_transactions(derive.OPEN_STATES, min_duration_ms=5000)
+    api_with(admin, duration_filter=True).list_transactions(derive.OPEN_STATES)         # 0: no filter
+    states = sorted(derive.OPEN_STATES)
+    assert [kw for _, kw in admin.calls] == [{"state_filters": states},
+                                             {"state_filters": states, "duration_filter_ms": 5000},
+                                             {"state_filters": states}]
+    assert duration_filter_supported({66: (0, 1)}) and not duration_filter_supported({66: (0, 0)})
+    assert not duration_filter_supported({0: (0, 9)})
+
+
+def test_an_id_expired_since_it_was_listed_is_left_out_not_fatal():
+    admin = FakeAdmin(unknown={"gone"})
+    out = api_with(admin).describe_transactions(["a", "gone", "b"])
+    assert sorted(out) == ["a", "b"]
+    assert admin.calls[0] == ("describe", ["a", "gone", "b"])          # one request, then one by one
+    assert [c for c in admin.calls[1:]] == [("describe", ["a"]), ("describe", ["gone"]), ("describe", ["b"])]

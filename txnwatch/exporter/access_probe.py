@@ -20,6 +20,9 @@ from .model import Finding
 log = logging.getLogger(__name__)
 
 PROBE_IDS = 3   # DescribeTransactions per poll on tap-known ids ListTransactions left out
+# ListTransactions asks for open transactions only, so idle ids the tap knows are never
+# listed: one found describable is probed again only after this many polls.
+ALLOWED_RECHECK_POLLS = 100
 
 
 class AccessProbe:
@@ -37,15 +40,22 @@ class AccessProbe:
         self._kip664 = access.Evidence()
         self._tap_readable: bool | None = None
         self._cluster_configs_denied = False
+        self._observed = 0
+        self._allowed: dict[str, int] = {}   # id -> observation at which DescribeTransactions allowed it
 
     def observe_kip664(self, listings: list[TxnListing], producers: list[ActiveProducer]) -> None:
         """After the poller's ListTransactions and DescribeProducers of this poll."""
         listed = {t.transactional_id for t in listings}
         denied: list[str] = []
+        self._observed += 1
         if self.tap is not None:
             view = self.tap.view()
             known = [t.transactional_id for t in view.open_txns] + [k[0] for k in view.idle.kept]
-            denied = self.txn_api.denied_ids(access.ids_to_probe(known, listed, PROBE_IDS))
+            fresh = self._observed - ALLOWED_RECHECK_POLLS
+            self._allowed = {t: n for t, n in self._allowed.items() if n > fresh}
+            probe = access.ids_to_probe(known, listed | self._allowed.keys(), PROBE_IDS)
+            denied = self.txn_api.denied_ids(probe)
+            self._allowed.update((t, self._observed) for t in probe if t not in denied)
         unlisted = access.unlisted_open_producers(producers, (t.producer_id for t in listings))
         if unlisted and not listed:
             # an open transaction may have begun after the listing: ask again for just these

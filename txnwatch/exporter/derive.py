@@ -4,6 +4,7 @@ epoch bumps and config risks. No I/O; time is always an argument."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -184,10 +185,21 @@ def hanging_threshold_seconds(facts: ClusterFacts, configured: float | None, def
     return (max_ms + LATE_TRANSACTION_SLACK_MS) / 1000
 
 
-def ended_since(previously_open: Iterable[str], now_open: set[str], listed: set[str]) -> set[str]:
-    """Transactional ids open at the last poll that are not open now but still known to the
-    coordinator: described once more to see how their transaction ended."""
-    return {tid for tid in previously_open if tid not in now_open and tid in listed}
+def ended_since(previously_open: Iterable[str], now_open: set[str]) -> set[str]:
+    """Transactional ids open at the last poll that are not open now: described once more
+    to see how their transaction ended (an id expired since is simply not described)."""
+    return {tid for tid in previously_open if tid not in now_open}
+
+
+def remember_epochs(epochs: dict[str, tuple[int, int]], described: Iterable[TxnDescription], limit: int) -> None:
+    """Keep the (producer id, epoch) each id was last described with, for epoch_bumps, at most
+    `limit` ids: the least recently described are forgotten first (an id idle that long
+    is next compared from its next description)."""
+    for d in described:
+        epochs.pop(d.transactional_id, None)    # re-inserted last: dicts keep insertion order
+        epochs[d.transactional_id] = (d.producer_id, d.producer_epoch)
+    for tid in list(itertools.islice(epochs, max(0, len(epochs) - limit))):
+        del epochs[tid]
 
 
 def epoch_bumps(previous: Mapping[str, tuple[int, int]], current: Iterable[TxnDescription]) -> list[str]:

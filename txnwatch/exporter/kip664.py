@@ -119,6 +119,15 @@ def capabilities_from_api_versions(api_versions: Mapping[int, object]) -> dict[s
     return {name: key in keys for name, key in API_KEYS.items()}
 
 
+def duration_filter_supported(api_versions: Mapping[int, object]) -> bool:
+    """ListTransactions v1 (KIP-994, Kafka 3.8+) takes a duration filter."""
+    for k, v in api_versions.items():
+        if int(k) == API_KEYS["list_transactions"]:
+            top = v[-1] if isinstance(v, (tuple, list)) else getattr(v, "max_version", 0)
+            return int(top) >= 1
+    return False
+
+
 def listings_from_response(by_broker: Mapping[int, Iterable]) -> list[TxnListing]:
     out = {}
     for txns in by_broker.values():
@@ -157,6 +166,7 @@ class TransactionAPI:
         self._admin = None
         self.capabilities: dict[str, bool] | None = None
         self.denied_topics: tuple[str, ...] = ()   # DescribeProducers refused (last call)
+        self.duration_filter = False               # ListTransactions v1 (KIP-994), from detect()
 
     def _client(self):
         if self._admin is None:
@@ -179,19 +189,45 @@ class TransactionAPI:
 
     def detect(self) -> dict[str, bool]:
         """Ask the broker which APIs it has (ApiVersions) and remember the answer."""
-        self.capabilities = capabilities_from_api_versions(self._client().api_versions())
+        versions = self._client().api_versions()
+        self.capabilities = capabilities_from_api_versions(versions)
+        self.duration_filter = duration_filter_supported(versions)
         return self.capabilities
 
     @property
     def available(self) -> bool:
         return bool(self.capabilities) and all(self.capabilities.values())
 
-    def list_transactions(self) -> list[TxnListing]:
-        return listings_from_response(self._call("list_transactions"))
+    def list_transactions(self, states: Iterable[str] | None = None,
+                          min_duration_ms: int = 0) -> list[TxnListing]:
+        """Transactions in `states` (all when None), the coordinators filtering them; with
+        `min_duration_ms` and a broker that has KIP-994, only those open longer than that
+        (an older broker lists them all: the caller's describe step sees their ages)."""
+        kwargs: dict = {"state_filters": sorted(states)} if states else {}
+        if min_duration_ms > 0 and self.duration_filter:
+            kwargs["duration_filter_ms"] = int(min_duration_ms)
+        return listings_from_response(self._call("list_transactions", **kwargs))
 
     def describe_transactions(self, ids: Iterable[str]) -> dict[str, TxnDescription]:
+        """Descriptions of `ids`; ids the coordinator no longer knows (expired since they
+        were listed) are left out instead of failing the whole request."""
+        from kafka.errors import TransactionalIdNotFoundError
         ids = list(ids)
-        return descriptions_from_response(self._call("describe_transactions", ids)) if ids else {}
+        if not ids:
+            return {}
+        try:
+            return descriptions_from_response(self._call("describe_transactions", ids,
+                                                         keep=(TransactionalIdNotFoundError,)))
+        except TransactionalIdNotFoundError:
+            # kafka-python raises for the first unknown id of a request: ask one by one (rare)
+            out: dict[str, TxnDescription] = {}
+            for tid in ids:
+                try:
+                    out.update(descriptions_from_response(self._call("describe_transactions", [tid],
+                                                                     keep=(TransactionalIdNotFoundError,))))
+                except TransactionalIdNotFoundError:
+                    continue
+            return out
 
     def pids_to_ids(self, pids: Iterable[int]) -> dict[int, str]:
         pids = sorted(set(pids))

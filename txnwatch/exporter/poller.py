@@ -11,7 +11,7 @@ from collections.abc import Callable
 from types import MappingProxyType
 
 from ..apps import AppResolver
-from ..config import ClusterConfig
+from ..config import IN_PROCESS_POLL_INTERVAL, ClusterConfig
 from ..sharding import WHOLE, ClusterShare
 from . import derive
 from .access_probe import AccessProbe
@@ -19,10 +19,12 @@ from .health import HealthTracker
 from .kafka_io import KafkaIO, PollError, classify, one_line
 from .kip664 import TransactionAPI
 from .model import ClusterFacts, ClusterSnapshot
+from .schedule import wait_before_next_poll
 
 log = logging.getLogger(__name__)
 
 CAPABILITY_RECHECK_POLLS = 40
+PREV_EPOCHS_LIMIT = 100_000   # ids whose last (producer id, epoch) the poller keeps for epoch bumps
 
 
 class ClusterPoller:
@@ -139,23 +141,22 @@ class ClusterPoller:
             return None, [], "lso_stall"
         now_ms = int(now * 1000)
         try:
-            listings = self.txn_api.list_transactions()
+            # Open transactions only, filtered by the coordinators: the cost of a poll does not
+            # grow with idle transactional ids (a Streams estate has hundreds of thousands).
+            listings = self.txn_api.list_transactions(
+                derive.OPEN_STATES, int(self.cfg.open_transaction_min_age_seconds * 1000))
             if self.split.sharded:   # this replica's apps only: per-app series from one replica
                 listings = [t for t in listings if self.split.owns_key(self.resolver(t.transactional_id))]
-            listed = {t.transactional_id for t in listings}
             open_ids = {t.transactional_id for t in listings if t.state in derive.OPEN_STATES}
             # Ids open at the last poll and ended since are described once more: a transaction
             # ended by a fence or the coordinator's timeout shows as an epoch bump only then.
-            ended = derive.ended_since(self._prev_open, open_ids, listed)
+            ended = derive.ended_since(self._prev_open, open_ids)
             descriptions = self.txn_api.describe_transactions(sorted(open_ids | ended))
             open_txns = derive.open_transactions(descriptions.values(), self.resolver, now_ms)
             for tid in derive.epoch_bumps(self._prev_epochs, descriptions.values()):
                 app = self.resolver(tid)
                 self._epoch_bumps[app] = self._epoch_bumps.get(app, 0) + 1
-            # remembered while listed (an id the coordinator expired is forgotten)
-            self._prev_epochs = {tid: e for tid, e in self._prev_epochs.items() if tid in listed}
-            self._prev_epochs.update({d.transactional_id: (d.producer_id, d.producer_epoch)
-                                      for d in descriptions.values()})
+            derive.remember_epochs(self._prev_epochs, descriptions.values(), PREV_EPOCHS_LIMIT)
             self._prev_open = open_ids
             # Only partitions with LSO < HWM can hold a hanging transaction.
             stalled = sorted(tp for tp, s in partitions.items() if s.stalled_since is not None)
@@ -229,10 +230,11 @@ class ClusterPoller:
             log.debug("unexpected poll error", exc_info=exc)
 
     def _loop(self) -> None:
+        interval = self.cfg.poll_interval_seconds or IN_PROCESS_POLL_INTERVAL
         while not self._stop.is_set():
             started = time.monotonic()
             self.run_cycle()
-            self._stop.wait(max(0.0, self.cfg.poll_interval_seconds - (time.monotonic() - started)))
+            self._stop.wait(wait_before_next_poll(interval, self.cfg.poll_duty_cycle, time.monotonic() - started))
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name=f"poller-{self.cfg.name}", daemon=True)

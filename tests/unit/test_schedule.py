@@ -1,0 +1,22 @@
+"""The poll schedule: back to back, bounded by the minimum interval and the duty cycle."""
+
+import pytest
+
+from txnwatch.exporter.schedule import poll_period, wait_before_next_poll
+
+
+@pytest.mark.parametrize(("min_interval", "duty", "duration", "period"), [
+    (1.0, 0.5, 0.1, 1.0),     # a small cluster: every min_interval
+    (1.0, 0.5, 0.5, 1.0),     # exactly at the duty cycle
+    (1.0, 0.5, 2.0, 4.0),     # a 2 s poll: half the time polling, not all of it
+    (15.0, 0.5, 2.0, 15.0),   # a long interval wins over the duty cycle
+    (0.1, 1.0, 0.4, 0.4),     # duty 1: truly back to back
+])
+def test_poll_period(min_interval, duty, duration, period):
+    assert poll_period(min_interval, duty, duration) == pytest.approx(period)
+    assert wait_before_next_poll(min_interval, duty, duration) == pytest.approx(period - duration)
+
+
+def test_a_poll_longer_than_the_interval_starts_the_next_at_once_only_at_duty_1():
+    assert wait_before_next_poll(1.0, 1.0, 3.0) == 0.0
+    assert wait_before_next_poll(1.0, 0.25, 3.0) == pytest.approx(9.0)
