@@ -4,6 +4,8 @@ undecodable records and truncated logs."""
 
 from __future__ import annotations
 
+import threading
+import time
 from types import SimpleNamespace
 
 from confluent_kafka import KafkaError
@@ -362,6 +364,54 @@ def test_a_client_that_lost_the_cluster_is_replaced_at_the_tap_positions(monkeyp
         cluster_up.set()
         _wait(lambda: len(made) == 2 and not tap._lost_cluster)
         assert made[0].closed and made[1].assigned_at == [(0, 3)]
+    finally:
+        tap.stop()
+
+
+def test_a_client_stuck_without_the_cluster_is_replaced_even_without_all_brokers_down(monkeypatch):
+    """Seen on a real broker restart: librdkafka reported no ALL_BROKERS_DOWN, and its
+    metadata requests kept failing at the transport for a minute while the broker was up.
+    A request of the tap's own failing at the transport marks the client lost; one that
+    still does not answer after RENEW_LOST_CLIENT_AFTER is replaced at the tap's positions."""
+    import confluent_kafka
+
+    from txnwatch.exporter.tap import source
+
+    monkeypatch.setattr(source, "RENEW_LOST_CLIENT_AFTER", 0.3)
+    made = []
+    stuck = threading.Event()
+
+    class Client(FakeConsumer):
+        def __init__(self, config):
+            super().__init__(partitions=[0], highs={0: 0})
+            self.assigned_at: list[tuple[int, int]] = []
+            self.batches = [commit(0, 0, "l-1")] if not made else []
+            made.append(self)
+
+        def list_topics(self, topic=None, timeout=None):
+            if self is made[0] and stuck.is_set():
+                raise confluent_kafka.KafkaException(
+                    confluent_kafka.KafkaError(confluent_kafka.KafkaError._TRANSPORT))
+            return super().list_topics(topic, timeout)
+
+        def incremental_assign(self, tps):
+            super().incremental_assign(tps)
+            self.assigned_at.extend((tp.partition, tp.offset) for tp in tps)
+
+        def consume(self, n, timeout):
+            time.sleep(0.01)
+            return self.batches.pop(0) if self.batches else []
+
+    monkeypatch.setattr(confluent_kafka, "Consumer", Client)
+    tap = TransactionLogTap("c1", {"bootstrap.servers": "unused:9092"}, AppResolver(), cap=10,
+                            poll_timeout=0.01, view_interval=0.01, metadata_interval=0.05)
+    tap.start()
+    try:
+        _wait(lambda: tap._next.get(0) == 3)
+        stuck.set()
+        _wait(lambda: len(made) == 2)
+        assert made[1].assigned_at == [(0, 3)]
+        _wait(lambda: tap.health().up and not tap._lost_cluster)
     finally:
         tap.stop()
 

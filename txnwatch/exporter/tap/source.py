@@ -55,6 +55,9 @@ log = logging.getLogger(__name__)
 TOPIC = "__transaction_state"
 SOURCE = "tap"
 LIBRDKAFKA_LOGGER = "txnwatch.librdkafka"
+# A request of ours failing with one of these means the client has lost the cluster
+LOST_CLUSTER_CAUSES = frozenset({"transport", "all_brokers_down", "timed_out"})
+RENEW_LOST_CLIENT_AFTER = 10.0   # seconds without an answer before the client is replaced anyway
 
 
 class TransactionLogTap:
@@ -108,7 +111,10 @@ class TransactionLogTap:
         # partitions whose last fetch was refused (ACLs): librdkafka reports it once and then
         # fetches nothing, so the tap is down until a record or the end of the log arrives
         self._denied: set[int] = set()
-        self._lost_cluster = False   # all brokers down: replace the client once they answer
+        # the client lost the cluster (all brokers down, or a request of ours failed at the
+        # transport): replace it once the cluster answers, or after RENEW_LOST_CLIENT_AFTER
+        self._lost_cluster = False
+        self._lost_since = 0.0
         self._stale_client = False   # a partition is not the one the client knew: replace it
         # partitions whose log ended before our position (or out of range), since when
         self._short: dict[int, float] = {}
@@ -183,7 +189,7 @@ class TransactionLogTap:
         if name in ("all_brokers_down", "transport", "resolve", "timed_out", "auth", "tls"):
             self._down = True
         if name == "all_brokers_down":
-            self._lost_cluster = True
+            self._mark_lost()
         self._health.failure(name, message)
 
     def _log_once(self, key: str, msg: str, *args) -> None:
@@ -207,12 +213,16 @@ class TransactionLogTap:
                         consumer = self._new_consumer(Consumer)
                     now = time.monotonic()
                     if self._lost_cluster and now >= next_probe:
-                        # the client lost every broker: look for the cluster every second and,
-                        # once it answers, resume with a new client at our own positions
+                        # the client lost the cluster: look for it every second and, once it
+                        # answers, resume with a new client at our own positions. A client that
+                        # cannot reach a cluster back after a restart (seen with librdkafka 2.x,
+                        # no ALL_BROKERS_DOWN, metadata failing for a minute) is replaced anyway.
                         next_probe = now + 1.0
-                        if self._cluster_answers(consumer):
-                            log.info("tap[%s]: the cluster answers again; resuming %s with a new client "
-                                     "at the tap's own positions", self.cluster, self.topic)
+                        answers = self._cluster_answers(consumer)
+                        if answers or now - self._lost_since >= RENEW_LOST_CLIENT_AFTER:
+                            log.info("tap[%s]: %s; resuming %s with a new client at the tap's own positions",
+                                     self.cluster, "the cluster answers again" if answers else
+                                     f"no answer for {now - self._lost_since:.0f} s", self.topic)
                             self._close(consumer)
                             consumer = None
                             consumer = self._new_consumer(Consumer)
@@ -262,6 +272,8 @@ class TransactionLogTap:
                             pass
                     if self._poll_error not in ("auth", "tls"):
                         self._health.failure(cause, f"{type(exc).__name__}: {exc}")
+                    if cause in LOST_CLUSTER_CAUSES:
+                        self._mark_lost()
                     self._log_once(f"exc:{cause}", "%s (retrying; further occurrences are counted only)",
                                    exc)
                     if consumer is not None and (failures >= 5 or _fatal(exc)):
@@ -275,6 +287,10 @@ class TransactionLogTap:
             self._publish(consumer)
             if consumer is not None:
                 self._close(consumer)
+
+    def _mark_lost(self) -> None:
+        if not self._lost_cluster:
+            self._lost_cluster, self._lost_since = True, time.monotonic()
 
     def _new_consumer(self, factory):
         consumer = factory(self._consumer_config())
