@@ -19,9 +19,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from bench_scrape import PROMETHEUS_HEADERS, setup
+from bench_scrape import PROMETHEUS_HEADERS, broker_for, setup
 
-from txnwatch.devtools.broker import make_broker
 from txnwatch.devtools.exporter_proc import ExporterProcess
 
 
@@ -47,7 +46,7 @@ def rss_mb(pid: int) -> float:
 
 
 def measure(partitions: int, groups: int) -> dict:
-    with make_broker() as broker:
+    with broker_for(partitions) as broker:
         t0 = time.perf_counter()
         setup(broker.bootstrap, partitions, groups)
         setup_s = time.perf_counter() - t0

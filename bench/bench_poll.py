@@ -19,11 +19,11 @@ import resource
 import statistics
 import time
 
+from bench_scrape import broker_for  # bench/ is on sys.path when run as a script
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, IsolationLevel, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from txnwatch.config import load_config
-from txnwatch.devtools.broker import make_broker
 from txnwatch.exporter.kafka_io import OFFSETS_CHUNK
 from txnwatch.exporter.poller import ClusterPoller
 
@@ -34,7 +34,7 @@ def setup(bootstrap: str, topics: int, partitions: int, groups: int) -> list[str
     names = [f"bench-{i:04d}" for i in range(topics)]
     for i in range(0, len(names), 50):
         for f in admin.create_topics([NewTopic(n, per, 1) for n in names[i:i + 50]],
-                                     operation_timeout=60).values():
+                                     operation_timeout=300, request_timeout=300).values():
             f.result()
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-setup", "enable.auto.commit": False})
     for g in range(groups):
@@ -81,7 +81,7 @@ def main() -> None:
     ap.add_argument("--groups", type=int, default=500)
     ap.add_argument("--rounds", type=int, default=5)
     a = ap.parse_args()
-    with make_broker() as broker:
+    with broker_for(a.partitions) as broker:
         t0 = time.perf_counter()
         names = setup(broker.bootstrap, a.topics, a.partitions, a.groups)
         print(f"setup: {a.topics} topics / {a.partitions} partitions / {a.groups} groups in "

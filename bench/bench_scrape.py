@@ -13,6 +13,7 @@ runs `txnwatch serve` (a child process) polling every 2 s, then:
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import threading
 import time
@@ -21,10 +22,26 @@ import urllib.request
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from txnwatch.devtools.broker import make_broker
+from txnwatch.devtools.broker import KafkaCluster, broker_kind, make_broker
 from txnwatch.devtools.exporter_proc import ExporterProcess
 from txnwatch.devtools.net import free_port
 from txnwatch.devtools.proxy import KafkaProxy
+
+# A Kafka node keeps a file open per partition (its active segment): with this machine's
+# hard RLIMIT_NOFILE of 20,000 (not raisable in the container), one node holds ~15,000.
+PARTITIONS_PER_NODE = 15_000
+
+
+def broker_for(partitions: int):
+    """A not yet started broker for `partitions` partitions: one Kafka node up to
+    PARTITIONS_PER_NODE, else a KRaft cluster of enough nodes (topics with RF 1)."""
+    nodes = math.ceil(partitions / PARTITIONS_PER_NODE)
+    if nodes <= 1 or broker_kind() != "kafka":
+        return make_broker()
+    return KafkaCluster(nodes, heap="1g", properties={"default.replication.factor": 1,
+                                                      "offsets.topic.replication.factor": 1,
+                                                      "transaction.state.log.replication.factor": 1,
+                                                      "transaction.state.log.min.isr": 1})
 
 
 def create_partitions(bootstrap: str, partitions: int, prefix: str, per_topic: int = 100) -> list[str]:
@@ -33,7 +50,7 @@ def create_partitions(bootstrap: str, partitions: int, prefix: str, per_topic: i
     names = [f"{prefix}-{i:05d}" for i in range(max(partitions // per_topic, 1))]
     for i in range(0, len(names), 50):
         for f in admin.create_topics([NewTopic(n, per_topic, 1) for n in names[i:i + 50]],
-                                     operation_timeout=120).values():
+                                     operation_timeout=300, request_timeout=300).values():
             f.result()
     return names
 

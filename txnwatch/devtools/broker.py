@@ -407,7 +407,8 @@ class KafkaCluster:
     kind = "kafka"
 
     def __init__(self, size: int = 3, workdir: str | os.PathLike | None = None,
-                 properties: Mapping[str, object] | None = None, host: str = "127.0.0.1") -> None:
+                 properties: Mapping[str, object] | None = None, host: str = "127.0.0.1",
+                 heap: str = "512m") -> None:
         install = require_kafka()
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="txnwatch-kafka-cluster-"))
         rf = min(3, size)
@@ -416,10 +417,10 @@ class KafkaCluster:
                  **(properties or {})}
         cid = _cluster_id()
         first = KafkaBroker(host=host, workdir=self.workdir / "node-1", properties=props, node_id=1,
-                            cluster_id=cid, install=install)
+                            cluster_id=cid, install=install, heap=heap)
         self.nodes = [first] + [
             KafkaBroker(host=host, workdir=self.workdir / f"node-{i}", properties=props, node_id=i,
-                        roles="broker", controller=first.controller, cluster_id=cid, install=install)
+                        roles="broker", controller=first.controller, cluster_id=cid, install=install, heap=heap)
             for i in range(2, size + 1)]
 
     @property
