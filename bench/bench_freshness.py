@@ -21,19 +21,11 @@ import statistics
 import threading
 import time
 
-from bench_scrape import create_partitions  # bench/ is on sys.path when run as a script
-from confluent_kafka import Consumer, Producer, TopicPartition
+from bench_scrape import commit_groups, create_partitions  # bench/ is on sys.path when run as a script
+from confluent_kafka import Producer
 
 from txnwatch.devtools.broker import make_broker
 from txnwatch.devtools.exporter_proc import ExporterProcess
-
-
-def commit_groups(bootstrap: str, topics: list[str], groups: int, prefix: str) -> None:
-    for g in range(groups):
-        c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{prefix}-group-{g:04d}",
-                      "enable.auto.commit": False})
-        c.commit(offsets=[TopicPartition(topics[g % len(topics)], p, 0) for p in range(20)], asynchronous=False)
-        c.close()
 
 
 def transactions(bootstrap: str, topics: list[str], n: int, stop: threading.Event) -> list[threading.Thread]:

@@ -19,8 +19,8 @@ import resource
 import statistics
 import time
 
-from bench_scrape import broker_for  # bench/ is on sys.path when run as a script
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, IsolationLevel, TopicPartition
+from bench_scrape import broker_for, commit_groups  # bench/ is on sys.path when run as a script
+from confluent_kafka import ConsumerGroupTopicPartitions, IsolationLevel, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from txnwatch.config import load_config
@@ -36,14 +36,7 @@ def setup(bootstrap: str, topics: int, partitions: int, groups: int) -> list[str
         for f in admin.create_topics([NewTopic(n, per, 1) for n in names[i:i + 50]],
                                      operation_timeout=300, request_timeout=300).values():
             f.result()
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-setup", "enable.auto.commit": False})
-    for g in range(groups):
-        c2 = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-group-{g:04d}",
-                       "enable.auto.commit": False})
-        t = names[g % len(names)]
-        c2.commit(offsets=[TopicPartition(t, p, 0) for p in range(min(per, 20))], asynchronous=False)
-        c2.close()
-    c.close()
+    commit_groups(bootstrap, names, groups, "bench")   # 20 partitions each
     return names
 
 
@@ -80,6 +73,7 @@ def main() -> None:
     ap.add_argument("--topics", type=int, default=100)
     ap.add_argument("--groups", type=int, default=500)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--profile", action="store_true", help="then profile one poll (cProfile, own time)")
     a = ap.parse_args()
     with broker_for(a.partitions) as broker:
         t0 = time.perf_counter()
@@ -114,6 +108,16 @@ def main() -> None:
         print(f"ratio poll/floor: {po / fl:.2f}x")
         print(f"bench process max RSS: {rss:.0f} MB; machine: {platform.machine()}, "
               f"{platform.processor() or 'cpu'}, python {platform.python_version()}")
+        if a.profile:
+            import cProfile
+            import pstats
+
+            prof = cProfile.Profile()
+            t = time.perf_counter()
+            prof.runcall(poller.poll_once)
+            print(f"profiled poll: {(time.perf_counter() - t) * 1000:.0f} ms wall (under cProfile); "
+                  "top functions by own time:")
+            pstats.Stats(prof).sort_stats("tottime").print_stats(12)
 
 
 if __name__ == "__main__":

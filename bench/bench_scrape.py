@@ -19,12 +19,12 @@ import threading
 import time
 import urllib.request
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from txnwatch.devtools.broker import KafkaCluster, broker_kind, make_broker
 from txnwatch.devtools.exporter_proc import ExporterProcess
-from txnwatch.devtools.net import free_port
+from txnwatch.devtools.net import free_port, wait_for
 from txnwatch.devtools.proxy import KafkaProxy
 
 # A Kafka node keeps a file open per partition (its active segment): with this machine's
@@ -57,10 +57,29 @@ def create_partitions(bootstrap: str, partitions: int, prefix: str, per_topic: i
 
 def setup(bootstrap: str, partitions: int, groups: int, per_topic: int = 100) -> None:
     names = create_partitions(bootstrap, partitions, "scale", per_topic)
+    commit_groups(bootstrap, names, groups, "scale")
+
+
+def commit_groups(bootstrap: str, topics: list[str], groups: int, prefix: str) -> None:
+    # the group coordinator learns of new topics from the controller a while after their creation,
+    # and on a new multi-node cluster the __consumer_offsets leaders are still settling
     for g in range(groups):
-        c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"scale-group-{g:04d}",
-                      "enable.auto.commit": False})
-        c.commit(offsets=[TopicPartition(names[g % len(names)], p, 0) for p in range(20)], asynchronous=False)
+        wait_for(lambda g=g: _commit(bootstrap, f"{prefix}-group-{g:04d}", topics[g % len(topics)]), 120,
+                 interval=0.5, what=f"a commit of group {g} (the new topics at the group coordinator)")
+
+
+def _commit(bootstrap: str, group: str, topic: str) -> bool:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        c.commit(offsets=[TopicPartition(topic, p, 0) for p in range(20)], asynchronous=False)
+        return True
+    except KafkaException as exc:
+        if exc.args[0].code() not in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.NOT_COORDINATOR,
+                                      KafkaError.COORDINATOR_NOT_AVAILABLE,
+                                      KafkaError.COORDINATOR_LOAD_IN_PROGRESS):
+            raise
+        return False
+    finally:
         c.close()
 
 

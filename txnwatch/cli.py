@@ -30,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     _cluster_flags(serve)
     serve.add_argument("--host", help="listen address (default 0.0.0.0)")
     serve.add_argument("--port", type=int, help="listen port (default 10129)")
-    serve.add_argument("--poll-interval", type=float, metavar="SECONDS", help="seconds between polls (default 15)")
+    serve.add_argument("--poll-interval", type=float, metavar="SECONDS", help="minimum seconds between poll starts (default 1 with worker processes, 15 without)")
     serve.add_argument("--transaction-log-tap", action="store_const", const=True, default=None,
                        help="also tap __transaction_state (needs read access to it)")
     serve.add_argument("--shard", metavar="N|auto", default=os.environ.get("TXNWATCH_SHARD"),

@@ -559,10 +559,11 @@ def make_broker(kind: str | None = None, *, workdir: str | os.PathLike | None = 
                 properties: Mapping[str, object] | None = None, **kafka_kwargs):
     """A not yet started broker of `kind` ('kafka' | 'tansu' | None: broker_kind())."""
     kind = kind or broker_kind()
-    workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix=f"txnwatch-{kind}-"))
     if kind == "kafka":
+        # without a workdir the broker makes its own temp dir and removes it on exit
         return KafkaBroker(port, workdir=workdir, advertised_port=advertised_port,
                            properties=properties, **kafka_kwargs)
+    workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix=f"txnwatch-{kind}-"))
     if kind == "tansu":
         workdir.mkdir(parents=True, exist_ok=True)
         return TansuBroker(port, log_path=workdir / "tansu.log", advertised_port=advertised_port)
