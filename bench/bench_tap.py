@@ -149,90 +149,81 @@ def churn(n_ids: int, live: int = 1000) -> dict:
             "expired": sum(st.view().expirations.values()), "seconds": secs}
 
 
-def end_to_end(n_records: int, n_ids: int, partitions: int = 3) -> dict:
+def write_log(bootstrap: str, topic: str, records, linger_ms: int = 20, **producer) -> float:
+    """Produce (key, value, partition) records to `topic`; seconds taken."""
     from confluent_kafka import Producer
 
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": linger_ms, "batch.num.messages": 10000,
+                  **producer})
+    t0 = time.perf_counter()
+    for i, (k, v, part) in enumerate(records):
+        while True:
+            try:
+                p.produce(topic, key=k, value=v, partition=part)
+                break
+            except BufferError:
+                p.poll(0.05)
+        if i % 10_000 == 0:
+            p.poll(0)
+    assert p.flush(120) == 0
+    return time.perf_counter() - t0
+
+
+def tap_until_applied(bootstrap: str, topic: str, n: int) -> tuple[float, object, int]:
+    """Start a tap on `topic` and wait until it has applied `n` records: (seconds from its
+    start, its view, the bench process's RSS in kB then, after gc)."""
+    from txnwatch.exporter.tap.source import TransactionLogTap
+
+    tap = TransactionLogTap("bench", {"bootstrap.servers": bootstrap}, AppResolver(), 500,
+                            poll_timeout=0.2, view_interval=0.2, topic=topic)
+    t0 = time.perf_counter()
+    tap.start()
+    try:
+        deadline = t0 + 600
+        while tap.view().applied < n and time.perf_counter() < deadline:
+            time.sleep(0.05)
+        secs = time.perf_counter() - t0
+        view = tap.view()
+        gc.collect()
+        return secs, view, rss_kb() or 0
+    finally:
+        tap.stop()
+
+
+def end_to_end(n_records: int, n_ids: int, partitions: int = 3) -> dict:
     from txnwatch.devtools.broker import make_broker
     from txnwatch.devtools.workload import create_topics
-    from txnwatch.exporter.tap.source import TransactionLogTap
 
     recs = build_records(n_records, n_ids)
     # A stand-in topic: clients cannot write Kafka's own __transaction_state.
     log_topic = "bench.transaction-log"
     with make_broker() as b:
         create_topics(b.bootstrap, [log_topic], partitions=partitions)
-        p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 20, "batch.num.messages": 5000})
-        for i, (k, v) in enumerate(recs):
-            while True:
-                try:
-                    p.produce(log_topic, key=k, value=v, partition=hash(k) % partitions)
-                    break
-                except BufferError:
-                    p.poll(0.05)
-            if i % 10_000 == 0:
-                p.poll(0)
-        assert p.flush(60) == 0
-        tap = TransactionLogTap("bench", {"bootstrap.servers": b.bootstrap}, AppResolver(), 500,
-                                poll_timeout=0.2, view_interval=0.2, topic=log_topic)
-        t0 = time.perf_counter()
-        tap.start()
-        try:
-            deadline = t0 + 600
-            while tap.view().applied < len(recs) and time.perf_counter() < deadline:
-                time.sleep(0.05)
-            secs = time.perf_counter() - t0
-            applied = tap.view().applied
-        finally:
-            tap.stop()
-    return {"records": applied, "seconds": secs, "rate": applied / secs}
+        write_log(b.bootstrap, log_topic, ((k, v, hash(k) % partitions) for k, v in recs))
+        secs, view, _ = tap_until_applied(b.bootstrap, log_topic, len(recs))
+    return {"records": view.applied, "seconds": secs, "rate": view.applied / secs}
 
 
 def rebuild(n_ids: int, partitions: int = 50) -> dict:
     """The tap's rebuild from a compacted log: one record per id (its last state, as
     compaction leaves it), over `partitions` partitions like __transaction_state; timed from
     the tap's start until it has applied them all and is following."""
-    from confluent_kafka import Producer
-
     from txnwatch.devtools.broker import make_broker
     from txnwatch.devtools.workload import create_topics
-    from txnwatch.exporter.tap.source import TransactionLogTap
+
+    def last_states():
+        for i in range(n_ids):
+            k, v = history(tid_of(i), i % 7, T0 + i, v1=bool(i % 2))[-1]   # CompleteCommit: the kept record
+            yield k, v, i % partitions
 
     log_topic = "bench.transaction-log-compacted"
     with make_broker() as b:
         create_topics(b.bootstrap, [log_topic], partitions=partitions, config={"cleanup.policy": "compact"})
-        p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 50, "batch.num.messages": 10000,
-                      "compression.type": "lz4"})
-        t0 = time.perf_counter()
-        for i in range(n_ids):
-            tid = tid_of(i)
-            k, v = history(tid, i % 7, T0 + i, v1=bool(i % 2))[-1]    # CompleteCommit: the kept record
-            while True:
-                try:
-                    p.produce(log_topic, key=k, value=v, partition=i % partitions)
-                    break
-                except BufferError:
-                    p.poll(0.05)
-            if i % 10_000 == 0:
-                p.poll(0)
-        assert p.flush(120) == 0
-        written = time.perf_counter() - t0
+        written = write_log(b.bootstrap, log_topic, last_states(), linger_ms=50, **{"compression.type": "lz4"})
         gc.collect()
         rss0 = rss_kb() or 0
-        tap = TransactionLogTap("bench", {"bootstrap.servers": b.bootstrap}, AppResolver(), 500,
-                                poll_timeout=0.2, view_interval=0.2, topic=log_topic)
-        t0 = time.perf_counter()
-        tap.start()
-        try:
-            deadline = t0 + 600
-            while tap.view().applied < n_ids and time.perf_counter() < deadline:
-                time.sleep(0.05)
-            secs = time.perf_counter() - t0
-            v = tap.view()
-            gc.collect()
-            rss1 = rss_kb() or 0
-        finally:
-            tap.stop()
-    return {"ids": n_ids, "applied": v.applied, "seconds": secs, "rate": v.applied / secs,
+        secs, view, rss1 = tap_until_applied(b.bootstrap, log_topic, n_ids)
+    return {"ids": n_ids, "applied": view.applied, "seconds": secs, "rate": view.applied / secs,
             "written_s": written, "rss_delta_mb": (rss1 - rss0) / 1024}
 
 

@@ -308,55 +308,70 @@ def test_librdkafka_logs_go_through_python_logging():
     assert cfg["logger"] is logging.getLogger("txnwatch.librdkafka")
 
 
+class ReplaceableClient(FakeConsumer):
+    """A client the tap may replace: the first one made (of `made`, set by a subclass) has one
+    committed transaction to read; its assignments are recorded; `unavailable()` makes its
+    metadata calls fail at the transport."""
+
+    made: list
+
+    def __init__(self, config):
+        super().__init__(partitions=[0], highs={0: 0})
+        self.error_cb = config["error_cb"]
+        self.assigned_at: list[tuple[int, int]] = []
+        self.batches = [commit(0, 0, "l-1")] if not self.made else []
+        self.closed = False
+        self.made.append(self)
+
+    def unavailable(self) -> bool:
+        return False
+
+    def list_topics(self, topic=None, timeout=None):
+        import confluent_kafka
+
+        if self.unavailable():
+            raise confluent_kafka.KafkaException(confluent_kafka.KafkaError(confluent_kafka.KafkaError._TRANSPORT))
+        return super().list_topics(topic, timeout)
+
+    def incremental_assign(self, tps):
+        super().incremental_assign(tps)
+        self.assigned_at.extend((tp.partition, tp.offset) for tp in tps)
+
+    def consume(self, n, timeout):
+        time.sleep(0.01)
+        return self.batches.pop(0) if self.batches else []
+
+    def close(self):
+        self.closed = True
+
+
 def test_a_client_that_lost_the_cluster_is_replaced_at_the_tap_positions(monkeypatch):
     """All brokers down: once the cluster answers again the tap goes on with a new client
     assigned at its own next offsets (nothing of the old client's fetch state is kept)."""
-    import threading
-    import time
-
     import confluent_kafka
 
-    made = []
     probes_while_down = []
     cluster_up = threading.Event()
     cluster_up.set()
 
-    class Client(FakeConsumer):
-        def __init__(self, config):
-            super().__init__(partitions=[0], highs={0: 0})
-            self.error_cb = config["error_cb"]
-            self.assigned_at: list[tuple[int, int]] = []
-            self.batches = [commit(0, 0, "l-1")] if not made else []
-            self.closed = False
-            made.append(self)
+    class Client(ReplaceableClient):
+        made = []
 
-        def list_topics(self, topic=None, timeout=None):
+        def unavailable(self) -> bool:
             if not cluster_up.is_set():
                 probes_while_down.append(self)
-                raise confluent_kafka.KafkaException(
-                    confluent_kafka.KafkaError(confluent_kafka.KafkaError._TRANSPORT))
-            return super().list_topics(topic, timeout)
-
-        def incremental_assign(self, tps):
-            super().incremental_assign(tps)
-            self.assigned_at.extend((tp.partition, tp.offset) for tp in tps)
+            return not cluster_up.is_set()
 
         def consume(self, n, timeout):
-            if self is made[0] and not cluster_up.is_set() and not getattr(self, "told", False):
+            if self is self.made[0] and not cluster_up.is_set() and not getattr(self, "told", False):
                 self.told = True
                 self.error_cb(confluent_kafka.KafkaError(confluent_kafka.KafkaError._ALL_BROKERS_DOWN))
-            time.sleep(0.01)
-            return self.batches.pop(0) if self.batches else []
+            return super().consume(n, timeout)
 
-        def close(self):
-            self.closed = True
-
+    made = Client.made
     monkeypatch.setattr(confluent_kafka, "Consumer", Client)
-    tap = TransactionLogTap("c1", {"bootstrap.servers": "unused:9092"}, AppResolver(), cap=10,
-                            poll_timeout=0.01, view_interval=0.01, metadata_interval=30)
-    tap.start()
+    tap = _following_tap(metadata_interval=30)
     try:
-        _wait(lambda: tap._next.get(0) == 3)
         cluster_up.clear()
         _wait(lambda: tap._lost_cluster and not tap.health().up)
         _wait(lambda: len(probes_while_down) >= 2)   # probes that find the cluster still away
@@ -378,42 +393,33 @@ def test_a_client_stuck_without_the_cluster_is_replaced_even_without_all_brokers
     from txnwatch.exporter.tap import source
 
     monkeypatch.setattr(source, "RENEW_LOST_CLIENT_AFTER", 0.3)
-    made = []
     stuck = threading.Event()
 
-    class Client(FakeConsumer):
-        def __init__(self, config):
-            super().__init__(partitions=[0], highs={0: 0})
-            self.assigned_at: list[tuple[int, int]] = []
-            self.batches = [commit(0, 0, "l-1")] if not made else []
-            made.append(self)
+    class Client(ReplaceableClient):
+        made = []
 
-        def list_topics(self, topic=None, timeout=None):
-            if self is made[0] and stuck.is_set():
-                raise confluent_kafka.KafkaException(
-                    confluent_kafka.KafkaError(confluent_kafka.KafkaError._TRANSPORT))
-            return super().list_topics(topic, timeout)
+        def unavailable(self) -> bool:
+            return self is self.made[0] and stuck.is_set()
 
-        def incremental_assign(self, tps):
-            super().incremental_assign(tps)
-            self.assigned_at.extend((tp.partition, tp.offset) for tp in tps)
-
-        def consume(self, n, timeout):
-            time.sleep(0.01)
-            return self.batches.pop(0) if self.batches else []
-
+    made = Client.made
     monkeypatch.setattr(confluent_kafka, "Consumer", Client)
-    tap = TransactionLogTap("c1", {"bootstrap.servers": "unused:9092"}, AppResolver(), cap=10,
-                            poll_timeout=0.01, view_interval=0.01, metadata_interval=0.05)
-    tap.start()
+    tap = _following_tap(metadata_interval=0.05)
     try:
-        _wait(lambda: tap._next.get(0) == 3)
         stuck.set()
         _wait(lambda: len(made) == 2)
         assert made[1].assigned_at == [(0, 3)]
         _wait(lambda: tap.health().up and not tap._lost_cluster)
     finally:
         tap.stop()
+
+
+def _following_tap(metadata_interval: float) -> TransactionLogTap:
+    """A started tap that has read the first client's transaction (next offset 3)."""
+    tap = TransactionLogTap("c1", {"bootstrap.servers": "unused:9092"}, AppResolver(), cap=10,
+                            poll_timeout=0.01, view_interval=0.01, metadata_interval=metadata_interval)
+    tap.start()
+    _wait(lambda: tap._next.get(0) == 3)
+    return tap
 
 
 def _wait(cond, timeout=10.0):
