@@ -157,13 +157,19 @@ def ios(bootstrap: str, timeout: float = 120) -> tuple[KafkaIO, KafkaIO]:
     return per_group, KafkaIO({"bootstrap.servers": bootstrap}, timeout)
 
 
+def prepared(bootstrap: str, n: int):
+    """(group filter, per-group KafkaIO, batched KafkaIO), both having listed the n groups."""
+    selected = selector(n)
+    per_group, batched = ios(bootstrap)
+    ready(per_group, selected, n)
+    ready(batched, selected, n)
+    return selected, per_group, batched
+
+
 def count_requests(bootstrap: str, sizes: list[int], log: RequestLog, polls: int, interval: float) -> dict:
     out = {}
     for n in sizes:
-        selected = selector(n)
-        per_group, batched = ios(bootstrap)
-        ready(per_group, selected, n)
-        ready(batched, selected, n)
+        selected, per_group, batched = prepared(bootstrap, n)
         log.take()
         per = []
         for _ in range(polls):
@@ -191,10 +197,7 @@ def count_requests(bootstrap: str, sizes: list[int], log: RequestLog, polls: int
 def time_polls(bootstrap: str, sizes: list[int], rounds: int, interval: float) -> dict:
     out = {}
     for n in sizes:
-        selected = selector(n)
-        per_group, batched = ios(bootstrap)
-        ready(per_group, selected, n)
-        ready(batched, selected, n)
+        selected, per_group, batched = prepared(bootstrap, n)
         t = time.perf_counter()
         cold = batched.group_offsets(selected)
         cold_s = time.perf_counter() - t
