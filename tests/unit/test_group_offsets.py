@@ -240,14 +240,21 @@ def test_no_groups_no_requests():
 
 
 # ------------------------------------------------------------------ invalidation and retries
+def move_coordinators(cluster, groups: list[str], src: int, dst: int) -> list[str]:
+    """The groups whose coordinator was `src` now have `dst` (leadership of their
+    __consumer_offsets partitions moved); the request log starts afresh."""
+    moved = [g for g in groups if cluster.coordinator[g] == src]
+    for g in moved:
+        cluster.coordinator[g] = dst
+    cluster.log.clear()
+    return moved
+
+
 def test_moved_coordinator_is_found_again_in_the_same_poll():
     groups, cluster = make(30)
     f, clock = fetcher(cluster)
     f.fetch(groups, DEADLINE)
-    moved = [g for g in groups if cluster.coordinator[g] == 2]
-    for g in moved:
-        cluster.coordinator[g] = 3          # partition leadership of __consumer_offsets moved
-    cluster.log.clear()
+    moved = move_coordinators(cluster, groups, 2, 3)
     assert f.fetch(groups, DEADLINE) == expected(cluster, groups)
     assert [sorted(k) for _, _, k in cluster.requests("FindCoordinator")] == [sorted(moved)]
     assert f.last.rounds == 2 and f.last.failed == {}
@@ -268,11 +275,8 @@ def test_node_gone_from_metadata_drops_its_groups():
     groups, cluster = make(30)
     f, _ = fetcher(cluster)
     f.fetch(groups, DEADLINE)
-    on_3 = [g for g in groups if cluster.coordinator[g] == 3]
-    for g in on_3:
-        cluster.coordinator[g] = 1
+    on_3 = move_coordinators(cluster, groups, 3, 1)
     cluster.nodes.discard(3)
-    cluster.log.clear()
     assert f.fetch(groups, DEADLINE, live_nodes=[1, 2]) == expected(cluster, groups)
     assert [sorted(k) for _, _, k in cluster.requests("FindCoordinator")] == [sorted(on_3)]
     assert {n for _, n, _ in cluster.requests("OffsetFetch")} == {1, 2}   # node 3 never asked
