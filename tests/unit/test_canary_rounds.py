@@ -1,0 +1,70 @@
+"""The canary's bookkeeping: visibility, violations, timeouts, payloads (no broker)."""
+
+import pytest
+
+from txnwatch.canary.rounds import (
+    CanaryRecord,
+    PayloadError,
+    RoundBook,
+    TimedOut,
+    Violation,
+    Visible,
+    decode,
+    is_abort_round,
+    step_deadline,
+)
+
+ME = "txnwatch-canary-prod-a"
+
+
+def rec(round_, partition, committed=True, at=100.0, instance=ME):
+    return CanaryRecord(instance, round_, committed, at, partition)
+
+
+def test_payload_round_trip_and_errors_that_say_what_is_wrong():
+    r = rec(7, 2, committed=False, at=1_700_000_000.123456)
+    assert decode(r.encode()) == r
+    with pytest.raises(PayloadError, match="empty"):
+        decode(b"")
+    with pytest.raises(PayloadError, match="not JSON"):
+        decode(b"\xff\x00")
+    with pytest.raises(PayloadError, match="unknown canary payload version 9"):
+        decode(b'{"v": 9}')
+    with pytest.raises(PayloadError, match="neither commit nor abort"):
+        decode(b'{"v": 1, "i": "x", "r": 1, "o": "maybe", "t": 1, "p": 0}')
+    with pytest.raises(PayloadError, match="without a valid"):
+        decode(b'{"v": 1, "i": "x", "o": "commit", "t": 1, "p": 0}')
+
+
+def test_committed_round_becomes_visible_per_partition_with_its_latency():
+    book = RoundBook(ME)
+    book.wrote(1, [0, 1, 2], committed=True, produced_at=100.0, deadline=110.0)
+    assert book.seen(rec(1, 1), now=100.25) == Visible(1, 0.25)
+    assert book.seen(rec(1, 1), now=100.5) is None and book.stale == 1     # a duplicate read
+    assert book.seen(rec(1, 0), now=100.3) == Visible(0, pytest.approx(0.3))
+    assert book.expire(now=111.0) == [TimedOut(2, 1)]                     # partition 2 never showed
+    assert book.rounds == {}
+
+
+def test_an_aborted_record_returned_is_a_violation_even_after_the_round_is_forgotten():
+    book = RoundBook(ME)
+    book.wrote(9, [0, 1], committed=False, produced_at=100.0, deadline=110.0)
+    assert book.seen(rec(9, 0, committed=False), now=100.2) == Violation(0, 9)
+    assert book.expire(now=111.0) == []                                   # nothing was expected
+    assert book.seen(rec(9, 1, committed=False), now=200.0) == Violation(1, 9)
+
+
+def test_records_of_another_instance_or_a_failed_round_are_stale():
+    book = RoundBook(ME)
+    assert book.seen(rec(1, 0, instance="txnwatch-canary-prod-b"), now=1.0) is None
+    book.wrote(3, [0], committed=True, produced_at=1.0, deadline=5.0)
+    book.failed(3)
+    assert book.seen(rec(3, 0), now=2.0) is None
+    assert book.stale == 2 and book.expire(now=10.0) == []
+
+
+def test_abort_rounds_and_step_deadlines():
+    assert [r for r in range(30) if is_abort_round(r, 10)] == [9, 19, 29]
+    assert not any(is_abort_round(r, 0) for r in range(30))
+    assert step_deadline(10.0, 2.5) == 7.5
+    assert step_deadline(10.0, 12.0) == 0.5
