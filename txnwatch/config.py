@@ -53,6 +53,24 @@ IN_PROCESS_POLL_INTERVAL = 15.0
 
 
 @dataclass(frozen=True)
+class CanaryConfig:
+    """The transactional canary of one cluster (off unless configured)."""
+
+    enabled: bool = False
+    interval_seconds: float = 10.0
+    abort_every: int = 10                   # one round in N aborted on purpose; 0: never
+    topic: str = "__txnwatch_canary"
+    create_topic: bool = True               # create it when missing (needs Create on the topic)
+    replication_factor: int | None = None   # None: min(3, brokers)
+    visibility_timeout_seconds: float | None = None   # None: the interval
+    instance: str | None = None             # None: the host name (and shard): in the transactional id
+
+
+_CANARY_KEYS = {"enabled", "interval_seconds", "abort_every", "topic", "create_topic", "replication_factor",
+                "visibility_timeout_seconds", "instance"}
+
+
+@dataclass(frozen=True)
 class ClusterConfig:
     name: str
     bootstrap_servers: str
@@ -77,6 +95,7 @@ class ClusterConfig:
     default_transaction_max_timeout_ms: int = 900_000
     default_transactional_id_expiration_ms: int = 604_800_000
     describe_configs_every: int = 20         # polls between DescribeConfigs refreshes
+    canary: CanaryConfig = CanaryConfig()
 
     def client_properties(self) -> dict[str, str]:
         """librdkafka properties with ${env:}/${file:} references resolved."""
@@ -149,7 +168,7 @@ def redacted(props: Mapping[str, Any]) -> dict[str, str]:
 
 # ---------------------------------------------------------------- parsing helpers
 _CLUSTER_KEYS = {"name", "bootstrap_servers", "poll_interval_seconds", "poll_duty_cycle", "poll_timeout_seconds",
-                 "open_transaction_min_age_seconds", "client",
+                 "open_transaction_min_age_seconds", "client", "canary",
                  "topics", "groups", "app_rules", "max_transactional_id_series", "granularity",
                  "transaction_log_tap", "hanging_threshold_seconds", "default_transaction_max_timeout_ms",
                  "default_transactional_id_expiration_ms", "describe_configs_every"}
@@ -297,7 +316,30 @@ class _Parser:
         kw["topics"] = self.name_filter(f"{key}.topics", v.get("topics"), ClusterConfig.topics)
         kw["groups"] = self.name_filter(f"{key}.groups", v.get("groups"), ClusterConfig.groups)
         kw["app_rules"] = self.app_rules(f"{key}.app_rules", v.get("app_rules"))
+        if v.get("canary") is not None:
+            kw["canary"] = self.canary(f"{key}.canary", v["canary"])
         return ClusterConfig(**kw)
+
+    def canary(self, key: str, value: Any) -> CanaryConfig:
+        if isinstance(value, bool):          # `canary: true` takes every default
+            return CanaryConfig(enabled=value)
+        v = self.mapping(key, value, _CANARY_KEYS)
+        kw: dict[str, Any] = {"enabled": self.boolean(f"{key}.enabled", v.get("enabled", True))}
+        for num in ("interval_seconds", "visibility_timeout_seconds"):
+            if v.get(num) is not None:
+                kw[num] = self.number(f"{key}.{num}", v[num])
+        if "abort_every" in v:
+            kw["abort_every"] = int(self.number(f"{key}.abort_every", v["abort_every"], integer=True,
+                                                exclusive=False))
+        if v.get("replication_factor") is not None:
+            kw["replication_factor"] = int(self.number(f"{key}.replication_factor", v["replication_factor"],
+                                                       integer=True))
+        for text in ("topic", "instance"):
+            if v.get(text) is not None:
+                kw[text] = self.string(f"{key}.{text}", v[text])
+        if "create_topic" in v:
+            kw["create_topic"] = self.boolean(f"{key}.create_topic", v["create_topic"])
+        return CanaryConfig(**kw)
 
     def http(self, key: str, value: Any) -> HttpConfig:
         if value is None:

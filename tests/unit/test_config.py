@@ -54,6 +54,20 @@ def test_the_default_poll_interval_follows_the_process_model():
     assert interval({}, {"poll_interval_seconds": 30}) == 30.0
 
 
+def test_canary_is_off_by_default_and_takes_true_or_a_mapping():
+    def canary(value=None):
+        c = {"name": "a", "bootstrap_servers": "x"}
+        if value is not None:
+            c["canary"] = value
+        return parse_config({"clusters": [c]}).clusters[0].canary
+
+    assert not canary().enabled
+    assert canary(True).enabled and canary(True).interval_seconds == 10 and canary(True).abort_every == 10
+    c = canary({"interval_seconds": 5, "abort_every": 0, "topic": "ops.canary", "replication_factor": 2})
+    assert (c.enabled, c.interval_seconds, c.abort_every, c.topic, c.replication_factor) == (True, 5, 0, "ops.canary", 2)
+    assert not canary({"enabled": False}).enabled
+
+
 def test_defaults():
     cfg = load_config({"bootstrap_servers": "x:1"}, env={})
     c = cfg.clusters[0]
@@ -133,7 +147,9 @@ clusters:
 CLUSTER_BAD_VALUES = {
     "name": [None, "", 5], "bootstrap_servers": [None, ""], "poll_interval_seconds": ["x", 0, -1, [1]],
     "poll_duty_cycle": ["x", 0, -0.5, 1.5], "poll_timeout_seconds": ["x", 0],
-    "open_transaction_min_age_seconds": ["x", -1], "client": ["x", [1], {"a": {"b": 1}}, {"a": None}],
+    "open_transaction_min_age_seconds": ["x", -1],
+    "canary": ["x", 5, {"interval": 10}, {"interval_seconds": 0}, {"abort_every": -1}, {"topic": ""},
+               {"replication_factor": 0}, {"enabled": "sometimes"}], "client": ["x", [1], {"a": {"b": 1}}, {"a": None}],
     "topics": ["x", {"include": "["}, {"only": []}], "groups": [5, {"exclude": [")"]}],
     "app_rules": ["x", [{"match": "a"}], [{"match": "(", "app": "x"}], [5]],
     "max_transactional_id_series": ["many", 0, 1.5], "granularity": ["broker", 3],
