@@ -10,6 +10,7 @@ from .metrics import CATALOG
 SECTIONS = [
     ("exporter", "Kafka side: admin poller"),
     ("tap", "Kafka side: transaction-log tap (`transaction_log_tap: true`)"),
+    ("canary", "Transactional canary (`canary:` per cluster, opt-in)"),
     ("client", "Client side: instrumented transactional producer and Spark sink"),
     ("spark", "Spark side: StreamingQueryListener"),
     ("self", "txnwatch itself"),

@@ -37,7 +37,7 @@ class MetricSpec:
     help: str
     labels: tuple[str, ...]
     buckets: tuple[float, ...] = ()
-    source: str = "exporter"   # exporter | tap | client | spark | self
+    source: str = "exporter"   # exporter | tap | canary | client | spark | self
 
     @property
     def exposed_name(self) -> str:
@@ -170,6 +170,32 @@ CATALOG: dict[str, MetricSpec] = {s.name: s for s in [
     _m("spark_streaming_idle_events", "counter", "QueryIdleEvents received.", Q, source="spark"),
     _m("spark_streaming_query_terminations", "counter", "Query terminations by error class (none when clean).",
        Q + ("error_class",), source="spark"),
+    # --- transactional canary (`canary:` per cluster, opt-in)
+    _m("txnwatch_canary_init_seconds", "gauge",
+       "Duration of the canary producer's last InitProducerId (init_transactions), successful or not.", C,
+       source="canary"),
+    _m("txnwatch_canary_commit_seconds", "histogram",
+       "Canary commit call latency (commit_transaction of a round's transaction).", C, COMMIT_BUCKETS,
+       source="canary"),
+    _m("txnwatch_canary_visibility_seconds", "histogram",
+       "Canary end-to-end visibility per partition: produce start to the record returned by a "
+       "read_committed consumer.", ("cluster", "partition"), COMMIT_BUCKETS, source="canary"),
+    _m("txnwatch_canary_rounds", "counter",
+       "Canary rounds completed, by outcome (committed|aborted: one in abort_every is aborted on purpose).",
+       ("cluster", "outcome"), source="canary"),
+    _m("txnwatch_canary_failures", "counter",
+       "Canary failures by stage (topic|init|begin|produce|commit|abort|visibility_timeout) and librdkafka "
+       "error name (visibility_timeout: a committed record not visible within the timeout, error timed_out).",
+       ("cluster", "stage", "error"), source="canary"),
+    _m("txnwatch_canary_visibility_timeouts", "counter",
+       "Per canary partition, committed canary records not visible to the read_committed consumer in time.",
+       ("cluster", "partition"), source="canary"),
+    _m("txnwatch_canary_visibility_violations", "counter",
+       "Records of aborted canary transactions a read_committed consumer returned. Must stay 0: anything "
+       "else is a broker or client bug.", C, source="canary"),
+    _m("txnwatch_canary_last_success_timestamp_seconds", "gauge",
+       "Unix time of the canary's last round whose transaction ended as intended (committed or aborted).", C,
+       source="canary"),
     # --- transaction-log tap (its own position and progress)
     _m("txnwatch_tap_records_applied", "counter",
        "Records of __transaction_state decoded and applied by the transaction-log tap (rebuild included).",
