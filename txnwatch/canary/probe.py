@@ -1,0 +1,272 @@
+"""The canary's I/O: a transactional producer running rounds on its own thread, and a
+read_committed consumer (no group membership) watching the records become visible.
+
+Every `interval_seconds` a round begins a transaction, writes one record to each canary
+partition and commits it (one round in `abort_every` aborts it). Each step has its own
+deadline, never past the round's interval: a commit stuck on a coordinator that cannot
+write its log counts as a `commit` failure when its time is up, and the producer is
+replaced (its InitProducerId next round is the `init` stage). Nothing here blocks the
+poller, the tap or a scrape: they run on other threads and read `view()`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from ..config import CanaryConfig
+from .rounds import CanaryRecord as Record
+from .rounds import PayloadError, RoundBook, decode, is_abort_round, step_deadline
+from .stats import CanaryStats, CanaryView
+
+log = logging.getLogger(__name__)
+
+CANARY_APP = "txnwatch-canary"
+
+
+def transactional_id(cluster: str, instance: str) -> str:
+    return f"{CANARY_APP}-{cluster}-{instance}"
+
+
+def error_name(exc: BaseException) -> str:
+    """librdkafka's error name (PRODUCER_FENCED, _TIMED_OUT, ...) or the exception's type."""
+    err = exc.args[0] if getattr(exc, "args", None) else None
+    name = getattr(err, "name", None)
+    if callable(name):
+        try:
+            return str(name()).lstrip("_").upper() or type(exc).__name__
+        except Exception:  # noqa: BLE001
+            pass
+    return type(exc).__name__
+
+
+class StepFailed(Exception):
+    def __init__(self, stage: str, error: str, message: str) -> None:
+        super().__init__(f"{stage}: {error}: {message}")
+        self.stage, self.error, self.message = stage, error, message
+
+
+class CanaryProbe:
+    def __init__(self, cluster: str, client_props: dict[str, str], cfg: CanaryConfig, instance: str,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.cluster, self.cfg, self.clock = cluster, cfg, clock
+        self.props = dict(client_props)
+        self.tid = transactional_id(cluster, instance)
+        self.book = RoundBook(self.tid)
+        self.stats = CanaryStats()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._producer = None
+        self._partitions: list[int] = []
+        self._round = 0
+        self._threads: list[threading.Thread] = []
+        self._watch = threading.Condition()
+        self._watched: set[int] = set()      # partitions the consumer reads (from before any round of ours)
+
+    # ------------------------------------------------------------------ public
+    def view(self) -> CanaryView:
+        with self._lock:
+            return self.stats.view()
+
+    def start(self) -> None:
+        self._threads = [threading.Thread(target=self._consume_loop, name=f"canary-consumer-{self.cluster}",
+                                          daemon=True),
+                         threading.Thread(target=self._round_loop, name=f"canary-{self.cluster}", daemon=True)]
+        for t in self._threads:
+            t.start()
+
+    def stop(self, timeout: float = 15.0) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout)
+
+    def run_round(self) -> StepFailed | None:
+        """One round now (on the caller's thread); the failure, if any."""
+        try:
+            self._one_round()
+            return None
+        except StepFailed as exc:
+            return exc
+
+    # ------------------------------------------------------------------ rounds
+    def _round_loop(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            failure = self.run_round()
+            if failure is not None:
+                log.warning("canary[%s]: round failed at %s (%s): %s", self.cluster, failure.stage,
+                            failure.error, failure.message)
+            self._stop.wait(max(0.0, self.cfg.interval_seconds - (time.monotonic() - started)))
+        self._drop_producer()
+
+    def _one_round(self) -> None:
+        interval = self.cfg.interval_seconds
+        t0 = time.monotonic()
+        self._round += 1
+        round_ = self._round
+        parts = self._ensure_topic(step_deadline(interval, 0))
+        self._wait_watched(parts, step_deadline(interval, time.monotonic() - t0))
+        producer = self._ensure_producer(step_deadline(interval, time.monotonic() - t0))
+        commit = not is_abort_round(round_, self.cfg.abort_every)
+        produced_at = self.clock()
+        try:
+            self._step("begin", producer.begin_transaction)
+            for p in parts:
+                producer.produce(self.cfg.topic, partition=p, key=self.tid.encode(),
+                                 value=Record(self.tid, round_, commit, produced_at, p).encode())
+            left = producer.flush(step_deadline(interval, time.monotonic() - t0))
+            if left:
+                raise StepFailed("produce", "TIMED_OUT", f"{left} record(s) not delivered within the round")
+            stage = "commit" if commit else "abort"
+            call = producer.commit_transaction if commit else producer.abort_transaction
+            ts = time.monotonic()
+            self._step(stage, lambda: call(step_deadline(interval, ts - t0)))
+            took = time.monotonic() - ts
+        except StepFailed as exc:
+            with self._lock:
+                self.book.failed(round_)
+                self.stats.failed(exc.stage, exc.error, exc.message)
+            self._recover(producer, exc)
+            raise
+        visible_by = self.clock() + (self.cfg.visibility_timeout_seconds or interval)
+        with self._lock:
+            if commit:
+                self.stats.committed(took)
+            self.book.wrote(round_, parts, commit, produced_at, visible_by)
+            self.stats.round_ended("committed" if commit else "aborted", self.clock())
+
+    def _step(self, stage: str, fn: Callable[[], object]) -> None:
+        try:
+            fn()
+        except Exception as exc:  # noqa: BLE001 - any client error is this stage's failure
+            raise StepFailed(stage, error_name(exc), str(exc)) from None
+
+    def _recover(self, producer, exc: StepFailed) -> None:
+        """After a failed step: abort what is open if the producer can, else replace it."""
+        if exc.stage in ("init", "topic"):
+            return
+        try:
+            producer.abort_transaction(max(1.0, self.cfg.interval_seconds / 2))
+        except Exception:  # noqa: BLE001 - fenced, fatal, or the coordinator is away: a new producer
+            self._drop_producer()
+
+    # ------------------------------------------------------------------ producer, topic
+    def _ensure_producer(self, timeout: float):
+        if self._producer is not None:
+            return self._producer
+        from confluent_kafka import Producer
+
+        props = {**self.props, "transactional.id": self.tid, "linger.ms": 0,
+                 "transaction.timeout.ms": int(max(10.0, 3 * self.cfg.interval_seconds) * 1000),
+                 "logger": logging.getLogger("txnwatch.librdkafka")}
+        producer = Producer(props)
+        t = time.monotonic()
+        try:
+            producer.init_transactions(timeout)
+        except Exception as exc:  # noqa: BLE001
+            with self._lock:
+                self.stats.init(time.monotonic() - t)
+                self.stats.failed("init", error_name(exc), str(exc))
+            _release(producer)
+            raise StepFailed("init", error_name(exc), str(exc)) from None
+        with self._lock:
+            self.stats.init(time.monotonic() - t)
+        self._producer = producer
+        return producer
+
+    def _drop_producer(self) -> None:
+        if self._producer is not None:
+            _release(self._producer)
+            self._producer = None
+
+    def _ensure_topic(self, timeout: float) -> list[int]:
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient({**self.props, "logger": logging.getLogger("txnwatch.librdkafka")})
+        try:
+            md = admin.list_topics(timeout=timeout)
+            t = md.topics.get(self.cfg.topic)
+            if t is None or t.error is not None or not t.partitions:
+                if not self.cfg.create_topic:
+                    raise StepFailed("topic", "UNKNOWN_TOPIC_OR_PART",
+                                     f"{self.cfg.topic} does not exist and canary.create_topic is false: "
+                                     "create it (one partition per broker) or allow txnwatch to")
+                brokers = len(md.brokers)
+                rf = self.cfg.replication_factor or min(3, brokers)
+                fut = admin.create_topics([NewTopic(self.cfg.topic, brokers, rf)], request_timeout=timeout)
+                try:
+                    fut[self.cfg.topic].result(timeout)
+                except Exception as exc:  # noqa: BLE001
+                    if "already exists" not in str(exc).lower():
+                        raise StepFailed("topic", error_name(exc), f"creating {self.cfg.topic}: {exc}") from None
+                md = admin.list_topics(topic=self.cfg.topic, timeout=timeout)
+                t = md.topics.get(self.cfg.topic)
+            self._partitions = sorted(t.partitions) if t is not None and t.partitions else self._partitions
+        except StepFailed as exc:
+            with self._lock:
+                self.stats.failed(exc.stage, exc.error, exc.message)
+            raise
+        except Exception as exc:  # noqa: BLE001
+            with self._lock:
+                self.stats.failed("topic", error_name(exc), str(exc))
+            raise StepFailed("topic", error_name(exc), str(exc)) from None
+        if not self._partitions:
+            raise StepFailed("topic", "NO_PARTITIONS", f"{self.cfg.topic} has no partitions yet")
+        return list(self._partitions)
+
+    # ------------------------------------------------------------------ visibility
+    def _wait_watched(self, parts: list[int], timeout: float) -> None:
+        """Until the consumer reads every partition from an offset below this round's records
+        (a partition it has not assigned yet would miss them: a visibility timeout that is not)."""
+        with self._watch:
+            if not self._watch.wait_for(lambda: set(parts) <= self._watched or self._stop.is_set(), timeout):
+                raise StepFailed("produce", "CONSUMER_NOT_READY",
+                                 f"the canary consumer has not assigned partitions {sorted(set(parts) - self._watched)}")
+
+    def _consume_loop(self) -> None:
+        from confluent_kafka import Consumer, TopicPartition
+
+        consumer = Consumer({**self.props, "group.id": f"{CANARY_APP}-{self.cluster}", "enable.auto.commit": False,
+                             "isolation.level": "read_committed", "auto.offset.reset": "latest",
+                             "logger": logging.getLogger("txnwatch.librdkafka")})
+        try:
+            while not self._stop.is_set():
+                new = sorted(set(self._partitions) - self._watched)
+                if new:
+                    try:
+                        # from the LSO as of now (read_committed), resolved here rather than left to
+                        # OFFSET_END, which librdkafka resolves later: a round written meanwhile would
+                        # be skipped
+                        starts = [TopicPartition(self.cfg.topic, p, consumer.get_watermark_offsets(
+                            TopicPartition(self.cfg.topic, p), timeout=5)[1]) for p in new]
+                        consumer.incremental_assign(starts)
+                        with self._watch:
+                            self._watched |= set(new)
+                            self._watch.notify_all()
+                    except Exception as exc:  # noqa: BLE001 - retried next loop; rounds wait for it
+                        log.debug("canary[%s]: assigning %s failed: %s", self.cluster, new, exc)
+                        self._stop.wait(0.5)
+                for m in consumer.consume(100, 0.2):
+                    if m.error():
+                        continue
+                    try:
+                        rec = decode(m.value())
+                    except PayloadError as exc:
+                        log.debug("canary[%s]: skipped a record: %s", self.cluster, exc)
+                        continue
+                    with self._lock:
+                        self.stats.seen(self.book.seen(rec, self.clock()))
+                with self._lock:
+                    for timed_out in self.book.expire(self.clock()):
+                        self.stats.seen(timed_out)
+        finally:
+            consumer.close()
+
+
+def _release(client) -> None:
+    """Drop a client that may be stuck (librdkafka's destroy waits for its requests) on a
+    thread of its own, so the round loop never waits for it."""
+    threading.Thread(target=lambda c=client: c.flush(0) if hasattr(c, "flush") else None,
+                     name="canary-release", daemon=True).start()
