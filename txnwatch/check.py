@@ -107,6 +107,13 @@ def format_text(results: list[dict]) -> str:
                 rows.append([f"{p['topic']}-{p['partition']}", p["lso"], p["hwm"], p["lso_lag"],
                              _fmt_s(p["stalled_seconds"]), groups])
             out.append(_table(["partition", "LSO", "HWM", "LSO lag", "stalled", "read_committed groups"], rows))
+        if r.get("canary"):
+            c = r["canary"]
+            vis = ", ".join(f"p{p} {v * 1000:.0f} ms" for p, v in c["visibility_seconds"].items()) or "-"
+            init = "-" if c["init_seconds"] is None else f"{c['init_seconds'] * 1000:.0f} ms"
+            commit = "-" if c["commit_seconds"] is None else f"{c['commit_seconds'] * 1000:.0f} ms"
+            out.append(f"\nCanary ({c['transactional_id']} on {c['topic']}): {'ok' if c['ok'] else 'FAILED'}; "
+                       f"InitProducerId {init}, commit {commit}, visible: {vis}")
         if r["findings"]:
             out.append("\nFindings")
             out += [f"  [{f['severity'].upper()}] {f['message']}" for f in r["findings"]]
@@ -116,8 +123,36 @@ def format_text(results: list[dict]) -> str:
     return "\n".join(out)
 
 
-def run_check(config: Config, as_json: bool, sample_seconds: float = 1.0) -> tuple[str, int]:
+def canary_check(cfg) -> dict:
+    """One canary round on the cluster (a transaction written, committed and read back)."""
+    import socket
+
+    from .canary.probe import CanaryProbe
+    from .config import CanaryConfig
+
+    canary = cfg.canary if cfg.canary.enabled else CanaryConfig(enabled=True)
+    return CanaryProbe(cfg.name, cfg.client_properties(), canary, f"check-{socket.gethostname()}").check_once()
+
+
+def add_canary(result: dict, canary: dict) -> dict:
+    """The canary's outcome in a cluster's result: a failed round is a critical finding."""
+    result["canary"] = canary
+    if not canary["ok"]:
+        f = canary["failure"] or {"stage": "visibility_timeout", "error": "timed_out", "message": ""}
+        where = f" (partitions {canary['not_visible']} not visible)" if canary["not_visible"] else ""
+        result.setdefault("findings", []).append({
+            "severity": "critical", "kind": "canary",
+            "message": f"canary transaction failed at stage {f['stage']} ({f['error']}){where}: {f['message']}"})
+        result["status"] = "critical"
+    return result
+
+
+def run_check(config: Config, as_json: bool, sample_seconds: float = 1.0,
+              canary: bool = False) -> tuple[str, int]:
     results = [check_cluster(c, sample_seconds) for c in config.clusters]
+    if canary:
+        results = [add_canary(r, canary_check(c)) if r["reachable"] else r
+                   for r, c in zip(results, config.clusters, strict=True)]
     worst = max((EXIT[r["status"]] for r in results), default=0)
     text = json.dumps({"status": [k for k, v in EXIT.items() if v == worst][0], "clusters": results},
                       indent=2, default=str) if as_json else format_text(results)

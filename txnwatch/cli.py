@@ -43,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="one-shot diagnosis: exit 0 healthy, 1 warnings, 2 critical")
     _cluster_flags(check)
     check.add_argument("--json", action="store_true", help="machine-readable output")
+    check.add_argument("--canary", action="store_true",
+                       help="also run one canary round per cluster: a transaction written, committed and read "
+                            "back read_committed (writes to the canary topic; exit 2 when it fails)")
     check.add_argument("--sample-seconds", type=float, default=1.0,
                        help="time between the two samples that show whether an LSO moves")
 
@@ -107,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         setup_logging("ERROR", secrets)
         from .check import run_check
 
-        text, code = run_check(config, args.json, args.sample_seconds)
+        text, code = run_check(config, args.json, args.sample_seconds, canary=args.canary)
         print(text)
         return code
     return 2

@@ -26,3 +26,27 @@ def test_canary_commits_aborts_and_every_committed_record_becomes_visible(broker
     assert v.init_seconds is not None and v.commit.count >= 4
     assert set(v.visibility) == {0}                          # one partition per broker
     assert v.last_success is not None
+
+
+def test_check_canary_reports_one_visible_round_and_fails_when_it_cannot_write(broker, unique):
+    import json
+
+    from txnwatch.check import run_check
+    from txnwatch.config import parse_config
+
+    def check(canary: dict) -> tuple[dict, int]:
+        cfg = parse_config({"clusters": [{"name": "test", "bootstrap_servers": broker.bootstrap,
+                                          "canary": canary}]})
+        text, code = run_check(cfg, as_json=True, sample_seconds=0.1, canary=True)
+        return json.loads(text)["clusters"][0], code
+
+    ok, code = check({"topic": unique("canary"), "interval_seconds": 5})
+    c = ok["canary"]
+    assert code == 0 and c["ok"], c
+    assert c["init_seconds"] > 0 and c["commit_seconds"] > 0 and list(c["visibility_seconds"]) == ["0"]
+
+    missing = unique("canary-missing")
+    bad, code = check({"topic": missing, "create_topic": False, "interval_seconds": 2})
+    assert code == 2 and not bad["canary"]["ok"]
+    (f,) = [f for f in bad["findings"] if f["kind"] == "canary"]
+    assert "stage topic" in f["message"] and missing in f["message"] and "create_topic is false" in f["message"]

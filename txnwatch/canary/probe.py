@@ -90,6 +90,38 @@ class CanaryProbe:
         except StepFailed as exc:
             return exc
 
+    def check_once(self) -> dict:
+        """One committed round now, waited for until it is visible or its visibility timeout
+        passes (`txnwatch check --canary`): what it measured and the failure, if any."""
+        consumer = threading.Thread(target=self._consume_loop, name=f"canary-consumer-{self.cluster}", daemon=True)
+        consumer.start()
+        try:
+            while is_abort_round(self._round + 1, self.cfg.abort_every):
+                self._round += 1
+            failure = self.run_round()
+            if failure is None:
+                deadline = time.monotonic() + (self.cfg.visibility_timeout_seconds or self.cfg.interval_seconds) + 1
+                while time.monotonic() < deadline:
+                    with self._lock:
+                        if not self.book.rounds:
+                            break
+                    time.sleep(0.05)
+                with self._lock:   # whatever is still pending now has timed out
+                    for timed_out in self.book.expire(float("inf")):
+                        self.stats.seen(timed_out)
+        finally:
+            self._stop.set()
+            consumer.join(10)
+            self._drop_producer()
+        v = self.view()
+        last = v.last_failure
+        return {"ok": not v.failures and v.rounds.get("committed", 0) == 1 and not v.violations,
+                "transactional_id": self.tid, "topic": self.cfg.topic,
+                "init_seconds": v.init_seconds, "commit_seconds": v.commit.sum if v.commit.count else None,
+                "visibility_seconds": {p: h.sum for p, h in sorted(v.visibility.items())},
+                "not_visible": sorted(v.visibility_timeouts),
+                "failure": None if last is None else {"stage": last[0], "error": last[1], "message": last[2]}}
+
     # ------------------------------------------------------------------ rounds
     def _round_loop(self) -> None:
         while not self._stop.is_set():
