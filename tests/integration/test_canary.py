@@ -50,3 +50,25 @@ def test_check_canary_reports_one_visible_round_and_fails_when_it_cannot_write(b
     assert code == 2 and not bad["canary"]["ok"]
     (f,) = [f for f in bad["findings"] if f["kind"] == "canary"]
     assert "stage topic" in f["message"] and missing in f["message"] and "create_topic is false" in f["message"]
+
+
+@pytest.mark.parametrize("workers", [True, False], ids=["worker-process", "in-process"])
+def test_exporter_serves_the_canary_series(broker, unique, exporter_factory, workers):
+    from tests.integration.conftest import cluster_config
+
+    cfg = cluster_config(broker.bootstrap, [unique("none")])
+    cfg["clusters"][0]["canary"] = {"interval_seconds": 1, "abort_every": 2, "topic": unique("canary")}
+    cfg["http"] = {**cfg.get("http", {}), "worker_processes": workers}
+    exp = exporter_factory(cfg)
+
+    def rounds(m, outcome):
+        return m.get_value("txnwatch_canary_rounds_total", cluster="test", outcome=outcome) or 0
+
+    m = exp.wait_metric(lambda m: rounds(m, "committed") >= 2 and rounds(m, "aborted") >= 2
+                        and (m.get_value("txnwatch_canary_visibility_seconds_count", cluster="test",
+                                         partition="0") or 0) >= 2, 60,
+                        what="canary rounds and visibility on /metrics")
+    assert m.get_value("txnwatch_canary_visibility_violations_total", cluster="test") == 0
+    assert m.get_value("txnwatch_canary_init_seconds", cluster="test") > 0
+    assert m.get_value("txnwatch_canary_last_success_timestamp_seconds", cluster="test") > 0
+    assert not m.select("txnwatch_canary_failures_total")

@@ -30,6 +30,13 @@ def transactional_id(cluster: str, instance: str) -> str:
     return f"{CANARY_APP}-{cluster}-{instance}"
 
 
+def default_instance() -> str:
+    """This exporter instance's part of the canary's transactional id: the host (pod) name."""
+    import socket
+
+    return socket.gethostname() or "txnwatch"
+
+
 def error_name(exc: BaseException) -> str:
     """librdkafka's error name (PRODUCER_FENCED, _TIMED_OUT, ...) or the exception's type."""
     err = exc.args[0] if getattr(exc, "args", None) else None
@@ -64,11 +71,16 @@ class CanaryProbe:
         self._threads: list[threading.Thread] = []
         self._watch = threading.Condition()
         self._watched: set[int] = set()      # partitions the consumer reads (from before any round of ours)
+        self._view: CanaryView | None = None
+        self._view_version = -1
 
     # ------------------------------------------------------------------ public
     def view(self) -> CanaryView:
+        """The same object until something changed (a scrape's cache key)."""
         with self._lock:
-            return self.stats.view()
+            if self._view is None or self._view_version != self.stats.version:
+                self._view, self._view_version = self.stats.view(), self.stats.version
+            return self._view
 
     def start(self) -> None:
         self._threads = [threading.Thread(target=self._consume_loop, name=f"canary-consumer-{self.cluster}",
@@ -76,6 +88,9 @@ class CanaryProbe:
                          threading.Thread(target=self._round_loop, name=f"canary-{self.cluster}", daemon=True)]
         for t in self._threads:
             t.start()
+
+    def signal_stop(self) -> None:
+        self._stop.set()
 
     def stop(self, timeout: float = 15.0) -> None:
         self._stop.set()

@@ -38,22 +38,29 @@ class CanaryStats:
     violations: int = 0
     last_success: float | None = None
     last_failure: tuple[str, str, str] | None = None
+    version: int = 0                  # bumped by every change: views are reused while it stays
 
     def init(self, seconds: float) -> None:
         self.init_seconds = seconds
+        self.version += 1
 
     def committed(self, seconds: float) -> None:
         self.commit.observe(seconds)
+        self.version += 1
 
     def round_ended(self, outcome: str, now: float) -> None:
         self.rounds[outcome] = self.rounds.get(outcome, 0) + 1
         self.last_success = now
+        self.version += 1
 
     def failed(self, stage: str, error: str, message: str = "") -> None:
         self.failures[(stage, error)] = self.failures.get((stage, error), 0) + 1
         self.last_failure = (stage, error, message)
+        self.version += 1
 
     def seen(self, event: Visible | Violation | TimedOut | None) -> None:
+        if event is not None:
+            self.version += 1
         if isinstance(event, Visible):
             self.visibility.setdefault(event.partition, Histogram(COMMIT_BUCKETS)).observe(event.latency)
         elif isinstance(event, Violation):

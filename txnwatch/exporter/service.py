@@ -44,6 +44,12 @@ class ClusterRuntime:
                                          partition_filter=share.split.owns_log_partition if share.split.sharded
                                          else None)
             self.poller.access.tap = self.tap   # its health and known ids feed the access findings
+        self.canary = None
+        if cfg.canary.enabled and share.cluster_level:   # one canary per cluster, not per shard
+            from ..canary.probe import CanaryProbe, default_instance
+
+            self.canary = CanaryProbe(cfg.name, cfg.client_properties(), cfg.canary,
+                                      cfg.canary.instance or default_instance())
 
     def sources(self):
         yield self.poller.health.view()
@@ -86,16 +92,27 @@ class ClusterRuntime:
         self.poller.start()
         if self.tap is not None:
             self.tap.start()
+        if self.canary is not None:
+            self.canary.start()
 
     def signal_stop(self) -> None:
         self.poller.signal_stop()
         if self.tap is not None:
             self.tap.signal_stop()
+        if self.canary is not None:
+            self.canary.signal_stop()
 
     def stop(self) -> None:
         self.poller.stop()
         if self.tap is not None:
             self.tap.stop()
+        if self.canary is not None:
+            self.canary.stop()
+
+    def render_canary(self, w: FamilyWriter) -> None:
+        from ..canary.stats import render_canary
+
+        render_canary(w, self.cfg.name, self.canary.view())
 
     def render_snapshot(self, w: FamilyWriter, collector: ExporterCollector, snap) -> None:
         """A poller snapshot: rendered once per poll, in the poll thread (see publish)."""
@@ -146,6 +163,8 @@ class Exporter:
                 if rt.tap is not None:
                     parts.append(Part(f"tap:{name}", lambda w, rt=rt: rt.render_tap(w, self.collector),
                                       key=lambda rt=rt: rt.tap.view()))
+                if rt.canary is not None:
+                    parts.append(Part(f"canary:{name}", rt.render_canary, key=lambda rt=rt: rt.canary.view()))
                 rt.poller.on_snapshot = lambda snap, name=name, rt=rt: self.collector.publish(
                     f"poller:{name}", lambda w: rt.render_snapshot(w, self.collector, snap))
         parts.append(Part("spark", self.render_spark))

@@ -73,6 +73,7 @@ class Worker:
         self._spark_key = None
         self._data_taken_at: dict[str, float] = {}
         self._last_tap_view = None
+        self._last_canary_view = None
         self._epoch_bumps: dict = dict(checkpoint.get("epoch_bumps", {}))
         self._tap_checkpoint = checkpoint.get("tap")
         self._digest: ClusterDigest | None = None
@@ -136,6 +137,22 @@ class Worker:
         self._write_checkpoint()
         self.publish_status()
 
+    def _publish_canary(self) -> None:
+        canary = self.rt.canary
+        if canary is None:
+            return
+        view = canary.view()
+        if view is self._last_canary_view:
+            return
+        w = FamilyWriter()
+        self.rt.render_canary(w)
+        taken = time.time()
+        write_atomic(self.dir / "canary.chunks", (taken, w.chunks()))
+        self._last_canary_view = view
+        with self._lock:
+            self._data_taken_at["canary"] = taken
+        self.publish_status()
+
     def _write_checkpoint(self) -> None:
         with self._lock:
             cp = {"tap": self._tap_checkpoint, "epoch_bumps": self._epoch_bumps,
@@ -179,6 +196,7 @@ class Worker:
                 now = time.monotonic()
                 try:
                     self._publish_tap()
+                    self._publish_canary()
                     if now >= next_status:
                         self.publish_status()
                         next_status = now + self.status_interval

@@ -95,7 +95,7 @@ class WorkerRuntime:
         self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._status_file = PublishedFile(self.dir / "status")
         self._digest_file = PublishedFile(self.dir / "digest")
-        self._chunk_files = {name: PublishedFile(self.dir / f"{name}.chunks") for name in ("poller", "tap")}
+        self._chunk_files = {name: PublishedFile(self.dir / f"{name}.chunks") for name in ("poller", "tap", "canary")}
         self._spawn()
         self._thread = threading.Thread(target=self._supervise, name=f"worker-{self.cfg.name}", daemon=True)
         self._thread.start()
