@@ -72,3 +72,28 @@ def test_exporter_serves_the_canary_series(broker, unique, exporter_factory, wor
     assert m.get_value("txnwatch_canary_init_seconds", cluster="test") > 0
     assert m.get_value("txnwatch_canary_last_success_timestamp_seconds", cluster="test") > 0
     assert not m.select("txnwatch_canary_failures_total")
+
+
+def test_canary_counts_survive_a_killed_worker(broker, unique, exporter_factory):
+    import os
+    import signal
+
+    from tests.integration.conftest import cluster_config
+    from tests.integration.test_workers import children
+
+    cfg = cluster_config(broker.bootstrap, [unique("none")])
+    cfg["clusters"][0]["canary"] = {"interval_seconds": 1, "abort_every": 0, "topic": unique("canary")}
+    exp = exporter_factory(cfg)
+
+    def committed(m):
+        return m.get_value("txnwatch_canary_rounds_total", cluster="test", outcome="committed") or 0
+
+    before = committed(exp.wait_metric(lambda m: committed(m) >= 3, 60, what="3 canary rounds"))
+    [pid] = children(exp.proc.pid)
+    os.kill(pid, signal.SIGKILL)
+    exp.wait_metric(lambda m: m.get_value("txnwatch_worker_restarts_total") == 1, 60, what="the worker restarted")
+    seen = []
+    m = exp.wait_metric(lambda m: seen.append(committed(m)) or committed(m) >= before + 3, 60,
+                        what="rounds of the new worker on top of the old ones")
+    assert min(seen) >= before                                   # never backwards
+    assert m.get_value("txnwatch_canary_visibility_violations_total", cluster="test") == 0

@@ -54,3 +54,19 @@ def test_a_fresh_canary_says_zero_violations_and_rounds_not_absent():
     assert 'txnwatch_canary_visibility_violations_total{cluster="prod"} 0.0' in text
     assert 'txnwatch_canary_rounds_total{cluster="prod",outcome="committed"} 0.0' in text
     assert "txnwatch_canary_last_success_timestamp_seconds{" not in text     # no round ended yet
+
+
+def test_restore_continues_an_earlier_process_counts():
+    earlier = CanaryStats()
+    earlier.committed(0.01)
+    earlier.round_ended("committed", 100.0)
+    earlier.seen(Visible(0, 0.02))
+    earlier.seen(Violation(0, 3))
+    earlier.failed("init", "COORDINATOR_NOT_AVAILABLE")
+    now = CanaryStats()
+    now.round_ended("committed", 200.0)
+    now.restore(earlier.view())
+    v = now.view()
+    assert v.rounds == {"committed": 2} and v.commit.count == 1 and v.visibility[0].count == 1
+    assert v.violations == 1 and v.failures == {("init", "COORDINATOR_NOT_AVAILABLE"): 1}
+    assert v.last_success == 200.0

@@ -82,6 +82,12 @@ class CanaryProbe:
                 self._view, self._view_version = self.stats.view(), self.stats.version
             return self._view
 
+    def restore(self, view: CanaryView) -> None:
+        """Continue the counters and histograms of an earlier probe of this cluster (a
+        restarted worker process): they never go backwards."""
+        with self._lock:
+            self.stats.restore(view)
+
     def start(self) -> None:
         self._threads = [threading.Thread(target=self._consume_loop, name=f"canary-consumer-{self.cluster}",
                                           daemon=True),

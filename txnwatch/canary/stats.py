@@ -70,6 +70,28 @@ class CanaryStats:
             self.failed("visibility_timeout", "timed_out",
                         f"round {event.round}: partition {event.partition} not visible in time")
 
+    def restore(self, v: CanaryView) -> None:
+        """Start from an earlier process's counts (its checkpoint); what was measured since
+        this process started is kept on top."""
+        if v.commit is not None:
+            for i, n in enumerate(v.commit.counts):
+                self.commit.counts[i] += n
+            self.commit.sum += v.commit.sum
+        for p, h in v.visibility.items():
+            mine = self.visibility.setdefault(p, Histogram(COMMIT_BUCKETS))
+            for i, n in enumerate(h.counts):
+                mine.counts[i] += n
+            mine.sum += h.sum
+        for table, earlier in ((self.rounds, v.rounds), (self.failures, v.failures),
+                               (self.visibility_timeouts, v.visibility_timeouts)):
+            for k, n in earlier.items():
+                table[k] = table.get(k, 0) + n
+        self.violations += v.violations
+        self.init_seconds = self.init_seconds if self.init_seconds is not None else v.init_seconds
+        self.last_success = max(filter(None, (self.last_success, v.last_success)), default=None)
+        self.last_failure = self.last_failure or v.last_failure
+        self.version += 1
+
     def view(self) -> CanaryView:
         return CanaryView(self.init_seconds, self.commit.copy(),
                           MappingProxyType({p: h.copy() for p, h in self.visibility.items()}),

@@ -64,6 +64,8 @@ class Worker:
         self.rt = ClusterRuntime(cfg, tap_resume_from=checkpoint.get("tap"), share=self.share)
         if checkpoint.get("epoch_bumps"):
             self.rt.poller.restore_epoch_bumps(checkpoint["epoch_bumps"])
+        if checkpoint.get("canary") is not None and self.rt.canary is not None:
+            self.rt.canary.restore(checkpoint["canary"])
         self.dropped = _Dropped()
         self.dropped.counts.update(checkpoint.get("dropped", {}))   # continued, never backwards
         self._seq = 0
@@ -148,15 +150,16 @@ class Worker:
         self.rt.render_canary(w)
         taken = time.time()
         write_atomic(self.dir / "canary.chunks", (taken, w.chunks()))
-        self._last_canary_view = view
         with self._lock:
+            self._last_canary_view = view
             self._data_taken_at["canary"] = taken
+        self._write_checkpoint()
         self.publish_status()
 
     def _write_checkpoint(self) -> None:
         with self._lock:
             cp = {"tap": self._tap_checkpoint, "epoch_bumps": self._epoch_bumps,
-                  "dropped": dict(self.dropped.counts)}
+                  "dropped": dict(self.dropped.counts), "canary": self._last_canary_view}
             write_atomic(self.dir / "checkpoint", cp)
 
     def publish_status(self) -> None:
