@@ -113,6 +113,14 @@ class AlertConfig:
     # -- SparkStreamingQueryFailed
     spark_failure_window: str = "15m"
     spark_failed_for: str = "1m"
+    # -- transactional canary
+    canary_failing_seconds: float = 60          # no round ended as intended for this long (6 intervals of 10 s)
+    canary_failing_for: str = "0m"              # the window above is the "for"
+    canary_failure_window: str = "2m"           # failures counted over this window name the stage and error
+    canary_visibility_seconds: float = 5        # p99 produce-to-visible per partition above this
+    canary_visibility_window: str = "10m"
+    canary_visibility_for: str = "10m"
+    canary_violation_window: str = "15m"
     # -- exporter
     exporter_down_for: str = "5m"
     source_failing_for: str = "5m"
@@ -558,9 +566,48 @@ def exporter_alerts(cfg: AlertConfig) -> list[Alert]:
     ]
 
 
+def canary_alerts(cfg: AlertConfig) -> list[Alert]:
+    ov = ids.OVERVIEW
+    c = sel(cfg.cluster_selector)
+    failing = _expr(f"""
+        sum by (cluster, stage, error) (increase(txnwatch_canary_failures_total{c}[{cfg.canary_failure_window}])) > 0
+        unless on (cluster)
+        (time() - txnwatch_canary_last_success_timestamp_seconds{c} < {_num(cfg.canary_failing_seconds)})""")
+    slow = _expr(f"""
+        histogram_quantile(0.99, sum by (cluster, partition, le)
+          (rate(txnwatch_canary_visibility_seconds_bucket{c}[{cfg.canary_visibility_window}])))
+        > {_num(cfg.canary_visibility_seconds)}""")
+    violated = f"increase(txnwatch_canary_visibility_violations_total{c}[{cfg.canary_violation_window}]) > 0"
+    return [
+        Alert("TxnwatchCanaryFailing", failing, cfg.canary_failing_for, "critical",
+              "Transactions cannot commit on cluster {{ $labels.cluster }} (canary failing at {{ $labels.stage }})",
+              "The txnwatch canary on cluster {{ $labels.cluster }} has not completed a transaction for over "
+              f"{_num(cfg.canary_failing_seconds)}s; it fails at stage {{{{ $labels.stage }}}} with "
+              "{{ $labels.error }} ({{ printf \"%.0f\" $value }} time(s) in the last "
+              f"{cfg.canary_failure_window}). Applications' transactions on this cluster are most likely failing "
+              "the same way.", ov, "canary_failures"),
+        Alert("TxnwatchCanaryVisibilitySlow", slow, cfg.canary_visibility_for, "warning",
+              "Committed records take {{ $value | humanizeDuration }} to become visible on "
+              "{{ $labels.cluster }} partition {{ $labels.partition }} of the canary",
+              "p99 time from the canary's produce to a read_committed consumer returning the record is "
+              "{{ $value | humanizeDuration }} on canary partition {{ $labels.partition }} of cluster "
+              f"{{{{ $labels.cluster }}}} (threshold {_num(cfg.canary_visibility_seconds)}s over "
+              f"{cfg.canary_visibility_window}): transaction markers or the LSO of that partition's leader are slow.",
+              ov, "canary_visibility"),
+        Alert("TxnwatchCanaryVisibilityViolation", violated, "0m", "critical",
+              "read_committed returned an aborted record on cluster {{ $labels.cluster }}",
+              "A read_committed consumer returned {{ printf \"%.0f\" $value }} record(s) of aborted canary "
+              f"transactions on cluster {{{{ $labels.cluster }}}} in the last {cfg.canary_violation_window}. "
+              "Aborted records must never be visible to read_committed readers: this is a broker or client bug, "
+              "and exactly-once pipelines on this cluster may be reading aborted data.",
+              ov, "canary_failures"),
+    ]
+
+
 def alerts(cfg: AlertConfig | None = None) -> list[Alert]:
     cfg = cfg or AlertConfig()
-    return transaction_alerts(cfg) + partition_alerts(cfg) + spark_alerts(cfg) + exporter_alerts(cfg)
+    return (transaction_alerts(cfg) + partition_alerts(cfg) + spark_alerts(cfg) + canary_alerts(cfg)
+            + exporter_alerts(cfg))
 
 
 def rule_groups(cfg: AlertConfig | None = None) -> list[dict[str, Any]]:
@@ -570,6 +617,7 @@ def rule_groups(cfg: AlertConfig | None = None) -> list[dict[str, Any]]:
         ("txnwatch.transactions", transaction_alerts(cfg)),
         ("txnwatch.partitions", partition_alerts(cfg)),
         ("txnwatch.spark", spark_alerts(cfg)),
+        ("txnwatch.canary", canary_alerts(cfg)),
         ("txnwatch.exporter", exporter_alerts(cfg)),
     ]
     return [{"name": name, "rules": rec.get(name, []) + [a.rule(cfg) for a in alist]}

@@ -212,7 +212,9 @@ class CanaryProbe:
         from confluent_kafka import Producer
 
         props = {**self.props, "transactional.id": self.tid, "linger.ms": 0,
-                 "transaction.timeout.ms": int(max(10.0, 3 * self.cfg.interval_seconds) * 1000),
+                 # a canary transaction open past its interval has failed anyway; a longer timeout
+                 # could exceed the broker's transaction.max.timeout.ms (INVALID_TRANSACTION_TIMEOUT)
+                 "transaction.timeout.ms": int(max(1.0, self.cfg.interval_seconds) * 1000),
                  "logger": logging.getLogger("txnwatch.librdkafka")}
         producer = Producer(props)
         t = time.monotonic()
@@ -321,5 +323,10 @@ class CanaryProbe:
 def _release(client) -> None:
     """Drop a client that may be stuck (librdkafka's destroy waits for its requests) on a
     thread of its own, so the round loop never waits for it."""
-    threading.Thread(target=lambda c=client: c.flush(0) if hasattr(c, "flush") else None,
-                     name="canary-release", daemon=True).start()
+    def drop(c=client) -> None:
+        try:
+            c.flush(0)      # a producer in a fatal state raises here; it is dropped either way
+        except Exception:  # noqa: BLE001
+            pass
+
+    threading.Thread(target=drop, name="canary-release", daemon=True).start()

@@ -248,6 +248,32 @@ def overview() -> list[P]:
           [(f"max by (query, source, topic) (spark_streaming_source_offsets_behind_latest{s(Q)})",
             "{{query}} {{topic}}")],
           thresholds=steps(GREEN), w=24, links=[link_to(SP)]),
+        # --- the transactional canary (opt-in per cluster: `canary:`)
+        P("canary_success", "Canary: since its last transaction",
+          "Seconds since the canary's last round ended as intended (committed, or aborted on purpose). The "
+          "canary commits one small transaction to every canary partition each interval (default 10 s): a "
+          "value growing past a few intervals means a transaction cannot commit on this cluster right now.",
+          "s", [(f"time() - max by (cluster) (txnwatch_canary_last_success_timestamp_seconds{s(C)})",
+                 "{{cluster}}")],
+          kind="stat", thresholds=steps(GREEN, (CFG.canary_failing_seconds, RED)), w=6, h=5),
+        P("canary_commit", "Canary commit latency p99",
+          "p99 of the canary's commit_transaction() call: what any transactional producer of the cluster pays "
+          "to commit right now.", "s",
+          quantiles("txnwatch_canary_commit_seconds", "cluster", s(C), "{{cluster}}", ("0.99",)),
+          thresholds=steps(GREEN, (CFG.commit_latency_seconds, RED)), threshold_style="line", w=6, h=5),
+        P("canary_visibility", "Canary visibility p99 per partition",
+          "p99 from the canary's produce to a read_committed consumer returning the record, per canary "
+          "partition (one per broker, each led by a different broker): a slow broker shows on its partition.",
+          "s", quantiles("txnwatch_canary_visibility_seconds", "cluster, partition", s(C),
+                         "{{cluster}} p{{partition}}", ("0.99",)),
+          thresholds=steps(GREEN, (CFG.canary_visibility_seconds, RED)), threshold_style="line", w=6, h=5),
+        P("canary_failures", "Canary failures and violations",
+          "Canary failures per minute by stage and error, and visibility violations (a read_committed consumer "
+          "returned an aborted canary record: must stay 0).", "cpm",
+          [(f"sum by (cluster, stage, error) (rate(txnwatch_canary_failures_total{s(C)}[{RI}])) * 60",
+            "{{cluster}} {{stage}} {{error}}"),
+           (f"sum by (cluster) (txnwatch_canary_visibility_violations_total{s(C)})", "{{cluster}} violations")],
+          thresholds=steps(GREEN), w=6, h=5),
     ]
 
 
@@ -679,6 +705,7 @@ def generate_dashboards(out_dir: str | Path) -> list[Path]:
 FAULT_ONLY_PANELS: list[tuple[str, str]] = [
     (ids.OVERVIEW.title, "Groups behind a stalled LSO"),
     (ids.OVERVIEW.title, "Fencing rate"),
+    (ids.OVERVIEW.title, "Canary failures and violations"),
     (ids.TRANSACTIONS.title, "Timeouts and id expirations"),
     (ids.TRANSACTIONS.title, "Fencing events"),
     (ids.TRANSACTIONS.title, "Producer transaction errors"),
@@ -713,7 +740,7 @@ def query_requirements(expr: str) -> frozenset[str]:
     """What must exist for `expr` to return data, beyond the exporter's poller:
     "kip664" (broker with the KIP-664 admin APIs), "broker_configs" (DescribeConfigs
     values), "tap" (transaction-log tap), "client" (instrumented producer / Spark sink),
-    "spark" (the Spark listener)."""
+    "spark" (the Spark listener), "canary" (a cluster with `canary:` on)."""
     from txnwatch.dashboards.names import metric_names, source_of
 
     out = set()
@@ -722,7 +749,7 @@ def query_requirements(expr: str) -> frozenset[str]:
             out.add("kip664")
         elif name in BROKER_CONFIG_SERIES:
             out.add("broker_configs")
-        elif source_of(name) in ("tap", "client", "spark"):
+        elif source_of(name) in ("tap", "client", "spark", "canary"):
             out.add(source_of(name))
     return frozenset(out)
 

@@ -36,6 +36,7 @@ PANEL_IDS: dict[str, dict[str, int]] = {
         "open": 1, "hanging": 2, "stalled_partitions": 3, "blocked_groups": 4, "sources_up": 5,
         "spark_active": 6, "oldest_age": 7, "abort_ratio": 8, "fencing_rate": 9,
         "commit_latency": 10, "spark_behind": 11,
+        "canary_success": 12, "canary_commit": 13, "canary_visibility": 14, "canary_failures": 15,
     },
     TRANSACTIONS.uid: {
         "commit_latency": 1, "client_commit_latency": 2, "duration": 3,
