@@ -188,7 +188,8 @@ CATALOG: dict[str, MetricSpec] = {s.name: s for s in [
        "error name (visibility_timeout: a committed record not visible within the timeout, error timed_out).",
        ("cluster", "stage", "error"), source="canary"),
     _m("txnwatch_canary_visibility_timeouts", "counter",
-       "Per canary partition, committed canary records not visible to the read_committed consumer in time.",
+       "Per canary partition, canary records not visible to the read_committed consumer in time: the partition "
+       "took no record within the round's interval (leader unavailable), or a committed one was not returned.",
        ("cluster", "partition"), source="canary"),
     _m("txnwatch_canary_visibility_violations", "counter",
        "Records of aborted canary transactions a read_committed consumer returned. Must stay 0: anything "

@@ -12,18 +12,19 @@ pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 
 
 def test_canary_commits_aborts_and_every_committed_record_becomes_visible(broker, unique):
-    cfg = CanaryConfig(enabled=True, interval_seconds=1.0, abort_every=3, topic=unique("canary"))
+    # 3 s: each step's deadline is the interval, and a first InitProducerId on a loaded machine can take 1 s
+    cfg = CanaryConfig(enabled=True, interval_seconds=3.0, abort_every=3, topic=unique("canary"))
     probe = CanaryProbe("test", {"bootstrap.servers": broker.bootstrap}, cfg, instance=unique("i"))
     probe.start()
     try:
-        v = wait_for(lambda: (lambda v: v if v.rounds.get("committed", 0) >= 4 and v.rounds.get("aborted", 0) >= 2
-                              and sum(h.count for h in v.visibility.values()) >= 4 else None)(probe.view()),
-                     60, what="4 committed and 2 aborted canary rounds, the committed ones visible")
+        v = wait_for(lambda: (lambda v: v if v.rounds.get("committed", 0) >= 2 and v.rounds.get("aborted", 0) >= 1
+                              and sum(h.count for h in v.visibility.values()) >= 2 else None)(probe.view()),
+                     60, what="2 committed and 1 aborted canary rounds, the committed ones visible")
     finally:
         probe.stop()
     assert v.violations == 0                                 # aborted records never returned
     assert dict(v.failures) == {}, v.last_failure
-    assert v.init_seconds is not None and v.commit.count >= 4
+    assert v.init_seconds is not None and v.commit.count >= 2
     assert set(v.visibility) == {0}                          # one partition per broker
     assert v.last_success is not None
 
@@ -57,7 +58,7 @@ def test_exporter_serves_the_canary_series(broker, unique, exporter_factory, wor
     from tests.integration.conftest import cluster_config
 
     cfg = cluster_config(broker.bootstrap, [unique("none")])
-    cfg["clusters"][0]["canary"] = {"interval_seconds": 1, "abort_every": 2, "topic": unique("canary")}
+    cfg["clusters"][0]["canary"] = {"interval_seconds": 2, "abort_every": 2, "topic": unique("canary")}
     cfg["http"] = {**cfg.get("http", {}), "worker_processes": workers}
     exp = exporter_factory(cfg)
 

@@ -64,7 +64,8 @@ def test_records_of_another_instance_or_a_failed_round_are_stale():
 
 
 def test_abort_rounds_and_step_deadlines():
-    assert [r for r in range(30) if is_abort_round(r, 10)] == [9, 19, 29]
+    assert [r for r in range(1, 31) if is_abort_round(r, 10)] == [10, 20, 30]
+    assert [r for r in range(1, 7) if is_abort_round(r, 2)] == [2, 4, 6]     # never the first round
     assert not any(is_abort_round(r, 0) for r in range(30))
     assert step_deadline(10.0, 2.5) == 7.5
     assert step_deadline(10.0, 12.0) == 0.5

@@ -53,6 +53,7 @@ class StepFailed(Exception):
     def __init__(self, stage: str, error: str, message: str) -> None:
         super().__init__(f"{stage}: {error}: {message}")
         self.stage, self.error, self.message = stage, error, message
+        self.renew_producer = False
 
 
 class CanaryProbe:
@@ -166,12 +167,27 @@ class CanaryProbe:
         produced_at = self.clock()
         try:
             self._step("begin", producer.begin_transaction)
+            delivered: set[int] = set()
+
+            def on_delivery(err, msg, delivered=delivered) -> None:
+                if err is None:
+                    delivered.add(msg.partition())
+
             for p in parts:
-                producer.produce(self.cfg.topic, partition=p, key=self.tid.encode(),
+                producer.produce(self.cfg.topic, partition=p, key=self.tid.encode(), on_delivery=on_delivery,
                                  value=Record(self.tid, round_, commit, produced_at, p).encode())
             left = producer.flush(step_deadline(interval, time.monotonic() - t0))
             if left:
-                raise StepFailed("produce", "TIMED_OUT", f"{left} record(s) not delivered within the round")
+                missing = sorted(set(parts) - delivered)
+                with self._lock:   # a record that could not be written is not visible in time either
+                    for p in missing:
+                        self.stats.not_visible(p)
+                failed = StepFailed("produce", "TIMED_OUT", f"partitions {missing} did not take the round's "
+                                                              "record within the interval")
+                # Nothing written at all: rather the coordinator (AddPartitionsToTxn) than every leader.
+                # A new producer's InitProducerId next round asks the coordinator directly.
+                failed.renew_producer = missing == sorted(parts)
+                raise failed
             stage = "commit" if commit else "abort"
             call = producer.commit_transaction if commit else producer.abort_transaction
             ts = time.monotonic()
@@ -199,6 +215,9 @@ class CanaryProbe:
     def _recover(self, producer, exc: StepFailed) -> None:
         """After a failed step: abort what is open if the producer can, else replace it."""
         if exc.stage in ("init", "topic"):
+            return
+        if exc.renew_producer:
+            self._drop_producer()
             return
         try:
             producer.abort_transaction(max(1.0, self.cfg.interval_seconds / 2))

@@ -137,7 +137,7 @@ class RoundBook:
 def is_abort_round(round_: int, abort_every: int) -> bool:
     """One round in `abort_every` is aborted on purpose (never the first, so a canary that
     just started proves a commit first); 0 disables aborts."""
-    return abort_every > 0 and round_ % abort_every == abort_every - 1
+    return abort_every > 0 and round_ > 0 and round_ % abort_every == 0
 
 
 def step_deadline(interval: float, elapsed: float, floor: float = 0.5) -> float:

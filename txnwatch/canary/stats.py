@@ -66,7 +66,7 @@ class CanaryStats:
         elif isinstance(event, Violation):
             self.violations += 1
         elif isinstance(event, TimedOut):
-            self.visibility_timeouts[event.partition] = self.visibility_timeouts.get(event.partition, 0) + 1
+            self.not_visible(event.partition)
             self.failed("visibility_timeout", "timed_out",
                         f"round {event.round}: partition {event.partition} not visible in time")
 
@@ -90,6 +90,11 @@ class CanaryStats:
         self.init_seconds = self.init_seconds if self.init_seconds is not None else v.init_seconds
         self.last_success = max(filter(None, (self.last_success, v.last_success)), default=None)
         self.last_failure = self.last_failure or v.last_failure
+        self.version += 1
+
+    def not_visible(self, partition: int) -> None:
+        """A partition whose record of a round was not visible in time (or not even written)."""
+        self.visibility_timeouts[partition] = self.visibility_timeouts.get(partition, 0) + 1
         self.version += 1
 
     def view(self) -> CanaryView:
