@@ -73,6 +73,15 @@ def test_exporter_serves_the_canary_series(broker, unique, exporter_factory, wor
     assert m.get_value("txnwatch_canary_init_seconds", cluster="test") > 0
     assert m.get_value("txnwatch_canary_last_success_timestamp_seconds", cluster="test") > 0
     assert not m.select("txnwatch_canary_failures_total")
+    # the page's canary row, from the same data (published by the worker, or in-process)
+    status, page = exp.get("/")
+    assert status == 200
+    section = page.split("<h2>Transactional canary</h2>", 1)[1].split("</section>", 1)[0]
+    row = section.split("<td>test</td>", 1)[1].split("</tr>", 1)[0]
+    assert "<span class=ok>ok</span>" in row, row
+    cells = [c.split("</td>")[0] for c in row.split("<td class=num>")[1:]]
+    assert int(cells[0]) >= 2 and int(cells[1]) >= 2, row   # committed, aborted
+    assert cells[2].endswith(" ms") and cells[3].endswith(" ms"), row   # commit and visibility means
 
 
 def test_canary_counts_survive_a_killed_worker(broker, unique, exporter_factory):

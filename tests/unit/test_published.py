@@ -131,3 +131,35 @@ def test_a_starting_worker_is_not_called_stalled_before_the_startup_grace(tmp_pa
     now[0] += 60
     rt._step()
     assert Proc.killed
+
+
+def test_canary_summary_and_page_row_say_failing_until_a_round_succeeds_again():
+    from txnwatch.canary.rounds import Violation, Visible
+    from txnwatch.canary.stats import CanaryStats
+    from txnwatch.exporter.page import canary_section
+    from txnwatch.exporter.published import canary_summary
+
+    s = CanaryStats()
+    assert not canary_summary(s.view()).failing
+    assert "no round yet" in canary_section([("prod", canary_summary(s.view()))], 100.0)
+    s.committed(0.010)
+    s.seen(Visible(0, 0.020))
+    s.seen(Visible(1, 0.040))
+    s.round_ended("committed", 100.0)
+    s.round_ended("aborted", 110.0)
+    c = canary_summary(s.view())
+    assert (c.committed, c.aborted, c.failures, c.violations, c.partitions_visible) == (1, 1, 0, 0, 2)
+    assert c.commit_mean_seconds == 0.010 and abs(c.visibility_mean_seconds - 0.030) < 1e-12
+    assert not c.failing
+    s.failed("init", "COORDINATOR_NOT_AVAILABLE", "<b>not available</b>", now=120.0)
+    c = canary_summary(s.view())
+    assert c.failing and c.failures == 1
+    page = canary_section([("prod", c)], 125.0)
+    assert "class=bad>failing" in page and "init: COORDINATOR_NOT_AVAILABLE" in page
+    assert "&lt;b&gt;not available&lt;/b&gt;" in page          # the client's message is escaped
+    s.round_ended("committed", 130.0)
+    assert not canary_summary(s.view()).failing
+    s.seen(Violation(0, 7))
+    page = canary_section([("prod", canary_summary(s.view()))], 131.0)
+    assert "<td class='num bad'>1</td>" in page
+    assert canary_section([], 0.0) == ""

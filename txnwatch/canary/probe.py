@@ -196,7 +196,7 @@ class CanaryProbe:
         except StepFailed as exc:
             with self._lock:
                 self.book.failed(round_)
-                self.stats.failed(exc.stage, exc.error, exc.message)
+                self.stats.failed(exc.stage, exc.error, exc.message, self.clock())
             self._recover(producer, exc)
             raise
         visible_by = self.clock() + (self.cfg.visibility_timeout_seconds or interval)
@@ -242,7 +242,7 @@ class CanaryProbe:
         except Exception as exc:  # noqa: BLE001
             with self._lock:
                 self.stats.init(time.monotonic() - t)
-                self.stats.failed("init", error_name(exc), str(exc))
+                self.stats.failed("init", error_name(exc), str(exc), self.clock())
             _release(producer)
             raise StepFailed("init", error_name(exc), str(exc)) from None
         with self._lock:
@@ -280,11 +280,11 @@ class CanaryProbe:
             self._partitions = sorted(t.partitions) if t is not None and t.partitions else self._partitions
         except StepFailed as exc:
             with self._lock:
-                self.stats.failed(exc.stage, exc.error, exc.message)
+                self.stats.failed(exc.stage, exc.error, exc.message, self.clock())
             raise
         except Exception as exc:  # noqa: BLE001
             with self._lock:
-                self.stats.failed("topic", error_name(exc), str(exc))
+                self.stats.failed("topic", error_name(exc), str(exc), self.clock())
             raise StepFailed("topic", error_name(exc), str(exc)) from None
         if not self._partitions:
             raise StepFailed("topic", "NO_PARTITIONS", f"{self.cfg.topic} has no partitions yet")

@@ -3,6 +3,7 @@ threads, under the probe's lock) and immutable views for the scrape side."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -25,6 +26,7 @@ class CanaryView:
     violations: int = 0
     last_success: float | None = None
     last_failure: tuple[str, str, str] | None = None          # (stage, error, message) of the last one
+    last_failure_at: float | None = None                      # unix time of the last failure
 
 
 @dataclass
@@ -38,6 +40,7 @@ class CanaryStats:
     violations: int = 0
     last_success: float | None = None
     last_failure: tuple[str, str, str] | None = None
+    last_failure_at: float | None = None
     version: int = 0                  # bumped by every change: views are reused while it stays
 
     def init(self, seconds: float) -> None:
@@ -53,9 +56,10 @@ class CanaryStats:
         self.last_success = now
         self.version += 1
 
-    def failed(self, stage: str, error: str, message: str = "") -> None:
+    def failed(self, stage: str, error: str, message: str = "", now: float | None = None) -> None:
         self.failures[(stage, error)] = self.failures.get((stage, error), 0) + 1
         self.last_failure = (stage, error, message)
+        self.last_failure_at = time.time() if now is None else now
         self.version += 1
 
     def seen(self, event: Visible | Violation | TimedOut | None) -> None:
@@ -89,7 +93,8 @@ class CanaryStats:
         self.violations += v.violations
         self.init_seconds = self.init_seconds if self.init_seconds is not None else v.init_seconds
         self.last_success = max(filter(None, (self.last_success, v.last_success)), default=None)
-        self.last_failure = self.last_failure or v.last_failure
+        if self.last_failure is None:
+            self.last_failure, self.last_failure_at = v.last_failure, v.last_failure_at
         self.version += 1
 
     def not_visible(self, partition: int) -> None:
@@ -102,7 +107,7 @@ class CanaryStats:
                           MappingProxyType({p: h.copy() for p, h in self.visibility.items()}),
                           MappingProxyType(dict(self.rounds)), MappingProxyType(dict(self.failures)),
                           MappingProxyType(dict(self.visibility_timeouts)), self.violations,
-                          self.last_success, self.last_failure)
+                          self.last_success, self.last_failure, self.last_failure_at)
 
 
 def render_canary(w: FamilyWriter, cluster: str, v: CanaryView) -> None:

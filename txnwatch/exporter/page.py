@@ -98,6 +98,41 @@ def _groups_section(digests: list[tuple[str, object]]) -> str:
             + "</section>")
 
 
+def _ms(seconds: float | None) -> str:
+    return "" if seconds is None else f"{seconds * 1000:.0f} ms"
+
+
+def canary_section(canaries: list[tuple[str, object]], now: float) -> str:
+    """The transactional canary per cluster (`canaries`: (cluster, CanarySummary))."""
+    if not canaries:
+        return ""
+    rows = []
+    for name, c in canaries:
+        if c.failing:
+            state = "<span class=bad>failing</span>"
+        elif c.last_success is None:
+            state = "<span class=warn>no round yet</span>"
+        else:
+            state = "<span class=ok>ok</span>"
+        last = ""
+        if c.last_failure is not None:
+            stage, error, message = c.last_failure
+            last = (f"{escape(stage)}: {escape(error)} ({_when(c.last_failure_at, now)})"
+                    + (f"<br><span class=muted>{escape(message[:300])}</span>" if message else ""))
+        rows.append(
+            f"<tr><td>{escape(name)}</td><td>{state}</td><td>{_when(c.last_success, now)}</td>"
+            f"<td class=num>{c.committed}</td><td class=num>{c.aborted}</td>"
+            f"<td class=num>{_ms(c.commit_mean_seconds)}</td><td class=num>{_ms(c.visibility_mean_seconds)}</td>"
+            f"<td class=num>{c.failures}</td><td class=num>{c.visibility_timeouts}</td>"
+            f"<td class='num {'bad' if c.violations else ''}'>{c.violations}</td><td>{last}</td></tr>")
+    return ("<section><h2>Transactional canary</h2><table><tr><th>cluster</th><th>state</th>"
+            "<th>last success</th><th>committed</th><th>aborted</th><th>commit (mean)</th>"
+            "<th>visible after (mean)</th><th>failures</th><th>not visible in time</th>"
+            "<th>aborted records seen</th><th>last failure</th></tr>" + "".join(rows)
+            + "</table><p class=muted>Aborted records seen by the read_committed consumer must stay 0.</p>"
+            "</section>")
+
+
 def render_page(exporter) -> str:
     now = time.time()
     out = [f"<!doctype html><html><head><meta charset=utf-8><title>txnwatch</title>"

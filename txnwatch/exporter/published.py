@@ -43,6 +43,28 @@ class TapSummary:
 
 
 @dataclass(frozen=True)
+class CanarySummary:
+    committed: int
+    aborted: int
+    failures: int
+    visibility_timeouts: int
+    violations: int
+    last_success: float | None
+    last_failure: tuple[str, str, str] | None     # (stage, error, message)
+    last_failure_at: float | None
+    commit_mean_seconds: float | None
+    visibility_mean_seconds: float | None        # over every partition's visible records
+    partitions_visible: int
+
+    @property
+    def failing(self) -> bool:
+        """No round completed yet after a failure, or the last failure is newer than the last success."""
+        if self.last_failure_at is None:
+            return False
+        return self.last_success is None or self.last_failure_at >= self.last_success
+
+
+@dataclass(frozen=True)
 class ClusterDigest:
     """A cluster's page data as of its last poll (bounded: top-N rows, counts)."""
 
@@ -56,6 +78,7 @@ class ClusterDigest:
     hanging_method: str = "producer_state"
     kip664_error: str | None = None
     tap: TapSummary | None = None
+    canary: CanarySummary | None = None
     # the partitions (with their hanging and open transactions) of the topics Spark queries read
     spark_view: ClusterSnapshot | None = None
 
@@ -64,15 +87,27 @@ def tap_summary(view) -> TapSummary:
     return TapSummary(view.topic_found, view.rebuilt, view.lag_records, view.applied, sum(view.ids_per_app.values()))
 
 
+def canary_summary(view) -> CanarySummary:
+    commit = view.commit
+    seen = sum(h.count for h in view.visibility.values())
+    return CanarySummary(
+        view.rounds.get("committed", 0), view.rounds.get("aborted", 0), sum(view.failures.values()),
+        sum(view.visibility_timeouts.values()), view.violations, view.last_success, view.last_failure,
+        view.last_failure_at, commit.sum / commit.count if commit is not None and commit.count else None,
+        sum(h.sum for h in view.visibility.values()) / seen if seen else None,
+        sum(1 for h in view.visibility.values() if h.count))
+
+
 def digest_of(snap: ClusterSnapshot | None, cluster: str, kip664_error: str | None, tap_view=None,
-              spark_topics: frozenset[str] | None = None) -> ClusterDigest:
+              spark_topics: frozenset[str] | None = None, canary_view=None) -> ClusterDigest:
     """The page digest of a snapshot (pure). `spark_topics`: None keeps every partition in
     `spark_view` (in-process: the snapshot itself), a set keeps only those topics."""
     from .page import group_rows
 
     tap = None if tap_view is None else tap_summary(tap_view)
+    canary = None if canary_view is None else canary_summary(canary_view)
     if snap is None:
-        return ClusterDigest(cluster, kip664_error=kip664_error, tap=tap)
+        return ClusterDigest(cluster, kip664_error=kip664_error, tap=tap, canary=canary)
     txns = None
     if snap.open_transactions is not None:
         txns = tuple(sorted(snap.open_transactions, key=lambda t: -(t.age_seconds or 0))[:TOP])
@@ -91,7 +126,7 @@ def digest_of(snap: ClusterSnapshot | None, cluster: str, kip664_error: str | No
     else:
         spark_view = None
     return ClusterDigest(cluster, snap.taken_at, tuple(snap.findings[:TOP_FINDINGS]), txns, tuple(stalled),
-                         tuple(rows), caught_up, snap.hanging_method, kip664_error, tap, spark_view)
+                         tuple(rows), caught_up, snap.hanging_method, kip664_error, tap, canary, spark_view)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from ..metrics import FamilyWriter
 from ..sharding import ALL, WHOLE, ClusterShare, Shard, plan
 from ..spark_listener.state import SparkQueryState
 from .collector import ExporterCollector, Part, render_health, render_snapshot
+from .page import canary_section
 from .poller import ClusterPoller
 from .published import ClusterDigest, digest_of
 from .spark_blocked import BLOCKED, classify
@@ -83,7 +84,8 @@ class ClusterRuntime:
     def digest(self) -> ClusterDigest:
         """The page's data (every partition stays in spark_view: it is in memory anyway)."""
         return digest_of(self.poller.snapshot, self.cfg.name, self.poller.kip664_error,
-                         self.tap.view() if self.tap is not None else None)
+                         self.tap.view() if self.tap is not None else None,
+                         canary_view=self.canary.view() if self.canary is not None else None)
 
     def spark_view(self):
         return self.poller.snapshot
@@ -221,10 +223,11 @@ class Exporter:
         return all(status.values()), status
 
     def page_sections(self) -> list[str]:
-        """Extra sections of the human page: the tap and Spark queries."""
+        """Extra sections of the human page: the tap, the canary and Spark queries."""
         out = []
         taps = []
-        for name, sources, d in self.page_views():
+        views = self.page_views()
+        for name, sources, d in views:
             if d.tap is not None:
                 h = next((h for h in sources if h.source == "tap"), None)
                 if h is not None:
@@ -247,6 +250,9 @@ class Exporter:
             out.append("<section><h2>Transaction-log tap</h2><table><tr><th>cluster</th><th>topic found</th>"
                        "<th>rebuilt</th><th>lag (records)</th><th>applied</th><th>transactional ids</th></tr>"
                        + rows + "</table></section>")
+        canaries = [(name, d.canary) for name, _sources, d in views if d.canary is not None]
+        if canaries:
+            out.append(canary_section(canaries, time.time()))
         cards = self.spark_state.cards()
         if cards:
             statuses, ambiguous = self.spark_partitions()

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from ..metrics import FamilyWriter
 from .collector import render_snapshot
-from .published import ClusterDigest, WorkerStatus, digest_of, tap_summary, write_atomic
+from .published import ClusterDigest, WorkerStatus, canary_summary, digest_of, tap_summary, write_atomic
 
 log = logging.getLogger("txnwatch.worker")
 
@@ -94,8 +94,9 @@ class Worker:
         write_atomic(self.dir / "poller.chunks", (snap.taken_at, w.chunks()))
         self._read_spark_topics()
         tap_view = self.rt.tap.view() if self.rt.tap is not None else None
+        canary_view = self.rt.canary.view() if self.rt.canary is not None else None
         digest = digest_of(snap, self.cfg.name, self.rt.poller.kip664_error, tap_view,
-                           spark_topics=self._spark_topics)
+                           spark_topics=self._spark_topics, canary_view=canary_view)
         with self._lock:
             self._digest = digest
         write_atomic(self.dir / "digest", digest)
@@ -150,6 +151,12 @@ class Worker:
         self.rt.render_canary(w)
         taken = time.time()
         write_atomic(self.dir / "canary.chunks", (taken, w.chunks()))
+        # the page's canary row follows the canary, also before (or without) a successful poll
+        with self._lock:
+            base = self._digest or ClusterDigest(self.cfg.name, kip664_error=self.rt.poller.kip664_error)
+            self._digest = replace(base, canary=canary_summary(view))
+            digest = self._digest
+        write_atomic(self.dir / "digest", digest)
         with self._lock:
             self._last_canary_view = view
             self._data_taken_at["canary"] = taken
