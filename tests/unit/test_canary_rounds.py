@@ -69,3 +69,9 @@ def test_abort_rounds_and_step_deadlines():
     assert not any(is_abort_round(r, 0) for r in range(30))
     assert step_deadline(10.0, 2.5) == 7.5
     assert step_deadline(10.0, 12.0) == 0.5
+
+
+def test_the_consumers_fetch_wait_is_half_the_interval_within_half_a_second_and_five():
+    from txnwatch.canary.probe import fetch_wait_ms
+
+    assert [fetch_wait_ms(s) for s in (0.5, 1, 2, 10, 60)] == [500, 500, 1000, 5000, 5000]

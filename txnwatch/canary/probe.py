@@ -49,6 +49,12 @@ def error_name(exc: BaseException) -> str:
     return type(exc).__name__
 
 
+def fetch_wait_ms(interval_seconds: float) -> int:
+    """The canary consumer's fetch.wait.max.ms: half the interval, within 0.5-5 s (a partition
+    newly assigned on a broker waits for that broker's fetch in flight at most this long)."""
+    return int(min(5000.0, max(500.0, interval_seconds * 500.0)))
+
+
 class StepFailed(Exception):
     def __init__(self, stage: str, error: str, message: str) -> None:
         super().__init__(f"{stage}: {error}: {message}")
@@ -67,6 +73,7 @@ class CanaryProbe:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._producer = None
+        self._admin = None
         self._partitions: list[int] = []
         self._round = 0
         self._threads: list[threading.Thread] = []
@@ -136,8 +143,10 @@ class CanaryProbe:
             consumer.join(10)
             self._drop_producer()
         v = self.view()
-        last = v.last_failure
-        return {"ok": not v.failures and v.rounds.get("committed", 0) == 1 and not v.violations,
+        last = v.last_failure if failure is None or v.last_failure is not None else (
+            failure.stage, failure.error, failure.message)
+        return {"ok": failure is None and not v.failures and v.rounds.get("committed", 0) == 1
+                and not v.violations,
                 "transactional_id": self.tid, "topic": self.cfg.topic,
                 "init_seconds": v.init_seconds, "commit_seconds": v.commit.sum if v.commit.count else None,
                 "visibility_seconds": {p: h.sum for p, h in sorted(v.visibility.items())},
@@ -258,9 +267,19 @@ class CanaryProbe:
     def _ensure_topic(self, timeout: float) -> list[int]:
         from confluent_kafka.admin import AdminClient, NewTopic
 
-        admin = AdminClient({**self.props, "logger": logging.getLogger("txnwatch.librdkafka")})
+        # one admin client for the probe's life: a new one each round would open (and, with
+        # SASL/TLS, authenticate) a connection every interval
+        if self._admin is None:
+            # no auto-creation by a Metadata request for the topic (librdkafka's producer-side
+            # default): a missing topic is created here with one partition per broker, or not at all
+            self._admin = AdminClient({**self.props, "allow.auto.create.topics": False,
+                                       "logger": logging.getLogger("txnwatch.librdkafka")})
+        admin = self._admin
+        deadline = time.monotonic() + timeout
         try:
-            md = admin.list_topics(timeout=timeout)
+            # once the topic is known, only its metadata: a full listing is large on a big cluster
+            md = (admin.list_topics(topic=self.cfg.topic, timeout=timeout) if self._partitions
+                  else admin.list_topics(timeout=timeout))
             t = md.topics.get(self.cfg.topic)
             if t is None or t.error is not None or not t.partitions:
                 if not self.cfg.create_topic:
@@ -275,20 +294,31 @@ class CanaryProbe:
                 except Exception as exc:  # noqa: BLE001
                     if "already exists" not in str(exc).lower():
                         raise StepFailed("topic", error_name(exc), f"creating {self.cfg.topic}: {exc}") from None
-                md = admin.list_topics(topic=self.cfg.topic, timeout=timeout)
-                t = md.topics.get(self.cfg.topic)
+                t = self._created_topic(admin, deadline)
             self._partitions = sorted(t.partitions) if t is not None and t.partitions else self._partitions
+            if not self._partitions:
+                raise StepFailed("topic", "NO_PARTITIONS", f"{self.cfg.topic} has no partitions yet")
         except StepFailed as exc:
             with self._lock:
                 self.stats.failed(exc.stage, exc.error, exc.message, self.clock())
             raise
         except Exception as exc:  # noqa: BLE001
+            self._admin = None   # a new client next round, in case this one is what is broken
             with self._lock:
                 self.stats.failed("topic", error_name(exc), str(exc), self.clock())
             raise StepFailed("topic", error_name(exc), str(exc)) from None
-        if not self._partitions:
-            raise StepFailed("topic", "NO_PARTITIONS", f"{self.cfg.topic} has no partitions yet")
         return list(self._partitions)
+
+    def _created_topic(self, admin, deadline: float):
+        """The topic's metadata once every partition of a topic just created has a leader
+        (right after CreateTopics the metadata may list none), or as it is at the deadline."""
+        while True:
+            md = admin.list_topics(topic=self.cfg.topic, timeout=max(0.1, deadline - time.monotonic()))
+            t = md.topics.get(self.cfg.topic)
+            ready = t is not None and t.error is None and t.partitions and all(
+                p.leader >= 0 for p in t.partitions.values())
+            if ready or time.monotonic() >= deadline or self._stop.wait(0.1):
+                return t
 
     # ------------------------------------------------------------------ visibility
     def _wait_watched(self, parts: list[int], timeout: float) -> None:
@@ -304,6 +334,9 @@ class CanaryProbe:
 
         consumer = Consumer({**self.props, "group.id": f"{CANARY_APP}-{self.cluster}", "enable.auto.commit": False,
                              "isolation.level": "read_committed", "auto.offset.reset": "latest",
+                             # a fetch returns as soon as a record is readable: a longer wait only
+                             # means fewer empty fetches between rounds (2/s per broker otherwise)
+                             "fetch.wait.max.ms": fetch_wait_ms(self.cfg.interval_seconds),
                              "logger": logging.getLogger("txnwatch.librdkafka")})
         try:
             while not self._stop.is_set():
