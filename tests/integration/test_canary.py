@@ -53,6 +53,27 @@ def test_check_canary_reports_one_visible_round_and_fails_when_it_cannot_write(b
     assert "stage topic" in f["message"] and missing in f["message"] and "create_topic is false" in f["message"]
 
 
+def test_canary_is_fenced_by_another_producer_of_its_id_and_initialises_again(broker, unique):
+    from confluent_kafka import Producer
+
+    cfg = CanaryConfig(enabled=True, interval_seconds=2.0, abort_every=0, topic=unique("canary"))
+    probe = CanaryProbe("test", {"bootstrap.servers": broker.bootstrap}, cfg, instance=unique("i"))
+    probe.start()
+    try:
+        wait_for(lambda: probe.view().rounds.get("committed", 0) >= 2, 60, what="2 committed canary rounds")
+        zombie = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": probe.tid})
+        zombie.init_transactions(30)          # a newer epoch of the canary's own id: the canary is fenced
+        v = wait_for(lambda: (lambda v: v if v.failures else None)(probe.view()), 60,
+                     what="the canary's fenced round counted as a failure")
+        after = v.rounds.get("committed", 0)
+        v = wait_for(lambda: (lambda v: v if v.rounds.get("committed", 0) >= after + 2 else None)(probe.view()),
+                     60, what="the canary committing again with a new producer")
+    finally:
+        probe.stop()
+    assert any("FENCED" in error or "EPOCH" in error for _stage, error in v.failures), dict(v.failures)
+    assert v.violations == 0
+
+
 @pytest.mark.parametrize("workers", [True, False], ids=["worker-process", "in-process"])
 def test_exporter_serves_the_canary_series(broker, unique, exporter_factory, workers):
     from tests.integration.conftest import cluster_config

@@ -103,3 +103,40 @@ def test_a_frozen_partition_leader_shows_on_its_canary_partition_only(cluster, u
     assert not any(others.values()), others            # that partition only
     assert {stage for (stage, _e) in failures(m)} <= {"produce"}, failures(m)
     assert m.get_value("txnwatch_canary_visibility_violations_total", cluster="test") == 0
+
+
+def test_a_reassigned_leader_is_followed_not_fought(cluster, tmp_path, unique, exporter_factory):
+    import json
+
+    from confluent_kafka.admin import AdminClient
+
+    from txnwatch.devtools.broker import kafka_tool
+
+    topic = unique("canary")
+    cfg = cluster_config(cluster.bootstrap, [unique("none")],
+                         canary={"interval_seconds": INTERVAL, "abort_every": 0, "topic": topic})
+    exp = exporter_factory(cfg)
+    exp.wait_metric(lambda m: all(visible(m, p) >= 1 for p in (0, 1, 2)), 90,
+                    what="canary records visible on all three partitions")
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+
+    def partition0():
+        return admin.list_topics(topic, timeout=10).topics[topic].partitions[0]
+
+    before = partition0()
+    new_leader = next(r for r in before.replicas if r != before.leader)
+    # the same replicas, another one first (no data moves), then a preferred-leader election
+    plan = tmp_path / "reassign.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": topic, "partition": 0, "replicas": [new_leader] + [r for r in before.replicas if r != new_leader]}]}))
+    kafka_tool("kafka-reassign-partitions", "--bootstrap-server", cluster.bootstrap, "--execute",
+               "--reassignment-json-file", str(plan), log_dir=tmp_path / "tools")
+    wait_for(lambda: partition0().replicas[0] == new_leader, 60, what="the reassignment to complete")
+    kafka_tool("kafka-leader-election", "--bootstrap-server", cluster.bootstrap, "--election-type", "preferred",
+               "--topic", topic, "--partition", "0", log_dir=tmp_path / "tools")
+    wait_for(lambda: partition0().leader == new_leader, 60, what=f"node {new_leader} to lead {topic}-0")
+    seen = visible(exp.metrics(), 0)
+    m = exp.wait_metric(lambda m: visible(m, 0) >= seen + 3, 90,
+                        what=f"canary records on partition 0 visible from its new leader {new_leader}")
+    assert partition0().leader == new_leader          # the canary never moves leadership back
+    assert m.get_value("txnwatch_canary_visibility_violations_total", cluster="test") == 0

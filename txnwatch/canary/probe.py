@@ -157,7 +157,14 @@ class CanaryProbe:
     def _round_loop(self) -> None:
         while not self._stop.is_set():
             started = time.monotonic()
-            failure = self.run_round()
+            try:
+                failure = self.run_round()
+            except Exception as exc:  # noqa: BLE001 - a bug of ours must not end the canary for good
+                log.exception("canary[%s]: round failed unexpectedly", self.cluster)
+                failure = StepFailed("round", error_name(exc), str(exc))
+                with self._lock:
+                    self.stats.failed(failure.stage, failure.error, failure.message, self.clock())
+                self._drop_producer()
             if failure is not None:
                 log.warning("canary[%s]: round failed at %s (%s): %s", self.cluster, failure.stage,
                             failure.error, failure.message)
@@ -182,10 +189,14 @@ class CanaryProbe:
                 if err is None:
                     delivered.add(msg.partition())
 
-            for p in parts:
-                producer.produce(self.cfg.topic, partition=p, key=self.tid.encode(), on_delivery=on_delivery,
-                                 value=Record(self.tid, round_, commit, produced_at, p).encode())
-            left = producer.flush(step_deadline(interval, time.monotonic() - t0))
+            def produce_all() -> int:
+                for p in parts:
+                    producer.produce(self.cfg.topic, partition=p, key=self.tid.encode(), on_delivery=on_delivery,
+                                     value=Record(self.tid, round_, commit, produced_at, p).encode())
+                # flush raises once the producer is fenced or in a fatal state (found by the fencing test)
+                return producer.flush(step_deadline(interval, time.monotonic() - t0))
+
+            left = self._step("produce", produce_all)
             if left:
                 missing = sorted(set(parts) - delivered)
                 with self._lock:   # a record that could not be written is not visible in time either
@@ -215,9 +226,9 @@ class CanaryProbe:
             self.book.wrote(round_, parts, commit, produced_at, visible_by)
             self.stats.round_ended("committed" if commit else "aborted", self.clock())
 
-    def _step(self, stage: str, fn: Callable[[], object]) -> None:
+    def _step(self, stage: str, fn: Callable[[], object]):
         try:
-            fn()
+            return fn()
         except Exception as exc:  # noqa: BLE001 - any client error is this stage's failure
             raise StepFailed(stage, error_name(exc), str(exc)) from None
 
