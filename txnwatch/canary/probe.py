@@ -288,9 +288,20 @@ class CanaryProbe:
         admin = self._admin
         deadline = time.monotonic() + timeout
         try:
-            # once the topic is known, only its metadata: a full listing is large on a big cluster
-            md = (admin.list_topics(topic=self.cfg.topic, timeout=timeout) if self._partitions
-                  else admin.list_topics(timeout=timeout))
+            if self._partitions:
+                # Known topic: only its metadata (a full listing is large on a big cluster), to
+                # see new partitions or a deleted topic. A refresh that fails (the broker asked
+                # is down or frozen) is not the round's failure: the producer and the consumer
+                # follow leaders themselves, so the round goes on with the partitions known.
+                try:
+                    md = admin.list_topics(topic=self.cfg.topic,
+                                           timeout=min(timeout, max(0.5, self.cfg.interval_seconds / 5)))
+                except Exception as exc:  # noqa: BLE001
+                    log.debug("canary[%s]: metadata refresh failed, going on with partitions %s: %s",
+                              self.cluster, self._partitions, exc)
+                    return list(self._partitions)
+            else:
+                md = admin.list_topics(timeout=timeout)
             t = md.topics.get(self.cfg.topic)
             if t is None or t.error is not None or not t.partitions:
                 if not self.cfg.create_topic:

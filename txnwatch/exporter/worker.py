@@ -99,7 +99,7 @@ class Worker:
                            spark_topics=self._spark_topics, canary_view=canary_view)
         with self._lock:
             self._digest = digest
-        write_atomic(self.dir / "digest", digest)
+            write_atomic(self.dir / "digest", digest)
         with self._lock:
             self._epoch_bumps = dict(snap.epoch_bumps)
         self._write_checkpoint()
@@ -127,12 +127,7 @@ class Worker:
             self.dropped.count_dropped(self.cfg.name, metric, "id_cap", n)
         taken = time.time()
         write_atomic(self.dir / "tap.chunks", (taken, w.chunks()))
-        # the page's tap row follows the tap, also before (or without) a successful poll
-        with self._lock:
-            base = self._digest or ClusterDigest(self.cfg.name, kip664_error=self.rt.poller.kip664_error)
-            self._digest = replace(base, tap=tap_summary(view))
-            digest = self._digest
-        write_atomic(self.dir / "digest", digest)
+        self._update_digest(tap=tap_summary(view))
         self._last_tap_view = view
         with self._lock:
             self._data_taken_at["tap"] = taken
@@ -151,17 +146,20 @@ class Worker:
         self.rt.render_canary(w)
         taken = time.time()
         write_atomic(self.dir / "canary.chunks", (taken, w.chunks()))
-        # the page's canary row follows the canary, also before (or without) a successful poll
-        with self._lock:
-            base = self._digest or ClusterDigest(self.cfg.name, kip664_error=self.rt.poller.kip664_error)
-            self._digest = replace(base, canary=canary_summary(view))
-            digest = self._digest
-        write_atomic(self.dir / "digest", digest)
+        self._update_digest(canary=canary_summary(view))
         with self._lock:
             self._last_canary_view = view
             self._data_taken_at["canary"] = taken
         self._write_checkpoint()
         self.publish_status()
+
+    def _update_digest(self, **rows) -> None:
+        """The page's tap or canary row follows its source, also before (or without) a
+        successful poll: the last digest with that row replaced, published."""
+        with self._lock:   # written under the lock: a slower thread never publishes an older digest
+            base = self._digest or ClusterDigest(self.cfg.name, kip664_error=self.rt.poller.kip664_error)
+            self._digest = digest = replace(base, **rows)
+            write_atomic(self.dir / "digest", digest)
 
     def _write_checkpoint(self) -> None:
         with self._lock:
