@@ -109,6 +109,14 @@ class DemoWatch:
                 r"coordinator timeouts [1-9]", out),
             "Spark pipeline: Kafka-source query, its page row with batch, rows/s, offsets behind": lambda: (
                 self._spark_row(m, page) and re.search(r"spark batch \d+, \d+ offsets behind", out)),
+            "canary: commits and aborts, every partition visible, no aborted record seen, its page row": lambda: (
+                s("txnwatch_canary_rounds_total", outcome="committed") >= 2
+                and s("txnwatch_canary_rounds_total", outcome="aborted") >= 1
+                and m.select("txnwatch_canary_visibility_seconds_count")
+                and all(v > 0 for _, v in m.select("txnwatch_canary_visibility_seconds_count"))
+                and m.get_value("txnwatch_canary_visibility_violations_total") == 0
+                and "Transactional canary" in page
+                and re.search(r"canary: committed [1-9]\d* aborted [1-9]\d* failures \d+ aborted seen 0", out)),
             "KafkaTransactionHanging firing in Prometheus": lambda: any(
                 a["labels"].get("topic") == OUTBOX for a in self.prom.firing("KafkaTransactionHanging")),
         }

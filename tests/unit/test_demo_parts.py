@@ -135,6 +135,13 @@ kafka_consumergroup_lag_messages{cluster="demo",group="alert-outbox-sink",topic=
 kafka_consumergroup_lag_messages{cluster="demo",group="alert-outbox-sink",topic="alert-outbox",partition="1",isolation="read_uncommitted"} 1
 # TYPE spark_streaming_batch_id gauge
 spark_streaming_batch_id{query="orders-totals",query_id="q"} 7
+# TYPE txnwatch_canary_rounds_total counter
+txnwatch_canary_rounds_total{cluster="demo",outcome="committed"} 12
+txnwatch_canary_rounds_total{cluster="demo",outcome="aborted"} 2
+# TYPE txnwatch_canary_failures_total counter
+txnwatch_canary_failures_total{cluster="demo",stage="init",error="COORDINATOR_NOT_AVAILABLE"} 1
+# TYPE txnwatch_canary_visibility_violations_total counter
+txnwatch_canary_visibility_violations_total{cluster="demo"} 0
 """
 
 
@@ -142,7 +149,8 @@ def test_status_line_shows_the_coordinators_view_and_the_blocked_outbox():
     line = status_line(Metrics(parse_metrics(METRICS)), "KafkaTransactionHanging", "alert-outbox-sink")
     assert line == (
         "poller up | hanging 1 | open txns 2 (min headroom 4s) | tap: commits 122 aborts 3 fences new_instance 1 "
-        "timeout 3 coordinator timeouts 3 | client: aborts 20 fenced 1 | outbox alert-outbox-sink: lag 1 vs LSO, "
+        "timeout 3 coordinator timeouts 3 | client: aborts 20 fenced 1 | canary: committed 12 aborted 2 failures 1 "
+        "aborted seen 0 | outbox alert-outbox-sink: lag 1 vs LSO, "
         "58 vs HWM, blocked by a hanging transaction on alert-outbox-0 | spark batch 7 | "
         "alerts firing: KafkaTransactionHanging")
 

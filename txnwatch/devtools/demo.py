@@ -120,6 +120,11 @@ def status_line(m: Metrics, firing: str | None = None, outbox_group: str | None 
                         if lbl.get("error") in FENCING)
     parts.append(f"client: aborts {_sum(m, 'kafka_producer_transactions_total', outcome='aborted'):.0f} "
                  f"fenced {client_fences:.0f}")
+    if m.select("txnwatch_canary_rounds_total"):
+        parts.append(f"canary: committed {_sum(m, 'txnwatch_canary_rounds_total', outcome='committed'):.0f} "
+                     f"aborted {_sum(m, 'txnwatch_canary_rounds_total', outcome='aborted'):.0f} "
+                     f"failures {_sum(m, 'txnwatch_canary_failures_total'):.0f} "
+                     f"aborted seen {_sum(m, 'txnwatch_canary_visibility_violations_total'):.0f}")
     if outbox_group:
         parts.append(outbox_status(m, outbox_group))
     batch = max((v for _, v in m.select("spark_streaming_batch_id")), default=None)
@@ -197,11 +202,13 @@ class Demo:
         cluster = {"name": "demo", "bootstrap_servers": self.bootstrap,
                    "poll_interval_seconds": a.poll_interval, "hanging_threshold_seconds": a.hanging_threshold,
                    "transaction_log_tap": tap, "topics": {"include": TOPIC_FILTER}}
+        if tap:   # a real Kafka (Tansu, the fallback, lacks what the canary proves)
+            cluster["canary"] = {"interval_seconds": 5, "abort_every": 5}
         self.exporter = ExporterProcess({"clusters": [cluster]}, port=self.exporter_port,
                                         log_path=self.state / "exporter.log").start(timeout=60)
         self._record_pid("exporter", self.exporter.proc.pid)
         ingest = self.exporter.url + "/api/v1/spark/events"
-        sources = ("admin poller + transaction-log tap" if tap
+        sources = ("admin poller + transaction-log tap + transactional canary" if tap
                    else "admin poller; no __transaction_state: no tap")
         self.say(f"started txnwatch exporter on {self.exporter.url} ({sources}; "
                  f"log: {self.state}/exporter.log)")
