@@ -75,3 +75,20 @@ def test_the_consumers_fetch_wait_is_half_the_interval_within_half_a_second_and_
     from txnwatch.canary.probe import fetch_wait_ms
 
     assert [fetch_wait_ms(s) for s in (0.5, 1, 2, 10, 60)] == [500, 500, 1000, 5000, 5000]
+
+
+def test_a_round_whose_consumer_is_not_reading_its_partitions_is_a_counted_failure():
+    # no broker needed: the round stops before any client is made, waiting for the consumer
+    from txnwatch.canary.probe import CanaryProbe, StepFailed
+    from txnwatch.config import CanaryConfig
+
+    probe = CanaryProbe("c", {"bootstrap.servers": "127.0.0.1:1"}, CanaryConfig(enabled=True), "i",
+                        clock=lambda: 50.0)
+    try:
+        probe._wait_watched([0, 1], timeout=0.05)
+    except StepFailed as exc:
+        assert (exc.stage, exc.error) == ("produce", "CONSUMER_NOT_READY") and "[0, 1]" in exc.message
+    else:
+        raise AssertionError("no failure")
+    v = probe.view()
+    assert dict(v.failures) == {("produce", "CONSUMER_NOT_READY"): 1} and v.last_failure_at == 50.0

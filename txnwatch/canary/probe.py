@@ -347,9 +347,14 @@ class CanaryProbe:
         """Until the consumer reads every partition from an offset below this round's records
         (a partition it has not assigned yet would miss them: a visibility timeout that is not)."""
         with self._watch:
-            if not self._watch.wait_for(lambda: set(parts) <= self._watched or self._stop.is_set(), timeout):
-                raise StepFailed("produce", "CONSUMER_NOT_READY",
-                                 f"the canary consumer has not assigned partitions {sorted(set(parts) - self._watched)}")
+            ready = self._watch.wait_for(lambda: set(parts) <= self._watched or self._stop.is_set(), timeout)
+            missing = sorted(set(parts) - self._watched)
+        if not ready:
+            failed = StepFailed("produce", "CONSUMER_NOT_READY",
+                                f"the canary consumer has not assigned partitions {missing}")
+            with self._lock:   # counted like any failed step: the round wrote nothing
+                self.stats.failed(failed.stage, failed.error, failed.message, self.clock())
+            raise failed
 
     def _consume_loop(self) -> None:
         from confluent_kafka import Consumer, TopicPartition
