@@ -396,6 +396,12 @@ class Histogram:
         self.counts[bisect.bisect_left(self.bounds, value)] += 1
         self.sum += value
 
+    def add(self, other: Histogram) -> None:
+        """Count `other`'s observations too (same buckets)."""
+        for i, n in enumerate(other.counts):
+            self.counts[i] += n
+        self.sum += other.sum
+
     def copy(self) -> Histogram:
         h = Histogram(self.bounds)
         h.counts = list(self.counts)

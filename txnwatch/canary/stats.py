@@ -78,14 +78,9 @@ class CanaryStats:
         """Start from an earlier process's counts (its checkpoint); what was measured since
         this process started is kept on top."""
         if v.commit is not None:
-            for i, n in enumerate(v.commit.counts):
-                self.commit.counts[i] += n
-            self.commit.sum += v.commit.sum
+            self.commit.add(v.commit)
         for p, h in v.visibility.items():
-            mine = self.visibility.setdefault(p, Histogram(COMMIT_BUCKETS))
-            for i, n in enumerate(h.counts):
-                mine.counts[i] += n
-            mine.sum += h.sum
+            self.visibility.setdefault(p, Histogram(COMMIT_BUCKETS)).add(h)
         for table, earlier in ((self.rounds, v.rounds), (self.failures, v.failures),
                                (self.visibility_timeouts, v.visibility_timeouts)):
             for k, n in earlier.items():
