@@ -24,7 +24,7 @@ from pathlib import Path
 
 from txnwatch.canary.probe import CanaryProbe
 from txnwatch.config import CanaryConfig
-from txnwatch.devtools.broker import KafkaCluster
+from txnwatch.devtools.kafka import KafkaCluster
 from txnwatch.devtools.net import free_port, wait_for
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")

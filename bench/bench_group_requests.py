@@ -36,7 +36,7 @@ from pathlib import Path
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from txnwatch.devtools.broker import KafkaCluster, make_broker, require_kafka
+from txnwatch.devtools.kafka import KafkaCluster, make_broker, require_kafka
 from txnwatch.devtools.workload import commit_group_offset
 from txnwatch.exporter.kafka_io import KafkaIO
 

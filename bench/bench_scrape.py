@@ -22,8 +22,8 @@ import urllib.request
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from txnwatch.devtools.broker import KafkaCluster, broker_kind, make_broker
 from txnwatch.devtools.exporter_proc import ExporterProcess
+from txnwatch.devtools.kafka import KafkaCluster, broker_kind, make_broker
 from txnwatch.devtools.net import free_port, wait_for
 from txnwatch.devtools.proxy import KafkaProxy
 

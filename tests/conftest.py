@@ -1,4 +1,5 @@
-"""Session-wide fixtures: one broker (Apache Kafka where found) for all integration tests."""
+"""Session-wide fixtures: one Apache Kafka broker (the release KAFKA_VERSION names, from Maven
+Central) for all integration tests."""
 
 from __future__ import annotations
 
@@ -23,63 +24,64 @@ SESSION_BROKER_PROPERTIES = {"transactional.id.expiration.ms": 3_600_000}
 
 
 def broker_line() -> str:
-    """Which broker the integration tests run on, for the first line of the run."""
-    from txnwatch.devtools.broker import BrokerUnavailable, broker_kind, find_kafka, tansu_binary
+    """The Kafka release the integration tests run on (resolved from Maven Central), for the
+    first line of the run. A missing Java or Maven fails the run, naming what to install."""
+    from txnwatch.devtools.kafka import BrokerUnavailable, kafka_release
 
     try:
-        kind = broker_kind()
+        release = kafka_release()
     except BrokerUnavailable as exc:
-        return f"broker: ERROR {exc}"
-    if kind == "kafka":
-        install = find_kafka()
-        if install is None:
-            return "broker: ERROR TXNWATCH_BROKER=kafka but no Kafka distribution with Java was found"
-        return f"broker: {install.describe()}, KRaft, java {install.java}"
-    why = ("TXNWATCH_BROKER=tansu" if os.environ.get("TXNWATCH_BROKER", "").strip().lower() == "tansu"
-           else "no Java or Kafka distribution found")
-    return (f"broker: FALLBACK to Tansu ({tansu_binary()}): {why}; "
-            "tests of transaction features that only Apache Kafka has are skipped (marker 'kafka')")
+        raise pytest.UsageError(f"no Kafka broker can run here: {exc}") from None
+    return f"broker: {release.describe()}, KRaft, java {release.java}"
+
+
+_session_broker = None
+
+
+def _start_session_broker():
+    """The session's broker: one KRaft node of the release under test, started once."""
+    global _session_broker
+    if _session_broker is None:
+        import tempfile
+
+        from txnwatch.devtools.kafka import make_broker
+
+        _session_broker = make_broker(workdir=tempfile.mkdtemp(prefix="txnwatch-session-broker-"),
+                                      properties=SESSION_BROKER_PROPERTIES).start()
+    return _session_broker
 
 
 def pytest_sessionstart(session):
-    # Written even under -q (a report header is not): the test log names its broker first.
+    # Written even under -q (a report header is not): the test log names the release and the
+    # session broker's finalized transaction.version first.
     if any("integration" in str(a) for a in session.config.args):
+        from txnwatch.devtools.kafka import transaction_version
+
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        line = broker_line()
+        b = _start_session_broker()
+        line += f"\nbroker: session node on {b.bootstrap}: finalized transaction.version " \
+                f"{transaction_version(b.bootstrap)}"
         if reporter is not None:
-            reporter.write_line(broker_line())
+            reporter.write_line(line)
 
 
-def pytest_collection_modifyitems(config, items):
-    """Tests marked `kafka` need Apache Kafka's transaction features: they are skipped only
-    where the run falls back to Tansu (said in the header), never where Kafka is found."""
-    from txnwatch.devtools.broker import broker_kind
-
-    if broker_kind() == "kafka":
-        return
-    skip = pytest.mark.skip(reason="needs Apache Kafka (KIP-664, __transaction_state, ...); "
-                                   "this run falls back to Tansu")
-    for item in items:
-        if item.get_closest_marker("kafka") is not None:
-            item.add_marker(skip)
+def pytest_sessionfinish(session, exitstatus):
+    if _session_broker is not None:
+        _session_broker.cleanup()
 
 
 @pytest.fixture(scope="session")
-def broker(tmp_path_factory):
-    """The session's broker: Apache Kafka (one KRaft node) where a distribution and Java are
-    found, else Tansu. A distribution that is found but fails to start fails the run."""
-    from txnwatch.devtools.broker import make_broker
-
-    b = make_broker(workdir=tmp_path_factory.mktemp("broker"), properties=SESSION_BROKER_PROPERTIES)
-    b.start()
-    yield b
-    b.cleanup()
+def broker():
+    """The session's broker (see _start_session_broker)."""
+    return _start_session_broker()
 
 
 @pytest.fixture
 def own_broker(tmp_path):
     """Start brokers of the test's own (restarts, outages, special settings); all are
     killed and removed at teardown. own_broker(properties=..., advertised_port=...)."""
-    from txnwatch.devtools.broker import make_broker
+    from txnwatch.devtools.kafka import make_broker
 
     started = []
 

@@ -32,6 +32,8 @@ class AppRule:
 
 # Order matters: most specific first.
 BUILTIN_RULES: tuple[AppRule, ...] = (
+    # txnwatch's own transactional canary: txnwatch-canary-<cluster>-<instance>
+    AppRule(re.compile(r"^txnwatch-canary-"), "txnwatch-canary", "txnwatch-canary"),
     # txnwatch's own Spark sink: txnwatch.<sink name>.<task index>
     AppRule(re.compile(r"^txnwatch\.(?P<app>.+)\.\d+$"), r"\g<app>", "txnwatch-spark-sink"),
     # Kafka Streams EOS-v2: <application.id>-<process uuid>-<thread index>

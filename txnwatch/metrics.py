@@ -68,8 +68,11 @@ CATALOG: dict[str, MetricSpec] = {s.name: s for s in [
        "Completion latency: PrepareCommit/PrepareAbort to CompleteCommit/CompleteAbort.",
        CA + ("outcome",), COMMIT_BUCKETS, "tap"),
     _m("kafka_transaction_fencing_events", "counter",
-       "Open transactions aborted by an epoch bump: reason=timeout (the coordinator timed it out) "
-       "or new_instance (a new producer with the same transactional.id).", CA + ("reason",), source="tap"),
+       "Producers fenced, from the coordinator's log: reason=timeout (the coordinator aborted a "
+       "transaction past its transaction.timeout.ms), new_instance (another InitProducerId for the "
+       "transactional.id: a restart or a second instance), operator (Admin.fenceProducers / "
+       "kafka-transactions.sh forceTerminateTransaction, told apart by its 30 s timeout).",
+       CA + ("reason",), source="tap"),
     _m("kafka_transaction_timeouts", "counter",
        "Transactions the coordinator aborted because start + timeout had passed.", CA, source="tap"),
     _m("kafka_transactional_id_expirations", "counter",

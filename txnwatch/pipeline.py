@@ -150,9 +150,11 @@ def spark_session(master: str, name: str, shuffle_partitions: int, kafka_connect
                .config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", str(shuffle_partitions)))
     if kafka_connector:
-        from txnwatch.spark_connector import connector_conf
+        from txnwatch.spark_connector import connector_source
 
-        for key, value in connector_conf().items():
+        settings, source = connector_source()
+        logging.getLogger(__name__).info("Spark's Kafka connector: %s", source)
+        for key, value in settings.items():
             builder = builder.config(key, value)
     for key, value in conf.items():
         builder = builder.config(key, value)

@@ -1,86 +1,133 @@
 """Where Spark's Kafka connector (`format("kafka")`) comes from.
 
 PySpark's wheel does not ship the JVM connector (spark-sql-kafka-0-10). Users add it with
-`--packages org.apache.spark:spark-sql-kafka-0-10_2.13:<spark version>` (or the
-`spark.jars.packages` setting), which needs a Maven repository. Machines without one
-(this project's CI) use a directory of jars instead: the connector, its token provider,
-commons-pool2 >= 2.12 and kafka-clients.
+`--packages org.apache.spark:spark-sql-kafka-0-10_<scala>:<spark version>` (the
+`spark.jars.packages` setting). `connector_conf()` returns the Spark settings that add it,
+one way, and `connector_source()` says which:
 
-`connector_conf()` returns the Spark settings for whichever is available, in this order:
-1. `TXNWATCH_SPARK_KAFKA_JARS`: a directory holding the jars (kafka-clients may live
-   there too or in the Kafka distribution's `libs/`);
-2. `../shared/spark-kafka` next to this checkout (the development machines);
-3. `spark.jars.packages` with the coordinates of the running PySpark's version.
+1. `TXNWATCH_SPARK_KAFKA_JARS`: a directory holding the jars (an air-gapped machine);
+2. where `mvn` is installed, the same coordinates resolved by Maven (its checksums checked)
+   into its local repository, and the connector's runtime jars that Spark does not ship
+   itself passed as `spark.jars` (machines whose Spark resolver cannot reach Maven Central,
+   such as this project's: it tries repo1.maven.org). When Maven Central does not serve the
+   running Spark's patch release whole, the newest of the same minor line below it that
+   resolves is used;
+3. otherwise `spark.jars.packages` with the coordinates, for Spark to resolve.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 from pathlib import Path
 
 ENV_DIR = "TXNWATCH_SPARK_KAFKA_JARS"
-CONNECTOR_PREFIXES = ("spark-sql-kafka-0-10_", "spark-token-provider-kafka-0-10_", "commons-pool2-")
+CONNECTOR_PREFIXES = ("spark-sql-kafka-0-10_", "spark-token-provider-kafka-0-10_", "commons-pool2-", "kafka-clients-")
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "txnwatch" / "spark-kafka"
+_JAR = re.compile(r"^(?P<name>.+)-\d+(?:\.\d+)+[\w.+-]*\.jar$")
 
 
 class ConnectorNotFound(RuntimeError):
     pass
 
 
+def _base(spark_version: str) -> str:
+    return spark_version.split("+")[0]
+
+
 def package_coordinates(spark_version: str, scala: str = "2.13") -> str:
     """The Maven coordinates of the connector matching a Spark version."""
-    base = spark_version.split("+")[0]
-    return f"org.apache.spark:spark-sql-kafka-0-10_{scala}:{base}"
+    return f"org.apache.spark:spark-sql-kafka-0-10_{scala}:{_base(spark_version)}"
 
 
-def _candidates() -> list[Path]:
-    out = []
-    env = os.environ.get(ENV_DIR)
-    if env:
-        out.append(Path(env))
-    repo = Path(__file__).resolve().parent.parent
-    out.append(repo.parent / "shared" / "spark-kafka")
-    return out
-
-
-def _newest(d: Path, prefix: str) -> Path | None:
-    jars = sorted(p for p in d.glob(f"{prefix}*.jar") if "sources" not in p.name and "javadoc" not in p.name)
-    return jars[-1] if jars else None
-
-
-def _kafka_clients(d: Path) -> Path | None:
-    found = _newest(d, "kafka-clients-")
-    if found:
-        return found
+def _spark_jars_dir() -> Path | None:
     try:
-        from txnwatch.devtools.broker import find_kafka
-    except ImportError:   # pragma: no cover - devtools ship with the package
+        import pyspark
+    except ImportError:
         return None
-    install = find_kafka()
-    return _newest(install.home / "libs", "kafka-clients-") if install else None
+    d = Path(pyspark.__file__).parent / "jars"
+    return d if d.is_dir() else None
 
 
-def find_jars() -> list[Path] | None:
-    """The connector's jars from the first directory that has all of them, or None."""
-    for d in _candidates():
-        if not d.is_dir():
-            continue
-        jars = [_newest(d, p) for p in CONNECTOR_PREFIXES]
-        if any(j is None for j in jars):
-            continue
-        clients = _kafka_clients(d)
-        if clients is None:
-            continue
-        return [*jars, clients]
-    return None
+def scala_suffix(jars_dir: Path | None = None) -> str:
+    """The Scala binary version of the installed Spark (from its scala-library jar)."""
+    d = jars_dir or _spark_jars_dir()
+    for j in sorted(d.glob("scala-library-*.jar")) if d else ():
+        m = re.match(r"scala-library-(\d+\.\d+)\.", j.name)
+        if m:
+            return m.group(1)
+    return "2.13"
 
 
-def connector_conf(spark_version: str | None = None) -> dict[str, str]:
-    """Spark settings that put the Kafka connector on the class path."""
-    jars = find_jars()
-    if jars:
-        return {"spark.jars": ",".join(str(j) for j in jars)}
+def artifact_name(jar: Path) -> str:
+    """'kafka-clients' for kafka-clients-3.9.0.jar (pure)."""
+    m = _JAR.match(jar.name)
+    return m.group("name") if m else jar.stem
+
+
+def _from_directory(d: Path) -> list[Path] | None:
+    jars = []
+    for prefix in CONNECTOR_PREFIXES:
+        found = sorted(p for p in d.glob(f"{prefix}*.jar") if "sources" not in p.name and "javadoc" not in p.name)
+        if not found:
+            return None
+        jars.append(found[-1])
+    return jars
+
+
+@functools.lru_cache(maxsize=8)
+def _from_maven(spark_version: str, scala: str) -> tuple[tuple[Path, ...], str]:
+    """The connector's runtime jars that Spark lacks, and the connector version used."""
+    from txnwatch import maven
+
+    base = _base(spark_version)
+    major, minor, _patch = (base.split(".") + ["0", "0"])[:3]
+    artifact = f"spark-sql-kafka-0-10_{scala}"
+    stored = CACHE / f"{base}-{scala}.classpath"
+    if stored.exists():
+        version, _, listed = stored.read_text().partition("\n")
+        jars = [Path(p) for p in listed.split(os.pathsep) if p]
+        if jars and all(j.exists() for j in jars):
+            return tuple(jars), version
+    def resolve(version: str) -> list[Path]:
+        return maven.classpath(maven.dependency_pom([("org.apache.spark", artifact, version)]),
+                               what=f"org.apache.spark:{artifact}:{version}")
+
+    try:
+        version, jars = maven.newest_resolving("org.apache.spark", artifact, f"{major}.{minor}.0", base, resolve)
+    except maven.MavenUnavailable as exc:
+        raise ConnectorNotFound(f"no {artifact} for Spark {base} resolves from Maven Central: {exc}") from None
+    shipped = {artifact_name(j) for j in (_spark_jars_dir() or Path("/nonexistent")).glob("*.jar")}
+    extra = [j for j in jars if artifact_name(j) not in shipped]
+    stored.parent.mkdir(parents=True, exist_ok=True)
+    stored.write_text(version + "\n" + os.pathsep.join(str(j) for j in extra))
+    return tuple(extra), version
+
+
+def connector_source(spark_version: str | None = None) -> tuple[dict[str, str], str]:
+    """(Spark settings, what they came from) for the running Spark."""
+    import shutil
+
     if spark_version is None:
         import pyspark
 
         spark_version = pyspark.__version__
-    return {"spark.jars.packages": package_coordinates(spark_version)}
+    env = os.environ.get(ENV_DIR)
+    if env:
+        jars = _from_directory(Path(env))
+        if jars is None:
+            raise ConnectorNotFound(f"{ENV_DIR}={env} lacks one of {', '.join(CONNECTOR_PREFIXES)}*.jar")
+        return {"spark.jars": ",".join(str(j) for j in jars)}, f"the jars in {env} ({ENV_DIR})"
+    scala = scala_suffix()
+    if shutil.which("mvn"):
+        jars, version = _from_maven(spark_version, scala)
+        return ({"spark.jars": ",".join(str(j) for j in jars)},
+                f"org.apache.spark:spark-sql-kafka-0-10_{scala}:{version} resolved by mvn")
+    coords = package_coordinates(spark_version, scala)
+    return {"spark.jars.packages": coords}, f"{coords} (spark.jars.packages)"
+
+
+def connector_conf(spark_version: str | None = None) -> dict[str, str]:
+    """Spark settings that put the Kafka connector on the class path."""
+    return connector_source(spark_version)[0]

@@ -8,7 +8,7 @@ from txnwatch.canary.probe import CanaryProbe
 from txnwatch.config import CanaryConfig
 from txnwatch.devtools.net import wait_for
 
-pytestmark = [pytest.mark.integration, pytest.mark.kafka]
+pytestmark = [pytest.mark.integration]
 
 
 def test_canary_commits_aborts_and_every_committed_record_becomes_visible(broker, unique):

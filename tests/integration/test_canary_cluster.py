@@ -7,11 +7,11 @@ import pytest
 
 from tests.integration.conftest import cluster_config
 from txnwatch.alerts.rules import AlertConfig, generate_alerts
-from txnwatch.devtools.broker import KafkaCluster
+from txnwatch.devtools.kafka import KafkaCluster
 from txnwatch.devtools.net import wait_for
 from txnwatch.devtools.prometheus import PrometheusProcess
 
-pytestmark = [pytest.mark.integration, pytest.mark.kafka]
+pytestmark = [pytest.mark.integration]
 
 INTERVAL = 3.0
 
@@ -120,7 +120,7 @@ def test_a_reassigned_leader_is_followed_not_fought(cluster, tmp_path, unique, e
 
     from confluent_kafka.admin import AdminClient
 
-    from txnwatch.devtools.broker import kafka_tool
+    from txnwatch.devtools.kafka import kafka_tool
 
     topic = unique("canary")
     cfg = cluster_config(cluster.bootstrap, [unique("none")],

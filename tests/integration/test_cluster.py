@@ -16,13 +16,13 @@ from confluent_kafka import KafkaException
 
 from tests.integration.conftest import cluster_config
 from txnwatch.alerts.rules import AlertConfig, generate_alerts
-from txnwatch.devtools.broker import KafkaCluster
+from txnwatch.devtools.kafka import KafkaCluster
 from txnwatch.devtools.net import wait_for
 from txnwatch.devtools.prometheus import PrometheusProcess
 from txnwatch.devtools.workload import create_topics
 from txnwatch.producer import TransactionalProducer
 
-pytestmark = [pytest.mark.integration, pytest.mark.kafka]
+pytestmark = [pytest.mark.integration]
 
 
 @pytest.fixture(scope="module")

@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 
 from txnwatch.apps import AppResolver
-from txnwatch.devtools.broker import kafka_tool
 from txnwatch.devtools.exporter_proc import ExporterProcess
+from txnwatch.devtools.kafka import kafka_tool
 from txnwatch.devtools.net import free_port, port_open, wait_for
 from txnwatch.devtools.prometheus import PrometheusProcess
 
-pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.kafka]
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
 ROOT = Path(__file__).resolve().parents[2]
 FENCING = ("PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "_FENCED")
 APP, OUTBOX, GROUP = "balance-app", "alert-outbox", "alert-outbox-sink"

@@ -206,7 +206,6 @@ def test_ingest_needs_a_token_beyond_loopback(broker, tmp_path):
             exp.stop()
 
 
-@pytest.mark.kafka
 def test_broker_restarts_during_the_tap_never_double_count(own_broker, tmp_path, unique):
     """Fault: the broker dies (SIGKILL) and comes back three times while the tap follows the
     real __transaction_state. Expected: the exporter keeps serving, reports the outage,

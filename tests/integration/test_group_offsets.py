@@ -11,13 +11,13 @@ import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from txnwatch.devtools.broker import KafkaCluster
+from txnwatch.devtools.kafka import KafkaCluster
 from txnwatch.devtools.net import wait_for
 from txnwatch.devtools.workload import create_topics
 from txnwatch.exporter import group_offsets
 from txnwatch.exporter.kafka_io import KafkaIO
 
-pytestmark = [pytest.mark.integration, pytest.mark.kafka]
+pytestmark = [pytest.mark.integration]
 
 GROUPS = 60
 
@@ -161,7 +161,7 @@ def test_batched_path_over_sasl_ssl_and_mtls_with_acls(tmp_path, unique):
     answers what the per-group path answers. A group the principal may not DESCRIBE is not
     listed; asked for anyway, it is refused (FindCoordinator and OffsetFetch say
     GROUP_AUTHORIZATION_FAILED) and left out with cause 'authorization', the others served."""
-    from txnwatch.devtools.secure_broker import MTLS, SASL_SSL, Grant, SecureKafka
+    from txnwatch.devtools.kafka.secure import MTLS, SASL_SSL, Grant, SecureKafka
 
     kafka = SecureKafka(tmp_path / "secure").start()
     try:

@@ -12,7 +12,6 @@ from txnwatch.devtools.workload import create_topics
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.kafka
 def test_page_renders_in_chromium(own_broker, unique, exporter_factory, tmp_path):
     # A hanging transaction (KIP-664 finds it once older than the broker's max timeout, 5 s here)
     b = own_broker(properties={"transaction.max.timeout.ms": 5000})

@@ -16,12 +16,12 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from tests.integration.conftest import cluster_config
-from txnwatch.devtools.broker import kafka_tool
 from txnwatch.devtools.hanging import make_hanging_transaction
+from txnwatch.devtools.kafka import kafka_tool
 from txnwatch.devtools.net import wait_for
 from txnwatch.devtools.workload import commit_group_offset, create_topics
 
-pytestmark = [pytest.mark.integration, pytest.mark.kafka]
+pytestmark = [pytest.mark.integration]
 
 
 def check(bootstrap: str, *args: str) -> subprocess.CompletedProcess:
@@ -173,7 +173,6 @@ def test_coordinator_timeout_and_fence_show_as_epoch_bumps(broker, producers, un
                         what="the fence (an epoch bump) and the LSO caught up")
 
 
-@pytest.mark.kafka
 def test_hanging_transaction_found_like_find_hanging_and_cleared_by_the_runbook_command(own_broker, unique,
                                                                                        exporter_factory):
     """KAFKA-9144 on a real broker: an open transaction the coordinator never heard of. txnwatch

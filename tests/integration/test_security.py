@@ -22,12 +22,12 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from txnwatch.devtools.broker import kafka_tool
 from txnwatch.devtools.exporter_proc import ExporterProcess
+from txnwatch.devtools.kafka import kafka_tool
 from txnwatch.devtools.net import wait_for
 from txnwatch.devtools.workload import commit_group_offset, create_topics
 
-pytestmark = [pytest.mark.integration, pytest.mark.kafka]
+pytestmark = [pytest.mark.integration]
 
 TOPIC = "sec-orders"
 GROUP = "sec-readers"
@@ -41,7 +41,7 @@ USERS = ("txnwatch", "notxn", "notap", "partial")
 def exporter_acls(*, transactional_ids: bool = True, transaction_log: bool = True,
                   topic_read: bool = True, cluster_configs: bool = True) -> list:
     """The ACLs docs/configuration.md lists for the exporter, optionally minus some."""
-    from txnwatch.devtools.secure_broker import Grant
+    from txnwatch.devtools.kafka.secure import Grant
 
     grants = [Grant("TOPIC", "sec-", "READ" if topic_read else "DESCRIBE", "PREFIXED"),
               Grant("TOPIC", "sec-", "DESCRIBE_CONFIGS", "PREFIXED"),
@@ -60,7 +60,7 @@ def secure(tmp_path_factory):
     """The secured broker, its users and ACLs, a committed and a held-open transaction."""
     from confluent_kafka import Producer
 
-    from txnwatch.devtools.secure_broker import SecureKafka
+    from txnwatch.devtools.kafka.secure import SecureKafka
 
     work = tmp_path_factory.mktemp("secure-kafka")
     kafka = SecureKafka(work / "kafka", plain_users={"txnwatch-plain": PLAIN_PW})
@@ -297,7 +297,7 @@ def test_missing_describe_on_transactional_id(secure, exporter_factory, tmp_path
 
 
 def test_missing_read_on_transaction_state(secure, exporter_factory, tmp_path):
-    from txnwatch.devtools.secure_broker import Grant
+    from txnwatch.devtools.kafka.secure import Grant
 
     k = secure.kafka
     client = scram(secure, "notap")

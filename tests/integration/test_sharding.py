@@ -12,7 +12,7 @@ import pytest
 from tests.integration.conftest import cluster_config
 from txnwatch.devtools.workload import create_topics, watermarks
 
-pytestmark = [pytest.mark.integration, pytest.mark.kafka]
+pytestmark = [pytest.mark.integration]
 
 PARTITION_SERIES = ("kafka_partition_high_watermark", "kafka_partition_last_stable_offset",
                     "kafka_partition_lso_lag_messages", "kafka_transaction_hanging")

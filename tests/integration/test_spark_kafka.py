@@ -15,14 +15,14 @@ from __future__ import annotations
 import pytest
 
 from tests.integration.conftest import cluster_config
-from txnwatch.devtools.broker import kafka_tool
 from txnwatch.devtools.hanging import make_hanging_transaction
+from txnwatch.devtools.kafka import kafka_tool
 from txnwatch.devtools.net import wait_for
 from txnwatch.devtools.workload import create_topics, watermarks
 from txnwatch.producer import TransactionalProducer
 from txnwatch.spark_listener import attach, detach
 
-pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.kafka]
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 TRIGGER = "500 milliseconds"
 

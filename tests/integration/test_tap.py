@@ -3,8 +3,8 @@
 Two kinds of tests:
 
 * Synthetic coordinator histories, written by tests/txnlog_encoder.py, pin the decoder
-  and the state machine exactly, also for what Kafka 3.1 never writes (value version 1,
-  transaction version 2 of KIP-890, undecodable records). No client can write to the
+  and the state machine exactly, also for what no broker writes on demand (undecodable
+  records, every status and version in one log). No client can write to the
   real `__transaction_state`: these tests point the tap (its `topic=`) at a regular topic
   of their own on the session broker.
 * The real `__transaction_state`, written by Kafka's transaction coordinator for real
@@ -43,7 +43,7 @@ from tests.txnlog_encoder import (
     encode_value,
 )
 from txnwatch.apps import AppResolver
-from txnwatch.devtools.broker import SINGLE_NODE_DEFAULTS
+from txnwatch.devtools.kafka import SINGLE_NODE_DEFAULTS
 from txnwatch.devtools.net import wait_for
 from txnwatch.devtools.workload import create_topics
 from txnwatch.exporter.tap.decoder import decode_key, decode_value
@@ -51,7 +51,7 @@ from txnwatch.exporter.tap.render import render_tap
 from txnwatch.exporter.tap.source import TOPIC, TransactionLogTap
 from txnwatch.metrics import FamilyWriter
 
-pytestmark = [pytest.mark.integration, pytest.mark.kafka]
+pytestmark = [pytest.mark.integration]
 
 PARTITIONS = 3
 LOG_PARTITIONS = SINGLE_NODE_DEFAULTS["transaction.state.log.num.partitions"]
@@ -147,9 +147,10 @@ class Log:
         return epoch + b
 
     def fenced(self, tid, t, epoch, after, timeout=60_000, tv=0):
-        """Ongoing, then the coordinator aborts with a fence bump `after` ms later."""
+        """Ongoing, then the coordinator aborts with a fence bump `after` ms later (one bump on
+        every line since Kafka 4.0.1)."""
         v = 1 if tv else 0
-        bump = 2 if tv >= 2 else 1
+        bump = 1
         self.put(tid, ONGOING, epoch, start=t, last=t, timeout=timeout, version=v, tv=tv)
         self.put(tid, PREPARE_ABORT, epoch + bump, start=t, last=t + after, timeout=timeout, version=v, tv=tv)
         self.put(tid, COMPLETE_ABORT, epoch + bump, start=t, last=t + after + 10, timeout=timeout,
@@ -192,6 +193,7 @@ def test_histories_render_every_derived_metric(broker, log_topic, taps):
     e = log.commit(streams_id, t + 2000, epoch=e, tv=2)
     e = log.abort(streams_id, t + 4000, epoch=e, tv=2)
     e = log.fenced(streams_id, t + 6000, e, after=3000, tv=2)
+    log.put(streams_id, EMPTY, e + 1, last=t + 9100, version=1, tv=2)   # the new instance's InitProducerId
     # an expiration, an open transaction, and undecodable records
     log.put("old-1", EMPTY, 0, last=t - 10_000)
     log.put("old-1", None, last=t)
@@ -527,10 +529,16 @@ def wait_completed(bootstrap: str, tid: str) -> None:
              what=f"{tid}'s transaction to be complete in the log")
 
 
+def value_version(broker) -> int:
+    """The value version the coordinator writes: 1 (flexible) from Kafka 4.0, 0 before."""
+    return 1 if broker.release.major >= 4 else 0
+
+
 def test_real_commits_and_aborts_are_counted_exactly(broker, unique, taps):
-    """Commits and client aborts by real producers: exact counts by outcome, one duration
-    and one completion observation per transaction, and the history Kafka 3.1 writes is
-    the one the state machine expects (value version 0, no epoch change)."""
+    """Commits and client aborts by real producers (librdkafka, a TV0 client): exact counts by
+    outcome, one duration and one completion observation per transaction, and the history
+    the broker writes is the one the state machine expects (no epoch change for a TV0
+    client, even on a TV2 cluster; value version 1 from Kafka 4.0)."""
     topic = unique("tap-data")
     create_topics(broker.bootstrap, [topic])
     app = app_name("orders")
@@ -550,8 +558,9 @@ def test_real_commits_and_aborts_are_counted_exactly(broker, unique, taps):
     v = tap.view()
     assert v.ids_per_app[app] == 2 and not [t for t in v.open_txns if t.app == app]
     h = history(broker.bootstrap, f"{app}-2")
-    assert h == [("EMPTY", 0, 0), ("ONGOING", 0, 0), ("PREPARE_COMMIT", 0, 0), ("COMPLETE_COMMIT", 0, 0),
-                 ("ONGOING", 0, 0), ("PREPARE_ABORT", 0, 0), ("COMPLETE_ABORT", 0, 0)]
+    v = value_version(broker)
+    assert h == [("EMPTY", 0, v), ("ONGOING", 0, v), ("PREPARE_COMMIT", 0, v), ("COMPLETE_COMMIT", 0, v),
+                 ("ONGOING", 0, v), ("PREPARE_ABORT", 0, v), ("COMPLETE_ABORT", 0, v)]
 
 
 def test_real_fence_by_a_new_instance(broker, unique, taps):
@@ -578,12 +587,13 @@ def test_real_fence_by_a_new_instance(broker, unique, taps):
     wait_tally(tap, app, committed=2, aborted=1, fenced_new_instance=1)
     assert hist_counts(tap, app) == {("duration", "committed"): 2, ("duration", "aborted"): 1,
                                      ("completion", "committed"): 2, ("completion", "aborted"): 1}
-    # Kafka 3.1: Ongoing(e) -> PrepareAbort(e+1) -> CompleteAbort(e+1), then the new
-    # instance's InitProducerId retry bumps once more: Empty(e+2)
+    # Ongoing(e) -> PrepareAbort(e+1) -> CompleteAbort(e+1), then the new instance's
+    # InitProducerId retry bumps once more: Empty(e+2) (every line since Kafka 4.0.1)
     h = history(broker.bootstrap, tid)
-    assert h == [("EMPTY", 0, 0), ("ONGOING", 0, 0), ("PREPARE_COMMIT", 0, 0), ("COMPLETE_COMMIT", 0, 0),
-                 ("ONGOING", 0, 0), ("PREPARE_ABORT", 1, 0), ("COMPLETE_ABORT", 1, 0), ("EMPTY", 2, 0),
-                 ("ONGOING", 2, 0), ("PREPARE_COMMIT", 2, 0), ("COMPLETE_COMMIT", 2, 0)], h
+    v = value_version(broker)
+    assert h == [("EMPTY", 0, v), ("ONGOING", 0, v), ("PREPARE_COMMIT", 0, v), ("COMPLETE_COMMIT", 0, v),
+                 ("ONGOING", 0, v), ("PREPARE_ABORT", 1, v), ("COMPLETE_ABORT", 1, v), ("EMPTY", 2, v),
+                 ("ONGOING", 2, v), ("PREPARE_COMMIT", 2, v), ("COMPLETE_COMMIT", 2, v)], h
 
 
 def test_real_timeout_of_a_killed_producer(broker, unique, taps, producers):
@@ -607,7 +617,8 @@ def test_real_timeout_of_a_killed_producer(broker, unique, taps, producers):
     assert v.completion[(app, "aborted")].count == 1
     assert not [t for t in v.open_txns if t.app == app]
     h = history(broker.bootstrap, tid)
-    assert h[-3:] == [("ONGOING", 0, 0), ("PREPARE_ABORT", 1, 0), ("COMPLETE_ABORT", 1, 0)], h
+    v = value_version(broker)
+    assert h[-3:] == [("ONGOING", 0, v), ("PREPARE_ABORT", 1, v), ("COMPLETE_ABORT", 1, v)], h
 
 
 def test_real_expiration_of_idle_ids(own_broker, unique, taps):
@@ -628,7 +639,8 @@ def test_real_expiration_of_idle_ids(own_broker, unique, taps):
     wait_tally(tap, app, committed=1, expired=1, within=60)
     assert tap.view().ids_per_app.get(app) == 1
     assert [t.transactional_id for t in tap.view().open_txns if t.app == app] == [f"{app}-2"]
-    assert history(b.bootstrap, f"{app}-1")[-3:] == [("PREPARE_COMMIT", 0, 0), ("COMPLETE_COMMIT", 0, 0),
+    v = value_version(b)
+    assert history(b.bootstrap, f"{app}-1")[-3:] == [("PREPARE_COMMIT", 0, v), ("COMPLETE_COMMIT", 0, v),
                                                      ("TOMBSTONE", -1, -1)]
 
 

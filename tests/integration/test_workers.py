@@ -18,7 +18,7 @@ from tests.integration.conftest import cluster_config
 from txnwatch.devtools.net import wait_for
 from txnwatch.devtools.workload import create_topics
 
-pytestmark = [pytest.mark.integration, pytest.mark.kafka]
+pytestmark = [pytest.mark.integration]
 
 
 def children(pid: int) -> list[int]:

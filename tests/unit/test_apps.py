@@ -10,6 +10,7 @@ def test_builtin_rules():
     assert r("flink-sink-3-1200") == "flink-sink"
     assert r("payments-producer-7") == "payments-producer"
     assert r("solo") == "solo"
+    assert r("txnwatch-canary-prod-eu-exporter-7d9f-2") == "txnwatch-canary"
     assert r(None) == "unknown"
 
 

@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import random
 import sqlite3
-from pathlib import Path
 
 import pytest
 
-from txnwatch.devtools.broker import KafkaInstall
 from txnwatch.devtools.demo import outbox_status, status_line
 from txnwatch.devtools.exporter_proc import Metrics, parse_metrics
 from txnwatch.devtools.faults import Fault, fault_schedule, next_payment
+from txnwatch.devtools.java_programs import source_digest
+from txnwatch.devtools.kafka import KafkaRelease
 from txnwatch.devtools.outbox import SCHEMA, Alert, apply_alerts, parse_alert
-from txnwatch.devtools.streams_app import process_id_from_output, source_digest
+from txnwatch.devtools.streams_app import process_id_from_output
 from txnwatch.exporter.model import (
     ClusterSnapshot,
     GroupLag,
@@ -78,14 +78,13 @@ def test_process_id_from_the_apps_running_line():
                                   "balance-app") == (other, 2)
 
 
-def test_compile_stamp_changes_with_source_distribution_and_compiler():
-    inst = KafkaInstall(Path("/k/kafka_2.13-3.1.0"), "3.1.0", "/usr/bin/java", "shared")
-    d = source_digest("class A {}", inst, "/usr/bin/javac")
-    assert d == source_digest("class A {}", inst, "/usr/bin/javac")
-    assert d != source_digest("class B {}", inst, "/usr/bin/javac")
-    assert d != source_digest("class A {}", KafkaInstall(Path("/k/kafka_2.13-3.2.0"), "3.2.0", "/usr/bin/java",
-                                                          "shared"), "/usr/bin/javac")
-    assert d != source_digest("class A {}", inst, "/opt/jdk/bin/javac")
+def test_compile_stamp_changes_with_source_release_and_compiler():
+    rel = KafkaRelease("4.4.0", "/usr/bin/java")
+    d = source_digest("class A {}", rel, "/usr/bin/javac")
+    assert d == source_digest("class A {}", rel, "/usr/bin/javac")
+    assert d != source_digest("class B {}", rel, "/usr/bin/javac")
+    assert d != source_digest("class A {}", KafkaRelease("3.9.2", "/usr/bin/java"), "/usr/bin/javac")
+    assert d != source_digest("class A {}", rel, "/opt/jdk/bin/javac")
 
 
 # ------------------------------------------------------------------ faults

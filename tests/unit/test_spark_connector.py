@@ -1,6 +1,10 @@
-"""Where Spark's Kafka connector comes from (no Spark started)."""
+"""Where Spark's Kafka connector comes from (no Spark started, no Maven run)."""
 
 from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
 
 from txnwatch import spark_connector as sc
 
@@ -12,33 +16,38 @@ def jar_dir(tmp_path, names):
 
 
 CONNECTOR = ["spark-sql-kafka-0-10_2.13-4.0.0.jar", "spark-token-provider-kafka-0-10_2.13-4.0.0.jar",
-             "commons-pool2-2.12.0.jar"]
+             "commons-pool2-2.12.0.jar", "kafka-clients-3.9.0.jar"]
 
 
-def test_a_jar_directory_wins_with_its_own_kafka_clients(tmp_path, monkeypatch):
-    d = jar_dir(tmp_path, [*CONNECTOR, "kafka-clients-3.9.0.jar", "spark-sql-kafka-0-10_2.13-4.0.0-sources.jar"])
+def test_a_jar_directory_wins(tmp_path, monkeypatch):
+    d = jar_dir(tmp_path, [*CONNECTOR, "spark-sql-kafka-0-10_2.13-4.0.0-sources.jar"])
     monkeypatch.setenv(sc.ENV_DIR, str(d))
-    conf = sc.connector_conf("4.0.5")
+    conf, source = sc.connector_source("4.0.5")
     assert list(conf) == ["spark.jars"]
-    assert conf["spark.jars"].split(",") == [str(d / n) for n in [*CONNECTOR, "kafka-clients-3.9.0.jar"]]
+    assert conf["spark.jars"].split(",") == [str(d / n) for n in CONNECTOR]
+    assert sc.ENV_DIR in source
 
 
-def test_kafka_clients_from_the_kafka_distribution(tmp_path, monkeypatch):
-    (tmp_path / "jars").mkdir()
-    d = jar_dir(tmp_path / "jars", CONNECTOR)
-    libs = tmp_path / "kafka" / "libs"
-    libs.mkdir(parents=True)
-    (libs / "kafka-clients-3.1.0.jar").write_bytes(b"")
-    import txnwatch.devtools.broker as broker
-
-    monkeypatch.setattr(broker, "find_kafka", lambda: broker.KafkaInstall(tmp_path / "kafka", "3.1.0", "java", "test"))
+def test_an_incomplete_jar_directory_is_an_error_that_names_what_is_missing(tmp_path, monkeypatch):
+    d = jar_dir(tmp_path, CONNECTOR[:2])      # commons-pool2 and kafka-clients missing
     monkeypatch.setenv(sc.ENV_DIR, str(d))
-    assert sc.find_jars()[-1] == libs / "kafka-clients-3.1.0.jar"
+    with pytest.raises(sc.ConnectorNotFound, match="commons-pool2"):
+        sc.connector_conf("4.0.5")
 
 
-def test_incomplete_directory_falls_back_to_maven_coordinates(tmp_path, monkeypatch):
-    d = jar_dir(tmp_path, CONNECTOR[:2])      # commons-pool2 missing
-    monkeypatch.setenv(sc.ENV_DIR, str(d))
-    monkeypatch.setattr(sc, "_candidates", lambda: [d])
-    assert sc.connector_conf("3.5.3") == {"spark.jars.packages": "org.apache.spark:spark-sql-kafka-0-10_2.13:3.5.3"}
+def test_without_maven_spark_resolves_the_coordinates(monkeypatch):
+    monkeypatch.delenv(sc.ENV_DIR, raising=False)
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    monkeypatch.setattr(sc, "scala_suffix", lambda jars_dir=None: "2.13")
+    conf, source = sc.connector_source("4.0.5")
+    assert conf == {"spark.jars.packages": "org.apache.spark:spark-sql-kafka-0-10_2.13:4.0.5"}
+    assert "spark.jars.packages" in source
     assert sc.package_coordinates("4.0.5+local", "2.12") == "org.apache.spark:spark-sql-kafka-0-10_2.12:4.0.5"
+
+
+def test_scala_suffix_and_artifact_names(tmp_path):
+    d = jar_dir(tmp_path, ["scala-library-2.13.16.jar", "spark-core_2.13-4.0.5.jar"])
+    assert sc.scala_suffix(d) == "2.13"
+    assert sc.artifact_name(Path("kafka-clients-3.9.0.jar")) == "kafka-clients"
+    assert sc.artifact_name(Path("spark-sql-kafka-0-10_2.13-4.0.4.jar")) == "spark-sql-kafka-0-10_2.13"
+    assert sc.artifact_name(Path("commons-pool2-2.12.0.jar")) == "commons-pool2"

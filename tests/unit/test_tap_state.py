@@ -112,23 +112,38 @@ def test_client_abort_is_not_a_fence():
 
 @pytest.mark.parametrize("tv", [0, 1, 2])
 def test_timeout_abort(tv):
+    """The coordinator's timeout bumps the epoch once on every line since 4.0.1 (and twice
+    on 4.0.0); what makes it a timeout is the clock, not the size of the bump."""
+    for bump in (1, 2):
+        st = new_state()
+        play(st, "p-1", [v(E, 3, last=T0, tv=tv), v(ON, 3, start=T0, last=T0, timeout=10_000, tv=tv),
+                         # coordinator's check runs after start + timeout
+                         v(PA, 3 + bump, start=T0, last=T0 + 14_000, timeout=10_000, tv=tv),
+                         v(CA, 3 + bump, start=T0, last=T0 + 14_050, timeout=10_000, tv=tv)])
+        ms, _ = metrics(st, T0 + 20_000)
+        assert sample(ms, "kafka_transaction_fencing_events_total", app="p", reason="timeout") == 1
+        assert sample(ms, "kafka_transaction_fencing_events_total", app="p", reason="new_instance") == 0
+        assert sample(ms, "kafka_transaction_timeouts_total", app="p") == 1
+        assert sample(ms, "kafka_transactions_total", app="p", outcome="aborted") == 1
+        assert sample(ms, "kafka_transaction_duration_seconds_sum", app="p", outcome="aborted") == \
+            pytest.approx(14.05)
+
+
+def test_a_ctv0_client_timed_out_on_a_tv2_cluster():
+    """librdkafka (CTV 0) on a 4.x cluster: the coordinator's abort carries CTV 2 and one
+    bump (the shape captured from Kafka 4.4)."""
     st = new_state()
-    fence_bump = 2 if tv >= 2 else 1
-    play(st, "p-1", [v(E, 3, last=T0, tv=tv), v(ON, 3, start=T0, last=T0, timeout=10_000, tv=tv),
-                     # coordinator's check runs after start + timeout
-                     v(PA, 3 + fence_bump, start=T0, last=T0 + 14_000, timeout=10_000, tv=tv),
-                     v(CA, 3 + fence_bump, start=T0, last=T0 + 14_050, timeout=10_000, tv=tv)])
-    ms, _ = metrics(st, T0 + 20_000)
-    assert sample(ms, "kafka_transaction_fencing_events_total", app="p", reason="timeout") == 1
-    assert sample(ms, "kafka_transaction_fencing_events_total", app="p", reason="new_instance") == 0
+    play(st, "p-1", [v(E, 0, last=T0, tv=1), v(ON, 0, start=T0, last=T0 + 7, timeout=3000, tv=1),
+                     v(PA, 1, start=T0 + 7, last=T0 + 3105, timeout=3000, tv=2),
+                     v(CA, 1, start=T0 + 7, last=T0 + 3109, timeout=3000, tv=2)])
+    ms, _ = metrics(st, T0 + 5000)
     assert sample(ms, "kafka_transaction_timeouts_total", app="p") == 1
-    assert sample(ms, "kafka_transactions_total", app="p", outcome="aborted") == 1
-    assert sample(ms, "kafka_transaction_duration_seconds_sum", app="p", outcome="aborted") == \
-        pytest.approx(14.05)
 
 
-@pytest.mark.parametrize("tv", [0, 1])
-def test_fence_by_new_instance_tv0_tv1(tv):
+@pytest.mark.parametrize("tv", [0, 1, 2])
+def test_fence_by_new_instance_with_a_transaction_open(tv):
+    """Ongoing(e) -> PrepareAbort(e+1) -> CompleteAbort(e+1) -> Empty(e+2) on every line:
+    one abort and one new instance (counted at its InitProducerId)."""
     st = new_state()
     play(st, "p-1", [v(E, 3, last=T0, tv=tv), v(ON, 3, start=T0, last=T0, tv=tv),
                      # InitProducerId from a new instance 5 s later (timeout 60 s not reached)
@@ -142,7 +157,41 @@ def test_fence_by_new_instance_tv0_tv1(tv):
     assert sample(ms, "kafka_transactions_total", app="p", outcome="aborted") == 1
 
 
-def test_fence_by_new_instance_tv2_and_no_false_fence_on_completion_bumps():
+@pytest.mark.parametrize("tv", [0, 2])
+def test_fence_by_new_instance_while_idle(tv):
+    bump = 1 if tv >= 2 else 0
+    st = new_state()
+    play(st, "p-1", [v(E, 0, last=T0, tv=tv), v(ON, 0, start=T0, last=T0, tv=tv),
+                     v(PC, bump, start=T0, last=T0 + 20, tv=tv), v(CC, bump, start=T0, last=T0 + 21, tv=tv),
+                     v(E, bump + 1, last=T0 + 900, tv=tv)])
+    ms, _ = metrics(st, T0 + 1000)
+    assert sample(ms, "kafka_transaction_fencing_events_total", app="p", reason="new_instance") == 1
+    assert sample(ms, "kafka_transactions_total", app="p", outcome="committed") == 1
+
+
+def test_registration_and_reregistration_after_expiry_are_no_fences():
+    st = new_state()
+    play(st, "p-1", [v(E, 0, last=T0), None, v(E, 0, pid=2000, last=T0 + 10)])
+    ms, _ = metrics(st, T0 + 1000)
+    assert sample(ms, "kafka_transaction_fencing_events_total", app="p", reason="new_instance") == 0
+
+
+def test_operator_fence_is_told_apart_by_the_admin_timeout():
+    """forceTerminateTransaction (Admin.fenceProducers) re-inits the id with the admin
+    client's 30 s request timeout, captured from Kafka 4.4."""
+    st = new_state()
+    play(st, "p-1", [v(E, 0, last=T0), v(ON, 0, start=T0, last=T0),
+                     v(PA, 1, start=T0, last=T0 + 700, tv=2), v(CA, 1, start=T0, last=T0 + 701, tv=2),
+                     v(E, 2, last=T0 + 800, timeout=30_000, tv=2),
+                     # then the producer itself comes back with its own timeout: a new instance
+                     v(E, 3, last=T0 + 5000, timeout=60_000, tv=2)])
+    ms, _ = metrics(st, T0 + 6000)
+    assert sample(ms, "kafka_transaction_fencing_events_total", app="p", reason="operator") == 1
+    assert sample(ms, "kafka_transaction_fencing_events_total", app="p", reason="new_instance") == 1
+    assert sample(ms, "kafka_transaction_timeouts_total", app="p") == 0
+
+
+def test_tv2_completion_bumps_and_epoch_exhaustion_are_no_fences():
     st = new_state()
     tid = "p-1"
     history = [v(E, 0, last=T0, tv=2)]
@@ -161,25 +210,24 @@ def test_fence_by_new_instance_tv2_and_no_false_fence_on_completion_bumps():
     history += [v(PA, e + 1, start=t, last=t, tv=2), v(CA, e + 1, start=t, last=t + 5, tv=2)]
     e += 1
     t += 1000
+    # an exhausted epoch: the completion moves on to a new producer id at epoch 0
+    history += [v(ON, 32766, start=t, last=t, tv=2), v(PC, 32767, start=t, last=t + 9, tv=2),
+                v(CC, 0, pid=2000, start=t, last=t + 10, tv=2), v(ON, 0, pid=2000, start=t + 50, last=t + 50, tv=2),
+                v(PC, 1, pid=2000, start=t + 50, last=t + 60, tv=2), v(CC, 1, pid=2000, start=t + 50, last=t + 61, tv=2)]
     play(st, tid, history)
-    ms, _ = metrics(st, t)
+    ms, _ = metrics(st, t + 100)
     assert sample(ms, "kafka_transaction_fencing_events_total", app="p", reason="new_instance") == 0
     assert sample(ms, "kafka_transaction_fencing_events_total", app="p", reason="timeout") == 0
-    assert sample(ms, "kafka_transactions_total", app="p", outcome="committed") == 3
+    assert sample(ms, "kafka_transactions_total", app="p", outcome="committed") == 5
     assert sample(ms, "kafka_transactions_total", app="p", outcome="aborted") == 2
-    # now a new instance fences an open transaction: fence bump + TV2 completion bump
-    play(st, tid, [v(ON, e, start=t, last=t, tv=2), v(PA, e + 2, start=t, last=t + 3000, tv=2),
-                   v(CA, e + 2, start=t, last=t + 3010, tv=2)])
-    ms, _ = metrics(st, t + 4000)
-    assert sample(ms, "kafka_transaction_fencing_events_total", app="p", reason="new_instance") == 1
-    assert sample(ms, "kafka_transaction_fencing_events_total", app="p", reason="timeout") == 0
-    assert sample(ms, "kafka_transactions_total", app="p", outcome="aborted") == 3
+    assert sample(ms, "kafka_transactional_ids", app="p") == 1
 
 
-def test_prepare_epoch_fence_record_counts_once():
+def test_prepare_epoch_fence_record_reads_like_a_prepare_abort():
     st = new_state()
     play(st, "p-1", [v(ON, 3, start=T0, last=T0), v(PEF, 4, start=T0, last=T0 + 100),
-                     v(PA, 4, start=T0, last=T0 + 100), v(CA, 4, start=T0, last=T0 + 110)])
+                     v(PA, 4, start=T0, last=T0 + 100), v(CA, 4, start=T0, last=T0 + 110),
+                     v(E, 5, last=T0 + 200)])
     ms, _ = metrics(st, T0 + 1000)
     assert sample(ms, "kafka_transaction_fencing_events_total", app="p", reason="new_instance") == 1
     assert sample(ms, "kafka_transactions_total", app="p", outcome="aborted") == 1

@@ -1,4 +1,5 @@
-"""Development helpers: an embedded Tansu broker, transactional workloads, the demo.
+"""Development helpers: Apache Kafka brokers from Maven Central (`kafka/`), transactional
+workloads, fault injection, the demo.
 
 Used by the test suite, the benchmarks and `make demo`; never by the exporter itself.
 """

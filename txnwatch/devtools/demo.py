@@ -1,11 +1,12 @@
 """`make demo`: the whole txnwatch story on one machine.
 
-    python -m txnwatch.devtools.demo [--broker kafka|tansu] [--bootstrap-servers LIST]
+    python -m txnwatch.devtools.demo [--bootstrap-servers LIST] [--kafka-version 4.x]
         [--no-spark] [--no-streams] [--no-prometheus] [--fault-interval 10] [--duration S]
         [--broker-port N] [--exporter-port N] [--prometheus-port N] [--state-dir DIR]
 
-By default it starts a real Apache Kafka (one KRaft node, transaction.max.timeout.ms 20 s
-so hanging transactions are found within the first minute), and on it:
+By default it starts a real Apache Kafka (the newest 4.x release from Maven Central, or
+KAFKA_VERSION / --kafka-version: one KRaft node, transaction.max.timeout.ms 20 s so hanging
+transactions are found within the first minute), and on it:
 - a load generator: orders for the Spark pipeline and payments for the Streams app, one
   transaction per 0.5 s;
 - a Kafka Streams `exactly_once_v2` app (`balance-app`, compiled from
@@ -22,9 +23,8 @@ so hanging transactions are found within the first minute), and on it:
   coordinator timeout), a second instance fencing the first, a burst of aborts and a
   transaction that eats into its timeout headroom.
 
-`--broker tansu` runs the old path on the Tansu broker (no Streams app, no tap, hanging
-transactions from stalled LSOs). `--bootstrap-servers` points everything at a user's cluster
-(faults only with --faults-on-real-cluster). Ctrl-C stops every process it started.
+`--bootstrap-servers` points everything at a user's cluster (faults only with
+--faults-on-real-cluster). Ctrl-C stops every process it started.
 """
 
 from __future__ import annotations
@@ -51,11 +51,11 @@ from .faults import (
     abort_burst,
     coordinator_timeout,
     fence,
-    hang_by_kill,
     hanging_transaction,
     restart_streams,
     slow_transaction,
 )
+from .kafka.release import BrokerUnavailable, KafkaRelease, kafka_release
 from .net import free_port, wait_for
 from .procs import stop_group
 from .workload import create_topics
@@ -149,7 +149,7 @@ class Demo:
         self.state.mkdir(parents=True, exist_ok=True)
         self.stopping = threading.Event()
         self.broker = None
-        self.kind = "external" if args.bootstrap_servers else args.broker
+        self.kind = "external" if args.bootstrap_servers else "kafka"
         self.exporter: ExporterProcess | None = None
         self.prometheus = None
         self.pipeline: subprocess.Popen | None = None
@@ -162,7 +162,11 @@ class Demo:
         self.pids: dict[str, list[int]] = {}
         self._pid_lock = threading.Lock()
         self._fault_children: list = []
-        self.streams_enabled = self.kind != "tansu" and not args.no_streams
+        self.streams_enabled = not args.no_streams
+
+    def release(self) -> KafkaRelease:
+        """The Apache Kafka release of the embedded broker and the Streams app."""
+        return kafka_release(self.args.kafka_version)
 
     def say(self, msg: str) -> None:
         print(("\n" if sys.stdout.isatty() else "") + time.strftime("[%H:%M:%S] ") + msg, flush=True)
@@ -179,19 +183,20 @@ class Demo:
         a = self.args
         (self.state / "pids.json").unlink(missing_ok=True)
         if self.streams_enabled:
-            from .broker import find_kafka
             from .streams_app import StreamsApp
 
-            install = find_kafka()
-            if install is None and self.kind == "external":
-                self.say("no Apache Kafka distribution (libs/ and javac) here: "
-                         "running without the Streams app")
+            try:
+                release = self.release()
+            except BrokerUnavailable as exc:
+                if self.kind != "external":
+                    raise SystemExit(f"demo: {exc}") from None
+                self.say(f"no Kafka Streams runtime here ({exc}): running without the Streams app")
                 self.streams_enabled = False
-            elif install is not None:
+            else:
                 # built now so javac can run while the broker starts; the bootstrap comes later
                 self.streams = StreamsApp(None, self.state / "streams", application_id=APPLICATION_ID,
                                           input_topic=PAYMENTS, balances_topic=BALANCES, alerts_topic=OUTBOX,
-                                          install=install)
+                                          release=release)
         self.exporter_port = a.exporter_port or 10129
         self._start_broker()
         topics = [INPUT, OUTPUT, SETTLEMENTS] + ([PAYMENTS, BALANCES, OUTBOX] if self.streams_enabled else [])
@@ -202,7 +207,7 @@ class Demo:
         cluster = {"name": "demo", "bootstrap_servers": self.bootstrap,
                    "poll_interval_seconds": a.poll_interval, "hanging_threshold_seconds": a.hanging_threshold,
                    "transaction_log_tap": tap, "topics": {"include": TOPIC_FILTER}}
-        if tap:   # a real Kafka (Tansu, the fallback, lacks what the canary proves)
+        if tap:
             cluster["canary"] = {"interval_seconds": 5, "abort_every": 5}
         self.exporter = ExporterProcess({"clusters": [cluster]}, port=self.exporter_port,
                                         log_path=self.state / "exporter.log").start(timeout=60)
@@ -248,47 +253,41 @@ class Demo:
             if self.streams is not None:
                 self._compile_streams()
             return
-        from .broker import BrokerUnavailable, make_broker
+        from .kafka import make_broker, transaction_version
 
-        workdir = self.state / self.kind
+        workdir = self.state / "kafka"
         shutil.rmtree(workdir, ignore_errors=True)   # the demo's broker starts empty every time
         try:
-            self.broker = make_broker(self.kind, workdir=workdir, port=a.broker_port,
-                                      properties=DEMO_BROKER_PROPERTIES if self.kind == "kafka" else None)
+            self.broker = make_broker(workdir=workdir, port=a.broker_port, properties=DEMO_BROKER_PROPERTIES,
+                                      release=self.release())
         except BrokerUnavailable as exc:
-            raise SystemExit(f"demo: {exc}\n(or run the old path on the Tansu broker: "
-                             "make demo DEMO_ARGS=\"--broker tansu\")") from None
-        if self.kind == "kafka":
-            self.broker.launch()
-            self._record_pid("kafka", self.broker.proc.pid)
-            self.bootstrap = self.broker.bootstrap
-            if not a.no_spark:
-                # Spark takes the longest to start (its JVM, then a SparkSession): it starts now,
-                # and reaches Kafka only once its query starts, long after the topics exist.
-                self._start_pipeline()
-            if self.streams is not None:
-                self._compile_streams()   # javac runs while the broker starts
-            self.broker.wait_ready()
-            self.say(f"started {self.broker.describe()} with transaction.max.timeout.ms=20000 "
-                     f"(log: {self.broker.log_dir}/server.log)")
-        else:
-            self.broker.start()
-            self._record_pid("tansu", self.broker.proc.pid)
-            self.say(f"started Tansu broker on {self.broker.bootstrap}   (log: {workdir}/tansu.log)")
+            raise SystemExit(f"demo: {exc}") from None
+        self.broker.format()
+        self.broker.launch()
+        self._record_pid("kafka", self.broker.proc.pid)
         self.bootstrap = self.broker.bootstrap
+        if not a.no_spark:
+            # Spark takes the longest to start (its JVM, then a SparkSession): it starts now,
+            # and reaches Kafka only once its query starts, long after the topics exist.
+            self._start_pipeline()
+        if self.streams is not None:
+            self._compile_streams()   # javac runs while the broker starts
+        self.broker.wait_ready()
+        self.say(f"started {self.broker.describe()} (finalized transaction.version "
+                 f"{transaction_version(self.bootstrap)}) with transaction.max.timeout.ms=20000 "
+                 f"(log: {self.broker.log_dir}/server.log)")
 
     def _compile_streams(self) -> None:
         self.streams.prepare()
         self.say(f"{'compiled' if self.streams.compiled else 'reused the compiled'} Kafka Streams app "
-                 f"{self.streams.classes} (javac against {self.streams.install.home}/libs)")
+                 f"{self.streams.classes} (javac against Kafka Streams {self.streams.release.version} "
+                 "from Maven Central)")
 
     def _has_transaction_log(self) -> bool:
         """Whether the cluster has __transaction_state (the tap's source). Kafka creates it at
         the first transactional producer's registration, so one registers first if needed."""
         if self.kind == "kafka":
             return True
-        if self.kind == "tansu":
-            return False
         from confluent_kafka import Producer
         from confluent_kafka.admin import AdminClient
 
@@ -373,16 +372,11 @@ class Demo:
     def _start_faults(self) -> None:
         b, say = self.bootstrap, self.say
         injector = FaultInjector([], self.args.fault_interval, say)
-        if self.kind == "tansu":
-            faults = [Fault("hanging", partial(hang_by_kill, b, SETTLEMENTS, 0, track=self._track),
-                            once=True)]
-        else:
-            where = (OUTBOX, None) if self.streams is not None else (SETTLEMENTS, 0)
-            faults = [Fault("hanging", partial(self._hanging, *where), once=True)]
-            if self.streams is not None:
-                faults.append(Fault("streams-restart", self._restart_streams))
-            faults.append(Fault("coordinator-timeout", partial(coordinator_timeout, b, SETTLEMENTS,
-                                                               track=self._track)))
+        where = (OUTBOX, None) if self.streams is not None else (SETTLEMENTS, 0)
+        faults = [Fault("hanging", partial(self._hanging, *where), once=True)]
+        if self.streams is not None:
+            faults.append(Fault("streams-restart", self._restart_streams))
+        faults.append(Fault("coordinator-timeout", partial(coordinator_timeout, b, SETTLEMENTS, track=self._track)))
         faults += [Fault("fence", partial(fence, b, SETTLEMENTS, self.sink)),
                    Fault("aborts", partial(abort_burst, b, SETTLEMENTS, self.sink)),
                    Fault("slow-transaction", partial(slow_transaction, b, SETTLEMENTS, self.sink,
@@ -538,9 +532,9 @@ class Demo:
 def main(argv: list[str] | None = None) -> int:
     env = os.environ.get
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--broker", choices=["kafka", "tansu"], default=env("DEMO_BROKER", "kafka"),
-                   help="the embedded broker: Apache Kafka (default) or Tansu (the old path: no Streams app, "
-                        "no transaction-log tap, no KIP-664)")
+    p.add_argument("--kafka-version", default=env("KAFKA_VERSION"),
+                   help="the embedded broker's Apache Kafka release or line (4.4.0, 4.x, 3.9.x); default: the "
+                        "newest 4.x on Maven Central")
     p.add_argument("--broker-port", type=int, default=int(env("DEMO_BROKER_PORT", 0)) or None)
     p.add_argument("--exporter-port", type=int, default=int(env("DEMO_EXPORTER_PORT", 0)) or None)
     p.add_argument("--prometheus-port", type=int, default=int(env("DEMO_PROMETHEUS_PORT", 0)) or None)
@@ -554,8 +548,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fault-interval", type=float, default=10.0, help="seconds between faults (0: none)")
     p.add_argument("--poll-interval", type=float, default=5.0)
     p.add_argument("--hanging-threshold", type=float, default=20.0,
-                   help="seconds an LSO may stall before it counts (Tansu: as hanging; Kafka: for "
-                        "blocked groups)")
+                   help="seconds an LSO may stall before a read_committed group counts as blocked")
     p.add_argument("--rate", type=int, default=200, help="orders per second from the load generator")
     p.add_argument("--state-dir", default=str(ROOT / ".demo"), help="logs, checkpoints, Prometheus data")
     p.add_argument("--duration", type=float, default=None, help="stop by itself after this many seconds")

@@ -203,21 +203,6 @@ def _no_tracking(_proc: ProducerProcess) -> None:
     pass
 
 
-def hang_by_kill(bootstrap: str, topic: str, partition: int,
-                 track: Callable[[ProducerProcess], None] = _no_tracking) -> str:
-    """Tansu: kill a producer mid-transaction; Tansu never aborts it (a hanging transaction).
-    `track` is told of the child process (the demo kills it at exit should the fault not)."""
-    tid = f"payments-writer-{partition}"
-    p = ProducerProcess(bootstrap, topic, tid, action="commit", count=2, partition=partition, then_hang=True,
-                        timeout_ms=DEMO_TRANSACTION_TIMEOUT_MS)
-    track(p)
-    try:
-        p.wait_line("open")
-    finally:
-        p.kill()
-    return f"killed {tid} mid-transaction on {topic}-{partition} (Tansu never aborts it: stalled LSO)"
-
-
 @dataclass
 class HangingMade:
     """Hanging transactions the injector made (the demo aborts them on a user's cluster at exit)."""

@@ -1,4 +1,4 @@
-"""Make a real hanging transaction on Apache Kafka < 3.6, the way KAFKA-9144 does.
+"""Make a real hanging transaction on Apache Kafka, the way KAFKA-9144 does.
 
 A hanging transaction is an open transaction on a partition that the coordinator does
 not know about, so no commit or abort marker will ever end it and the partition's last
@@ -12,6 +12,14 @@ verify that the partition is in a transaction, so the batch opens one that the
 coordinator never sees: only `kafka-transactions.sh abort` (or txnwatch's runbook
 command) can end it.
 
+From Kafka 3.6 the partition leader asks the coordinator first and refuses the write
+(INVALID_TXN_STATE) while `transaction.partition.verification.enable` is on, the default.
+That setting is a dynamic broker config, and where an operator turns it off (it costs a
+round trip to the coordinator per new partition of a transaction) the class of bug is back
+on 3.6+ and 4.x alike. `make_hanging_transaction` does just that on the partition leader:
+verification off (AlterConfigs), the late write, then the leader's own setting restored
+(`verification="keep"` leaves the broker as it is, and a verifying broker refuses).
+
 Once the partition's last write is older than the broker's transaction.max.timeout.ms,
 `kafka-transactions.sh find-hanging` and txnwatch report it.
 
@@ -24,18 +32,11 @@ classes: no client library would send such a request.
 from __future__ import annotations
 
 import argparse
-import socket
-import struct
 import sys
 import time
 from dataclasses import dataclass
 
-from kafka.protocol.metadata import (
-    FindCoordinatorRequest,
-    FindCoordinatorResponse,
-    MetadataRequest,
-    MetadataResponse,
-)
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.producer import (
     InitProducerIdRequest,
     InitProducerIdResponse,
@@ -44,7 +45,9 @@ from kafka.protocol.producer import (
 )
 from kafka.record.memory_records import MemoryRecordsBuilder
 
-CLIENT_ID = "txnwatch-hanging-maker"
+from .rawkafka import Connection, error_name, retry, split, transaction_coordinator
+
+INVALID_TXN_STATE = 48
 
 
 @dataclass(frozen=True)
@@ -58,36 +61,6 @@ class HangingTransactionMade:
     leader: str               # host:port of the partition leader that took the batch
 
 
-class _Connection:
-    def __init__(self, host: str, port: int, timeout: float = 10.0) -> None:
-        self.sock = socket.create_connection((host, port), timeout=timeout)
-        self._correlation = 0
-
-    def call(self, request, response_cls, version: int):
-        self._correlation += 1
-        request.with_header(correlation_id=self._correlation, client_id=CLIENT_ID)
-        self.sock.sendall(request.encode(version=version, header=True, framed=True))
-        size = struct.unpack(">i", self._read(4))[0]
-        return response_cls.decode(self._read(size), version=version, header=True)
-
-    def _read(self, n: int) -> bytes:
-        buf = bytearray()
-        while len(buf) < n:
-            chunk = self.sock.recv(n - len(buf))
-            if not chunk:
-                raise ConnectionError("the broker closed the connection")
-            buf += chunk
-        return bytes(buf)
-
-    def close(self) -> None:
-        self.sock.close()
-
-
-def _split(hostport: str) -> tuple[str, int]:
-    host, _, port = hostport.rpartition(":")
-    return host, int(port)
-
-
 def _broker(meta, node_id: int) -> tuple[str, int]:
     for b in meta.brokers:
         if b.node_id == node_id:
@@ -95,57 +68,53 @@ def _broker(meta, node_id: int) -> tuple[str, int]:
     raise RuntimeError(f"broker {node_id} is not in the metadata")
 
 
-def _error_name(code: int) -> str:
-    from kafka.errors import for_code
-
-    return f"{for_code(code).__name__} ({code})"
+VERIFICATION = "transaction.partition.verification.enable"
 
 
-def _retry(what: str, fn, timeout: float = 30.0):
-    """Call fn until it returns a result without a retriable error code (0 = done)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result, code = fn()
-        if code == 0:
-            return result
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{what}: {_error_name(code)} after {timeout:.0f}s")
-        time.sleep(0.2)
+def _set_verification(bootstrap: str, broker_id: int, value: str | None) -> None:
+    """Turn the partition leader's transaction verification off ('false'), or drop that
+    override again (None: back to its static or default setting)."""
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+
+    op = AlterConfigOpType.SET if value is not None else AlterConfigOpType.DELETE
+    res = ConfigResource(ResourceType.BROKER, str(broker_id),
+                         incremental_configs=[ConfigEntry(VERIFICATION, value or "", incremental_operation=op)])
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    for f in admin.incremental_alter_configs([res], request_timeout=15).values():
+        f.result()
 
 
 def make_hanging_transaction(bootstrap: str, topic: str, partition: int = 0,
                              transactional_id: str | None = None, value: bytes = b"late write",
-                             transaction_timeout_ms: int = 1000) -> HangingTransactionMade:
-    """Open a transaction on `topic`-`partition` that the coordinator never added (see the module doc)."""
+                             transaction_timeout_ms: int = 1000,
+                             verification: str = "off-for-the-write") -> HangingTransactionMade:
+    """Open a transaction on `topic`-`partition` that the coordinator never added (see the
+    module doc). `verification`: 'off-for-the-write' turns the leader's transaction
+    verification off around the write (brokers 3.6+), 'keep' leaves it as it is."""
     tid = transactional_id or f"txnwatch-hanging-{topic}-{partition}"
-    first = _Connection(*_split(bootstrap.split(",")[0]))
-    try:
+    with Connection(*split(bootstrap.split(",")[0])) as first:
         meta = first.call(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
                                           allow_auto_topic_creation=False), MetadataResponse, 4)
-        leader = None
-        for t in meta.topics:
-            for p in t.partitions:
-                if t.name == topic and p.partition_index == partition:
-                    leader = p.leader_id
-        if leader is None or leader < 0:
-            raise RuntimeError(f"{topic}-{partition} has no leader (does the topic exist?)")
+    leader = None
+    for t in meta.topics:
+        for p in t.partitions:
+            if t.name == topic and p.partition_index == partition:
+                leader = p.leader_id
+    if leader is None or leader < 0:
+        raise RuntimeError(f"{topic}-{partition} has no leader (does the topic exist?)")
 
-        def find_coordinator():
-            r = first.call(FindCoordinatorRequest(key=tid, key_type=1), FindCoordinatorResponse, 2)
-            return r, r.error_code
-        coord = _retry("FindCoordinator", find_coordinator)
-    finally:
-        first.close()
-
-    conn = _Connection(coord.host, coord.port)
-    try:
+    with Connection(*transaction_coordinator(bootstrap, tid)) as conn:
         def init():
             r = conn.call(InitProducerIdRequest(transactional_id=tid, transaction_timeout_ms=transaction_timeout_ms),
                           InitProducerIdResponse, 1)
             return r, r.error_code
-        pid = _retry("InitProducerId", init)
-    finally:
-        conn.close()
+        pid = retry("InitProducerId", init)
 
     builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 20, transactional=True,
                                    producer_id=pid.producer_id, producer_epoch=pid.producer_epoch,
@@ -154,18 +123,29 @@ def make_hanging_transaction(bootstrap: str, topic: str, partition: int = 0,
     builder.close()
     records = builder.buffer()
     host, port = _broker(meta, leader)
-    conn = _Connection(host, port)
-    try:
-        req = ProduceRequest(transactional_id=tid, acks=-1, timeout_ms=10_000, topic_data=[
-            ProduceRequest.TopicProduceData(name=topic, partition_data=[
-                ProduceRequest.TopicProduceData.PartitionProduceData(index=partition, records=records)])])
-        resp = conn.call(req, ProduceResponse, 3)
-    finally:
-        conn.close()
-    part = resp.responses[0].partition_responses[0]
+    req = ProduceRequest(transactional_id=tid, acks=-1, timeout_ms=10_000, topic_data=[
+        ProduceRequest.TopicProduceData(name=topic, partition_data=[
+            ProduceRequest.TopicProduceData.PartitionProduceData(index=partition, records=records)])])
+
+    def produce():
+        with Connection(host, port) as conn:
+            part = conn.call(req, ProduceResponse, 3).responses[0].partition_responses[0]
+        # INVALID_TXN_STATE: the leader still verifies (a config change takes a moment)
+        retriable = verification != "keep" and part.error_code == INVALID_TXN_STATE
+        return part, (part.error_code if retriable else 0)
+
+    if verification == "keep":
+        part = produce()[0]
+    else:
+        _set_verification(bootstrap, leader, "false")
+        try:
+            part = retry(f"a late write to {topic}-{partition} with verification off", produce, timeout=15)
+        finally:
+            _set_verification(bootstrap, leader, None)
     if part.error_code != 0:
-        raise RuntimeError(f"Produce to {topic}-{partition} failed with {_error_name(part.error_code)} "
-                           "(brokers from Kafka 3.6 verify transactions and refuse such writes)")
+        raise RuntimeError(f"Produce to {topic}-{partition} failed with {error_name(part.error_code)} "
+                           "(brokers from Kafka 3.6 verify transactions and refuse such writes while "
+                           f"{VERIFICATION} is on)")
     return HangingTransactionMade(topic, partition, int(part.base_offset), pid.producer_id, pid.producer_epoch,
                                   tid, f"{host}:{port}")
 

@@ -6,12 +6,20 @@ import socket
 import time
 from collections.abc import Callable
 
+_handed_out: set[int] = set()
+
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago on `host`."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    """A TCP port that was free a moment ago on `host`, and never handed out before by this
+    process (the kernel may offer a just-closed port again: a broker's listeners, chosen one
+    after another before it binds any, must differ)."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
 
 
 def port_open(host: str, port: int, timeout: float = 0.2) -> bool:

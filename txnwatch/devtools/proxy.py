@@ -3,7 +3,7 @@ every byte in both directions while keeping connections open), add per-chunk del
 counts Kafka requests (length-prefixed frames client -> broker).
 
 The broker must advertise the proxy's address so clients never bypass it:
-`TansuBroker(advertised_port=proxy.port)`.
+`make_broker(advertised_port=proxy.port)`.
 """
 
 from __future__ import annotations

@@ -4,18 +4,14 @@
     app.start()                 # javac (once per source change), then the JVM; returns when RUNNING
     app.process_id, app.transactional_id_prefix, app.kill(), app.restart(), app.stop()
 
-The source is compiled with `javac` against the Kafka distribution's `libs/` (found by
-`broker.find_kafka()`), into `<workdir>/classes`; the classes are reused while the source,
-the distribution and the JDK are the same. The app keeps its state in memory only (the
-distribution has no rocksdbjni), and every start gets an empty state directory: Kafka
-Streams then picks a new process id, so the transactional ids (`<application.id>-<process
-id>-<thread index>` under exactly_once_v2) are new too and a killed instance's open
-transaction is ended by the coordinator's timeout, not by fencing.
+The source is compiled with `javac` against the release's Kafka Streams runtime (Maven
+Central, `KafkaRelease.classpath("streams")`: kafka-streams, rocksdbjni, kafka-clients), into
+`<workdir>/classes`; the classes are reused while the source, the release and the JDK are the
+same.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
@@ -23,7 +19,8 @@ import subprocess
 import threading
 from pathlib import Path
 
-from .broker import KafkaInstall, require_kafka
+from .java_programs import compile_program, java_command
+from .kafka.release import KafkaRelease, kafka_release
 from .net import wait_for
 from .procs import kill_group, stop_group
 
@@ -32,24 +29,6 @@ MAIN_CLASS = "BalanceApp"
 # "running thread=balance-app-<uuid>-StreamThread-1 ..." (default client.id = <application.id>-<process id>)
 _RUNNING = re.compile(r"^running thread=(?P<client>\S+?)-StreamThread-(?P<thread>\d+)\b", re.M)
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
-_LOG4J = ("log4j.rootLogger=WARN, stdout\n"
-          "log4j.appender.stdout=org.apache.log4j.ConsoleAppender\n"
-          "log4j.appender.stdout.layout=org.apache.log4j.PatternLayout\n"
-          "log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n\n")
-
-
-def javac_for(install: KafkaInstall) -> str:
-    """The javac beside the java that runs Kafka (JAVA_HOME or PATH), else the PATH's."""
-    for java in (Path(install.java), Path(install.java).resolve()):
-        cand = java.with_name("javac")
-        if os.access(cand, os.X_OK):
-            return str(cand)
-    found = shutil.which("javac")
-    if found:
-        return found
-    raise RuntimeError(f"javac not found beside {install.java} nor on the PATH: the demo's Kafka Streams app "
-                       "is compiled at start; install a JDK (e.g. apt-get install openjdk-17-jdk-headless) "
-                       "or run the demo with --no-streams")
 
 
 def process_id_from_output(text: str, application_id: str) -> tuple[str, int] | None:
@@ -65,40 +44,14 @@ def process_id_from_output(text: str, application_id: str) -> tuple[str, int] | 
     return client[len(prefix):], int(m.group("thread"))
 
 
-def source_digest(source: str, install: KafkaInstall, javac: str) -> str:
-    """What the compiled classes depend on: the source, the distribution and the compiler."""
-    h = hashlib.sha256(source.encode())
-    h.update(f"\0{install.home}\0{install.version}\0{Path(javac).resolve()}".encode())
-    return h.hexdigest()
-
-
-def compile_app(classes: Path, install: KafkaInstall) -> bool:
-    """Compile SOURCE into `classes` unless the classes there are from the same inputs.
-    Returns True when it compiled, False when it reused the classes."""
-    javac = javac_for(install)
-    digest = source_digest(SOURCE.read_text(), install, javac)
-    stamp = classes / ".source-sha256"
-    if stamp.exists() and stamp.read_text() == digest and (classes / f"{MAIN_CLASS}.class").exists():
-        return False
-    shutil.rmtree(classes, ignore_errors=True)
-    classes.mkdir(parents=True)
-    out = subprocess.run([javac, "-nowarn", "-cp", str(install.home / "libs" / "*"), "-d", str(classes),
-                          str(SOURCE)], capture_output=True, text=True, timeout=180)
-    if out.returncode != 0:
-        raise RuntimeError(f"javac {SOURCE.name} failed ({out.returncode}): "
-                           f"{(out.stderr or out.stdout)[-3000:]}")
-    stamp.write_text(digest)
-    return True
-
-
 class StreamsApp:
     """One instance (one JVM, one stream thread) of the balance app."""
 
     def __init__(self, bootstrap: str | None, workdir: str | os.PathLike, *, application_id: str = "balance-app",
                  input_topic: str, balances_topic: str, alerts_topic: str, threshold: float = 600,
-                 transaction_timeout_ms: int = 10_000, install: KafkaInstall | None = None,
+                 transaction_timeout_ms: int = 10_000, release: KafkaRelease | None = None,
                  heap: str = "160m") -> None:
-        self.install = install or require_kafka()
+        self.release = release or kafka_release()
         self.bootstrap = bootstrap
         self.workdir = Path(workdir)
         self.application_id = application_id
@@ -139,7 +92,7 @@ class StreamsApp:
     def prepare(self) -> None:
         """Compile (or reuse) the classes; no JVM started."""
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.compiled = compile_app(self.classes, self.install)
+        self.compiled = compile_program(SOURCE, self.classes, self.release)
 
     def output(self) -> str:
         """What the running instance printed since it started."""
@@ -160,13 +113,7 @@ class StreamsApp:
 
     def _launch(self) -> None:
         shutil.rmtree(self.args["state-dir"], ignore_errors=True)
-        log4j = self.workdir / "log4j.properties"
-        log4j.write_text(_LOG4J)
-        cp = os.pathsep.join([str(self.classes), str(self.install.home / "libs" / "*")])
-        # a small heap, one GC thread and C1 only: the demo shares two cores with a broker and Spark
-        cmd = [self.install.java, f"-Xmx{self.heap}", "-Xms32m", "-XX:+UseSerialGC",
-               "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true", f"-Dlog4j.configuration=file:{log4j}",
-               "-cp", cp, MAIN_CLASS]
+        cmd = java_command(self.release, self.classes, MAIN_CLASS, self.workdir, self.heap)
         if not self.bootstrap:
             raise ValueError("StreamsApp.bootstrap is not set")
         for k, v in {"bootstrap": self.bootstrap, **self.args}.items():

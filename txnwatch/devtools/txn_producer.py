@@ -1,8 +1,8 @@
 """A transactional producer meant to run as a child process.
 
 Tests and the demo start it, read its stdout for progress lines and may SIGKILL it
-mid-transaction, which on Tansu (no coordinator timeout) leaves the transaction open
-forever: a hanging transaction with a frozen last stable offset.
+mid-transaction: the coordinator then aborts the transaction at its
+transaction.timeout.ms.
 
     python -m txnwatch.devtools.txn_producer --bootstrap H:P --topic T \
         --transactional-id ID --action commit --count 3 [--partition N] [--then-hang]

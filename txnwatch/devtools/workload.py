@@ -99,7 +99,7 @@ class ProducerProcess:
         return rc
 
     def kill(self) -> None:
-        """SIGKILL mid-transaction: the coordinator aborts it at its timeout (on Tansu it stays open)."""
+        """SIGKILL mid-transaction: the coordinator aborts it at its timeout."""
         kill_group(self.proc)
 
 

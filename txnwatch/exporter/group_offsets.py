@@ -44,6 +44,7 @@ from types import SimpleNamespace
 from typing import Protocol
 
 from .kafka_io import PollError
+from .kafka_python import api_versions
 
 log = logging.getLogger(__name__)
 
@@ -423,7 +424,7 @@ class KafkaPythonTransport:
 
     def api_versions(self) -> dict[int, tuple[int, int]]:
         """ApiVersions of the bootstrap broker: {api key: (min, max)}."""
-        return {int(k): (int(v[0]), int(v[1])) for k, v in self._admin.api_versions().items()}
+        return api_versions(self._admin)
 
     def register_node(self, node: Coordinator) -> None:
         cluster = self._manager.cluster

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 
 from .derive import ActiveProducer, TxnDescription, TxnListing
 from .kafka_io import PollError
+from .kafka_python import api_versions
 
 log = logging.getLogger(__name__)
 
@@ -189,7 +190,7 @@ class TransactionAPI:
 
     def detect(self) -> dict[str, bool]:
         """Ask the broker which APIs it has (ApiVersions) and remember the answer."""
-        versions = self._client().api_versions()
+        versions = api_versions(self._client())
         self.capabilities = capabilities_from_api_versions(versions)
         self.duration_filter = duration_filter_supported(versions)
         return self.capabilities

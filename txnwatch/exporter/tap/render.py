@@ -11,7 +11,7 @@ import time
 
 from ...apps import fold_ids
 from ...metrics import FamilyWriter
-from .state import ABORTED, COMMITTED, NEW_INSTANCE, TIMEOUT, TapView
+from .state import ABORTED, COMMITTED, NEW_INSTANCE, OPERATOR, TIMEOUT, TapView
 
 OTHER = "__other__"
 
@@ -70,7 +70,7 @@ def render_tap(writer: FamilyWriter, cluster: str, view: TapView, now: float | N
 
     # fencing, timeouts, expirations (zeros for every app with ids, so increase() sees the first)
     for app in apps:
-        for reason in (TIMEOUT, NEW_INSTANCE):
+        for reason in (TIMEOUT, NEW_INSTANCE, OPERATOR):
             if (app, reason) not in view.fencing:
                 writer.add("kafka_transaction_fencing_events", {**c, "app": app, "reason": reason}, 0)
     for (app, reason), n in view.fencing.items():

@@ -3,43 +3,54 @@
 All time comes in as arguments (record timestamps from the log, `now_ms` from the
 caller); nothing here does I/O or reads a clock, so every history is unit-testable.
 
-What the coordinator writes (checked against Apache Kafka's TransactionMetadata and
-TransactionCoordinator, Kafka 3.x/4.x). Each line is one record, `e` the producer
-epoch, TV the ClientTransactionVersion carried by v1 values (0 for v0 values):
+What the coordinator writes (read in TransactionCoordinator and TransactionMetadata of
+Apache Kafka 4.4 and 3.9, and captured from real brokers of both lines with Java 4.x (TV2)
+and librdkafka (TV0) clients: tests/fixtures/txnlog/). Each line is one record, `e` the
+producer epoch, CTV the ClientTransactionVersion carried by v1 values (0 for v0 values):
 
-* InitProducerId on an idle id: ``Empty(e+1)`` (start -1, no partitions). Under TV0/1
-  this epoch bump is how a new instance takes over an idle id (no transaction to fence).
+* InitProducerId: ``Empty(e+1)`` (start -1, no partitions), or ``Empty`` with a new producer
+  id at epoch 0 when the epoch is exhausted. The first one of an id is its registration
+  (``Empty(0)``); every later one is a new instance taking the id over -- a restart, a
+  second instance (this fences the first), or an operator's ``Admin.fenceProducers`` /
+  ``kafka-transactions.sh forceTerminateTransaction`` (4.1+). The broker logs each as
+  "Initialized transactionalId ...".
 * AddPartitionsToTxn: ``Ongoing(e)`` with start = the update time of the first add
   (the transaction's start); further adds repeat ``Ongoing`` with the same start.
-* EndTxn from the client: ``PrepareCommit``/``PrepareAbort`` then, once the markers
-  are written, ``CompleteCommit``/``CompleteAbort`` (start kept, last update = the
-  completion time). Under TV0/1 the epoch stays ``e`` throughout. Under TV2 (KIP-890)
-  ``prepareAbortOrCommit`` bumps it: ``Prepare*(e+1)`` and ``Complete*(e+1)`` (or a new
-  producer id with epoch 0 when the epoch is exhausted). So under TV2 an epoch change of
-  one at Prepare* is the normal completion, *not* a fence. TV2 also allows an abort with
-  no partitions added: ``PrepareAbort(e+1)`` straight from Empty/Complete* with
-  start = update time; it is counted as an aborted transaction, never as a fence.
-* Fencing: both the timeout path (``abortTimedOutTransactions``: an Ongoing transaction
-  whose start + timeout < now, checked every 10 s) and InitProducerId from a new
-  instance while a transaction is Ongoing call ``prepareFenceProducerEpoch`` (epoch+1,
-  pending state ``PrepareEpochFence``, which ``completeTransitionTo`` never writes), then
-  end the transaction with an abort that is not from the client. The log shows
-  ``Ongoing(e) -> PrepareAbort(e+1) -> CompleteAbort(e+1)`` under TV0/1, and under TV2
-  ``Ongoing(e) -> PrepareAbort(e+2) -> CompleteAbort(e+2)`` (the fence bump plus the
-  TV2 completion bump; the timeout path uses the server's transaction version).
-  Hence: an Ongoing followed by a PrepareAbort is a fence when the epoch grew by >= 1
-  (TV < 2) or by >= 2 (TV >= 2, the PrepareAbort's version decides, since it is the
-  one the coordinator used for the bump). The fence is a ``timeout`` when the Ongoing
-  transaction's start + timeout was already before the PrepareAbort's update time
-  (strictly: the coordinator needs start + timeout < its clock), otherwise a
-  ``new_instance``. A new instance arriving after the deadline but before the
-  coordinator's 10 s check is counted as a timeout: the transaction had timed out.
-* ``PrepareEpochFence`` (7) and ``Dead`` (6) should never be in the log. If a
-  PrepareEpochFence record shows up after Ongoing, it counts as the fence (with the
-  same timeout rule) and the PrepareAbort that follows is not counted again. Dead is
-  treated like a tombstone.
+* EndTxn from the client: ``Prepare*`` then, once the markers are written, ``Complete*``
+  (start kept, last update = the completion time). Under TV0/1 the epoch stays ``e``.
+  Under TV2 (KIP-890, a TV2 client on a cluster with transaction.version 2) every end
+  bumps it: ``Prepare*(e+1)``, ``Complete*(e+1)``; an exhausted epoch moves on to a new
+  producer id at epoch 0 in the ``Complete*`` record. TV2 also allows an abort with no
+  partitions added: ``PrepareAbort(e+1)`` straight from Empty/Complete* (start = update
+  time), counted as an aborted transaction.
+* A fence while a transaction is open (a new instance's InitProducerId, or the
+  coordinator's timeout check, every 10 s by default, on an Ongoing transaction whose
+  start + timeout has passed) bumps the epoch once and aborts with the server's
+  transaction version: ``Ongoing(e) -> PrepareAbort(e+1) -> CompleteAbort(e+1)`` on every
+  line since 4.0.1 (4.0.0 bumped twice, KAFKA-19367), CTV 2 on a TV2 cluster even for a
+  TV0 client. A new instance's InitProducerId then completes: ``Empty(e+2)``. So under
+  TV2 the abort of a fence looks like a client's abort; what tells them apart is the
+  ``Empty`` that follows (new instance) or the clock (timeout).
+
+Hence the rules, the same on every broker line and client:
+* ``timeout``: a ``PrepareAbort`` after ``Ongoing`` with the same producer id, a higher
+  epoch, and the transaction's start + timeout before the PrepareAbort's update time (the
+  coordinator needs start + timeout < its clock). Counted in fencing{reason=timeout} and
+  in timeouts. (A client's own abort keeps the epoch under TV0; under TV2 one that comes
+  after its deadline but before the coordinator's check counts as a timeout: the
+  transaction had timed out.) The broker logs it as "... due to timeout".
+* ``new_instance``: an ``Empty`` for an id the tap already holds, with another epoch or
+  producer id: an InitProducerId after the registration, fencing whoever held the id.
+* ``operator``: such an ``Empty`` whose transaction timeout changed to 30 s, the timeout
+  ``Admin.fenceProducers`` sends (the admin client's request.timeout.ms, which
+  ``forceTerminateTransaction`` leaves at its default): the one mark the log keeps of an
+  operator's fence. A producer restarted with its transaction.timeout.ms changed to
+  exactly 30 s reads the same; one whose timeout already was 30 s is a new_instance.
+* ``PrepareEpochFence`` (7) and ``Dead`` (6) should never be in the log. A
+  PrepareEpochFence after Ongoing is read like a PrepareAbort; Dead like a tombstone.
 * Expiration: the coordinator writes a tombstone (null value) for ids idle (Empty or
-  Complete*) longer than transactional.id.expiration.ms. The id's state is freed.
+  Complete*) longer than transactional.id.expiration.ms. The id's state is freed; an id
+  registered again later is new.
 
 Counting: while the tap rebuilds state from the compacted log (``counting=False``) only
 current state is built. With ``counting=True`` completions (Complete* after Prepare*),
@@ -75,7 +86,10 @@ _DURATION_BUCKETS = CATALOG["kafka_transaction_duration_seconds"].buckets
 _COMPLETION_BUCKETS = CATALOG["kafka_transaction_completion_seconds"].buckets
 
 COMMITTED, ABORTED = "committed", "aborted"
-TIMEOUT, NEW_INSTANCE = "timeout", "new_instance"
+TIMEOUT, NEW_INSTANCE, OPERATOR = "timeout", "new_instance", "operator"
+# The transaction timeout Admin.fenceProducers (forceTerminateTransaction) sends: the admin
+# client's default request.timeout.ms.
+FENCE_PRODUCERS_TIMEOUT_MS = 30_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,22 +282,25 @@ class TxnLogState:
         else:
             self._open.pop(s, None)
 
+    def _count_fence(self, s: int, reason: str) -> None:
+        app = self._apps[self._app[s]]
+        k = (app, reason)
+        self._fencing[k] = self._fencing.get(k, 0) + 1
+        if reason == TIMEOUT:
+            self._timeouts[app] = self._timeouts.get(app, 0) + 1
+
     def _derive(self, s: int, prev: int, value: TxnLogValue, status: int) -> None:
+        if status == EMPTY:
+            if value.producer_epoch != self._epoch[s] or value.producer_id != self._pid[s]:
+                # an InitProducerId after the registration: someone took the id over
+                operator = value.timeout_ms == FENCE_PRODUCERS_TIMEOUT_MS != self._timeout[s]
+                self._count_fence(s, OPERATOR if operator else NEW_INSTANCE)
+            return
         if status == PREPARE_ABORT or status == PREPARE_EPOCH_FENCE:
-            if prev == ONGOING and value.producer_id == self._pid[s]:
-                bump = value.producer_epoch - self._epoch[s]
-                tv = value.client_transaction_version
-                fenced = status == PREPARE_EPOCH_FENCE or (bump >= 2 if tv >= 2 else bump >= 1)
-                if fenced:
-                    app = self._apps[self._app[s]]
-                    start, timeout = self._start[s], self._timeout[s]
-                    if start >= 0 and start + timeout < value.last_update_ms:
-                        reason = TIMEOUT
-                        self._timeouts[app] = self._timeouts.get(app, 0) + 1
-                    else:
-                        reason = NEW_INSTANCE
-                    k = (app, reason)
-                    self._fencing[k] = self._fencing.get(k, 0) + 1
+            if prev == ONGOING and value.producer_id == self._pid[s] and value.producer_epoch > self._epoch[s]:
+                start, timeout = self._start[s], self._timeout[s]
+                if start >= 0 and start + timeout < value.last_update_ms:
+                    self._count_fence(s, TIMEOUT)
             return
         if status == COMPLETE_COMMIT or status == COMPLETE_ABORT:
             if prev == status and self._start[s] == value.start_ms:

@@ -1,0 +1,80 @@
+"""The transaction scenario (txnwatch/devtools/scenario.py) on every broker line: the same
+real producers, and txnwatch's counts equal to the broker's own view and to what the
+scenario expects -- on Apache Kafka 4.x with a TV2 client (the Java client of the same
+release) and with a TV0 client (librdkafka), and on Kafka 3.9 (transaction version 0).
+
+Also on the real 4.x broker: an id whose producer epoch runs out moves on to a new
+producer id in the middle of its commits (TV2), counted as neither a fence nor a new app.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from txnwatch.devtools.exporter_proc import ExporterProcess
+from txnwatch.devtools.kafka import kafka_release, transaction_version
+from txnwatch.devtools.rawkafka import init_producer_id_until
+from txnwatch.devtools.scenario import EXPECTED, exporter_config, log_counts, run_scenario
+from txnwatch.devtools.txn_client import TxnClient
+from txnwatch.devtools.workload import create_topics
+
+pytestmark = [pytest.mark.integration]
+
+LINES = [
+    pytest.param(None, "java", id="kafka-4.x-tv2-client"),
+    pytest.param(None, "librdkafka", id="kafka-4.x-tv0-client"),
+    pytest.param("3.9", "librdkafka", id="kafka-3.9"),
+]
+
+
+@pytest.mark.parametrize("kafka_version,client", LINES)
+def test_the_scenario_counts_equal_the_brokers_view(kafka_version, client, tmp_path):
+    result = run_scenario(kafka_version, client, tmp_path)
+    print(result.table())
+    if kafka_version is None:
+        assert result.release.startswith("4.") and result.transaction_version == 2
+    else:
+        assert result.release.startswith("3.9.") and result.transaction_version == 0
+    assert not result.problems(), result.table()
+    for step in result.steps:
+        assert result.txnwatch[step] == result.broker[step] == EXPECTED[step], step
+
+
+def test_an_exhausted_epoch_moves_to_a_new_producer_id_and_is_no_fence(own_broker, tmp_path):
+    broker = own_broker()
+    assert transaction_version(broker.bootstrap) == 2
+    create_topics(broker.bootstrap, ["exh-data"])
+    tid = "exh-orders-0"
+    # 32764 InitProducerIds (the end of the epochs is 32767), then the Java client's own:
+    # all before the exporter starts, so its tap rebuilds them without counting
+    pid, epoch = init_producer_id_until(broker.bootstrap, tid, 32764)
+    client = TxnClient("java", broker.bootstrap, tid, workdir=tmp_path, release=kafka_release()).start()
+    client.init()
+    exporter = ExporterProcess(exporter_config(broker.bootstrap), log_path=tmp_path / "exporter.log").start(60)
+    try:
+        exporter.wait_metric(lambda m: m.get_value("txnwatch_tap_rebuilt") == 1, 60, what="the tap's rebuild")
+        inits_before = log_counts(broker.server_log(), tid)[0]
+        for i in range(4):       # epochs 32765, 32766, then (new producer id) 0, 1
+            client.begin()
+            client.send("exh-data", 0, f"x{i}")
+            client.commit()
+        from kafka import KafkaAdminClient
+
+        admin = KafkaAdminClient(bootstrap_servers=[broker.bootstrap])
+        try:
+            d = admin.describe_transactions([tid])[tid]
+        finally:
+            admin.close()
+        assert d.producer_id != pid and d.producer_epoch < 5, (d.producer_id, d.producer_epoch)
+        m = exporter.wait_metric(
+            lambda m: m.get_value("kafka_transactions_total", app="exh-orders", outcome="committed") == 4, 60,
+            what="four commits in the tap")
+        assert log_counts(broker.server_log(), tid)[0] == inits_before    # no InitProducerId in between
+        for reason in ("new_instance", "timeout", "operator"):
+            assert m.get_value("kafka_transaction_fencing_events_total", app="exh-orders", reason=reason) == 0
+        assert m.get_value("kafka_transactional_ids", app="exh-orders") == 1
+        apps = {lbl["app"] for lbl, _ in m.select("kafka_transactional_ids")}
+        assert apps <= {"exh-orders", "txnwatch-canary"}, apps
+    finally:
+        client.close()
+        exporter.stop()

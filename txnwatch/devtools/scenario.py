@@ -1,0 +1,398 @@
+"""The transaction scenario: the same real producers on every broker line and client, and
+txnwatch's counts held against the broker's own view.
+
+    python -m txnwatch.devtools.scenario --kafka-version 4 --client java
+    python -m txnwatch.devtools.scenario --kafka-version 4 --client librdkafka
+    python -m txnwatch.devtools.scenario --kafka-version 3.9 --client librdkafka
+
+It starts a broker of that release (one KRaft node, transactional.id.expiration.ms 15 s),
+`txnwatch serve` on it (admin poller, transaction-log tap, canary) and drives one app per
+step, each app's ids writing one record per transaction to a partition of its own:
+
+  commits     3 commits, 2 client aborts
+  fence-open  a second instance initialises while the first has a transaction open: the
+              first's commit fails (fenced), the second commits
+  fence-idle  the first commits, a second instance initialises while it is idle: the first's
+              next transaction fails, the second commits
+  timeout     a producer (transaction.timeout.ms 3 s) SIGKILLed mid-transaction: the
+              coordinator aborts it
+  operator    (4.1+) kafka-transactions.sh forceTerminateTransaction on an open transaction
+  expiry      every id then idles past transactional.id.expiration.ms and is expired
+
+The broker's own view: committed and aborted transactions from the data log (each
+transaction writes one record: read_committed sees the committed ones, read_uncommitted
+all), InitProducerIds and timeouts from the coordinator's log lines ("Initialized
+transactionalId ...", "... due to timeout"), states from `kafka-transactions.sh list`,
+expiry from DescribeTransactions (TRANSACTIONAL_ID_NOT_FOUND). txnwatch's view: the tap's
+counters in /metrics, the KIP-664 poller's open transaction on the page, the canary's
+rounds, and with the librdkafka client txnwatch's instrumented producer (the Spark sink's)
+forwarding its transactions to the exporter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import re
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .exporter_proc import ExporterProcess, Metrics
+from .kafka import KafkaBroker, KafkaRelease, kafka_release, kafka_tool, transaction_version
+from .net import wait_for
+from .txn_client import TxnClient, TxnClientError
+from .txnlog_dump import read_records, record_json
+from .workload import create_topics
+
+TOPIC = "scn-data"
+EXPIRATION_MS = 15_000
+TIMEOUT_MS = 3_000
+STEPS = ("commits", "fence-open", "fence-idle", "timeout", "operator")
+FENCED = ("ProducerFencedException", "InvalidProducerEpochException", "_FENCED", "PRODUCER_FENCED",
+          "INVALID_PRODUCER_EPOCH")
+BROKER_PROPERTIES = {
+    "transactional.id.expiration.ms": EXPIRATION_MS,
+    "transaction.remove.expired.transaction.cleanup.interval.ms": 1000,
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": 1000,
+}
+
+
+@dataclass(frozen=True)
+class Counts:
+    committed: int = 0
+    aborted: int = 0
+    new_instance: int = 0
+    timeout: int = 0
+    operator: int = 0
+    expired: int = 0
+
+
+# What every line must show, per step (app `scn-<step>`); `operator` only where the release
+# has forceTerminateTransaction (4.1+).
+EXPECTED = {
+    "commits": Counts(committed=3, aborted=2, expired=1),
+    "fence-open": Counts(committed=1, aborted=1, new_instance=1, expired=1),
+    "fence-idle": Counts(committed=2, new_instance=1, expired=1),
+    "timeout": Counts(aborted=1, timeout=1, expired=1),
+    "operator": Counts(aborted=1, operator=1, expired=1),
+}
+
+
+def app_of(step: str) -> str:
+    return f"scn-{step}"
+
+
+def tid_of(step: str) -> str:
+    return f"scn-{step}-0"
+
+
+def has_force_terminate(release: KafkaRelease) -> bool:
+    return (release.major, int(release.version.split(".")[1])) >= (4, 1)
+
+
+@dataclass
+class ScenarioResult:
+    release: str
+    client: str
+    transaction_version: int
+    steps: tuple[str, ...]
+    txnwatch: dict[str, Counts] = field(default_factory=dict)
+    broker: dict[str, Counts] = field(default_factory=dict)
+    client_view: dict[str, dict] = field(default_factory=dict)   # librdkafka: the instrumented producer's
+    checks: dict[str, object] = field(default_factory=dict)     # other observations, by name
+
+    def expected(self) -> dict[str, Counts]:
+        return {s: EXPECTED[s] for s in self.steps}
+
+    def problems(self) -> list[str]:
+        out = []
+        for step, want in self.expected().items():
+            for view, got in (("txnwatch", self.txnwatch.get(step)), ("broker", self.broker.get(step))):
+                if got != want:
+                    out.append(f"{step}: {view} {got} != expected {want}")
+        for name, ok in self.checks.items():
+            if ok is not True:
+                out.append(f"{name}: {ok}")
+        return out
+
+    def table(self) -> str:
+        rows = [f"Apache Kafka {self.release}, transaction.version {self.transaction_version}, client {self.client}",
+                f"{'step':<11} {'view':<9} committed aborted new_instance timeout operator expired"]
+        for step in self.steps:
+            for view, c in (("expected", EXPECTED[step]), ("txnwatch", self.txnwatch.get(step)),
+                            ("broker", self.broker.get(step))):
+                cells = "-" if c is None else (f"{c.committed:>9} {c.aborted:>7} {c.new_instance:>12} "
+                                               f"{c.timeout:>7} {c.operator:>8} {c.expired:>7}")
+                rows.append(f"{step:<11} {view:<9} {cells}")
+        rows += [f"check {k}: {v}" for k, v in self.checks.items()]
+        return "\n".join(rows)
+
+    def to_json(self) -> str:
+        return json.dumps({**asdict(self), "problems": self.problems()}, sort_keys=True)
+
+
+# ------------------------------------------------------------------ views
+def txnwatch_counts(m: Metrics, step: str) -> Counts:
+    app = app_of(step)
+
+    def v(name: str, **lbl) -> int:
+        return int(m.get_value(name, app=app, **lbl) or 0)
+
+    return Counts(v("kafka_transactions_total", outcome="committed"), v("kafka_transactions_total", outcome="aborted"),
+                  v("kafka_transaction_fencing_events_total", reason="new_instance"),
+                  v("kafka_transaction_timeouts_total"),
+                  v("kafka_transaction_fencing_events_total", reason="operator"),
+                  v("kafka_transactional_id_expirations_total"))
+
+
+def log_counts(server_log: str, tid: str) -> tuple[int, int]:
+    """(InitProducerIds after the registration, coordinator timeouts) of `tid` in the broker's
+    log (pure)."""
+    inits = len(re.findall(rf"Initialized transactionalId {re.escape(tid)} with producerId", server_log))
+    timeouts = len(re.findall(rf"rollback of ongoing transaction for transactionalId {re.escape(tid)} due to "
+                              "timeout", server_log))
+    return max(0, inits - 1), timeouts
+
+
+def data_counts(bootstrap: str, partition: int) -> tuple[int, int]:
+    """(committed, aborted) transactions of one partition of TOPIC from its log: one record
+    per transaction, read_committed returns the committed ones, read_uncommitted all."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    seen = {}
+    for iso in ("read_committed", "read_uncommitted"):
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"scn-count-{iso}", "isolation.level": iso,
+                      "enable.auto.commit": False, "log_level": 3})
+        try:
+            low, high = c.get_watermark_offsets(TopicPartition(TOPIC, partition), timeout=15)
+            c.assign([TopicPartition(TOPIC, partition, low)])
+            n, deadline = 0, time.monotonic() + 30
+            while time.monotonic() < deadline:
+                msg = c.poll(0.5)
+                if msg is None:
+                    # no transaction is open any more: both readers reach the high watermark
+                    if c.position([TopicPartition(TOPIC, partition)])[0].offset >= high:
+                        break
+                    continue
+                if not msg.error():
+                    n += 1
+            seen[iso] = n
+        finally:
+            c.close()
+    return seen["read_committed"], seen["read_uncommitted"] - seen["read_committed"]
+
+
+def describe_state(bootstrap: str, tid: str) -> str:
+    """The coordinator's state of `tid` (DescribeTransactions), or the error it answered."""
+    from kafka import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap.split(","), client_id="txnwatch-scenario")
+    try:
+        d = admin.describe_transactions([tid]).get(tid)
+        return getattr(d.state, "value", str(d.state)) if d is not None else "unknown"
+    except Exception as exc:  # noqa: BLE001 - TRANSACTIONAL_ID_NOT_FOUND is an answer here
+        return type(exc).__name__
+    finally:
+        admin.close()
+
+
+# ------------------------------------------------------------------ the scenario
+class Scenario:
+    def __init__(self, broker: KafkaBroker, exporter: ExporterProcess, client: str, workdir: Path,
+                 release: KafkaRelease, capture: Path | None = None) -> None:
+        self.broker, self.exporter, self.client, self.workdir, self.release = broker, exporter, client, workdir, release
+        self.capture = capture   # where the coordinator's records of the scenario's ids are written
+        self.steps = tuple(s for s in STEPS if s != "operator" or has_force_terminate(release))
+        self.result = ScenarioResult(release.version, client, transaction_version(broker.bootstrap), self.steps)
+        self.started: list[TxnClient] = []
+
+    def partition(self, step: str) -> int:
+        return STEPS.index(step)
+
+    def new_client(self, step: str, timeout_ms: int = 60_000) -> TxnClient:
+        c = TxnClient(self.client, self.broker.bootstrap, tid_of(step), workdir=self.workdir, release=self.release,
+                      transaction_timeout_ms=timeout_ms,
+                      forward_url=self.exporter.url if self.client == "librdkafka" else None).start()
+        self.started.append(c)
+        return c
+
+    def txn(self, c: TxnClient, step: str, outcome: str = "commit") -> None:
+        c.begin()
+        c.send(TOPIC, self.partition(step), f"{step}-{outcome}")
+        (c.commit if outcome == "commit" else c.abort)()
+
+    def expect_fenced(self, name: str, fn) -> None:
+        try:
+            fn()
+            self.result.checks[name] = "not fenced: the call succeeded"
+        except TxnClientError as exc:
+            self.result.checks[name] = True if exc.error in FENCED else f"failed with {exc.error}, not a fence"
+
+    # -- steps
+    def commits(self) -> None:
+        c = self.new_client("commits")
+        c.init()
+        for outcome in ("commit", "commit", "abort", "commit", "abort"):
+            self.txn(c, "commits", outcome)
+
+    def fence_open(self) -> None:
+        first, second = self.new_client("fence-open"), self.new_client("fence-open")
+        first.init()
+        first.begin()
+        first.send(TOPIC, self.partition("fence-open"), "zombie")
+        # the KIP-664 poller lists it (the exporter's page) while it is open
+        tid = tid_of("fence-open")
+        self.result.checks["the KIP-664 poller lists the open transaction"] = self._wait_page(
+            f"<td>{app_of('fence-open')}</td><td>{tid}</td><td>Ongoing</td>", 30)
+        second.init()                       # fences the first: its transaction is aborted
+        self.expect_fenced("fence-open: the first instance's commit fails", first.commit)
+        self.txn(second, "fence-open")
+
+    def fence_idle(self) -> None:
+        first, second = self.new_client("fence-idle"), self.new_client("fence-idle")
+        first.init()
+        self.txn(first, "fence-idle")
+        second.init()                       # takes the idle id over
+        self.expect_fenced("fence-idle: the first instance's next transaction fails",
+                           lambda: self.txn(first, "fence-idle"))
+        self.txn(second, "fence-idle")
+
+    def timeout(self) -> None:
+        c = self.new_client("timeout", TIMEOUT_MS)
+        c.init()
+        c.begin()
+        c.send(TOPIC, self.partition("timeout"), "killed")
+        c.kill()
+        tid = tid_of("timeout")
+        wait_for(lambda: log_counts(self.broker.server_log(), tid)[1] == 1, TIMEOUT_MS / 1000 + 30,
+                 what=f"the coordinator's timeout of {tid}")
+
+    def operator(self) -> None:
+        c = self.new_client("operator")
+        c.init()
+        c.begin()
+        c.send(TOPIC, self.partition("operator"), "terminated")
+        kafka_tool("kafka-transactions", "--bootstrap-server", self.broker.bootstrap, "forceTerminateTransaction",
+                   "--transactionalId", tid_of("operator"), log_dir=self.workdir / "tools", release=self.release)
+        self.expect_fenced("operator: the producer's commit fails", c.commit)
+
+    def _wait_page(self, row: str, timeout: float) -> bool | str:
+        try:
+            wait_for(lambda: row in html.unescape(self.exporter.get("/")[1]), timeout, interval=0.3,
+                     what="the row on the page")
+            return True
+        except TimeoutError:
+            return f"not on the exporter's page within {timeout:.0f}s: {row}"
+
+    # -- run
+    def run(self) -> ScenarioResult:
+        create_topics(self.broker.bootstrap, [TOPIC], partitions=len(STEPS))
+        try:
+            for step in self.steps:
+                getattr(self, step.replace("-", "_"))()
+        finally:
+            for c in self.started:
+                try:
+                    c.close()
+                except Exception:  # noqa: BLE001 - a fenced or killed client may not answer
+                    c.kill()
+        self.observe()
+        return self.result
+
+    def observe(self) -> None:
+        r, b = self.result, self.broker.bootstrap
+        listed = kafka_tool("kafka-transactions", "--bootstrap-server", b, "list", log_dir=self.workdir / "tools",
+                            release=self.release).stdout
+        r.checks["kafka-transactions list shows every scenario id"] = (
+            True if all(tid_of(s) in listed for s in self.steps) else f"missing ids in: {listed}")
+        # every id idles past the expiration; the broker forgets them, the tap counts them
+        deadline = EXPIRATION_MS / 1000 + 60
+        wait_for(lambda: all(describe_state(b, tid_of(s)) == "TransactionalIdNotFoundError" for s in self.steps),
+                 deadline, interval=1.0, what="every scenario id to expire")
+        m = self.exporter.wait_metric(
+            lambda m: all(txnwatch_counts(m, s).expired >= 1 for s in self.steps), 60,
+            what="the tap to count every expiry")
+        if self.capture is not None:
+            self.capture.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.capture, "w") as f:
+                for rec in read_records(b):
+                    j = record_json(*rec, raw=True)
+                    if j.get("transactional_id", "").startswith("scn-"):
+                        f.write(json.dumps(j, sort_keys=True) + "\n")
+        log = self.broker.server_log()
+        for step in self.steps:
+            r.txnwatch[step] = txnwatch_counts(m, step)
+            committed, aborted = data_counts(b, self.partition(step))
+            inits, timeouts = log_counts(log, tid_of(step))
+            operator = EXPECTED[step].operator if step == "operator" else 0   # the log cannot name it
+            r.broker[step] = Counts(committed, aborted, inits - operator, timeouts, operator,
+                                    1 if describe_state(b, tid_of(step)) == "TransactionalIdNotFoundError" else 0)
+            if self.client == "librdkafka":
+                r.client_view[step] = {
+                    "committed": int(m.get_value("kafka_producer_transactions_total", app=app_of(step),
+                                                 outcome="committed") or 0),
+                    "fenced": int(sum(v for lbl, v in m.select("kafka_producer_transaction_errors_total",
+                                                                app=app_of(step)) if lbl.get("error") in FENCED))}
+        if self.client == "librdkafka":
+            r.checks["the instrumented producer's commits equal the coordinator's"] = (
+                True if all(r.client_view[s]["committed"] == r.txnwatch[s].committed for s in self.steps)
+                else f"client {r.client_view} vs tap {r.txnwatch}")
+        rounds = {o: int(m.get_value("txnwatch_canary_rounds_total", outcome=o) or 0) for o in ("committed", "aborted")}
+        r.checks["canary commits and aborts, nothing aborted visible"] = (
+            True if rounds["committed"] >= 2 and rounds["aborted"] >= 1
+            and not m.get_value("txnwatch_canary_visibility_violations_total")
+            else f"rounds {rounds}, violations {m.get_value('txnwatch_canary_visibility_violations_total')}")
+        tap_canary = int(m.get_value("kafka_transactions_total", app="txnwatch-canary", outcome="committed") or 0)
+        r.checks["the tap counts the canary's commits"] = (
+            True if tap_canary >= rounds["committed"] - 1 else f"tap {tap_canary} vs canary {rounds['committed']}")
+
+
+def exporter_config(bootstrap: str) -> dict:
+    return {"clusters": [{
+        "name": "scenario", "bootstrap_servers": bootstrap, "poll_interval_seconds": 1, "poll_timeout_seconds": 5,
+        "transaction_log_tap": True, "topics": {"include": [r"scn-.*"]},
+        "open_transaction_min_age_seconds": 0,
+        "canary": {"interval_seconds": 2, "abort_every": 3}}]}
+
+
+def run_scenario(kafka_version: str | None, client: str, workdir: str | Path,
+                 capture: str | Path | None = None) -> ScenarioResult:
+    """Broker, exporter and the steps; everything started is stopped again."""
+    workdir = Path(workdir)
+    release = kafka_release(kafka_version)
+    broker = KafkaBroker(workdir=workdir / "kafka", release=release, properties=BROKER_PROPERTIES)
+    exporter = None
+    try:
+        broker.start()
+        exporter = ExporterProcess(exporter_config(broker.bootstrap), log_path=workdir / "exporter.log").start(60)
+        return Scenario(broker, exporter, client, workdir, release, Path(capture) if capture else None).run()
+    finally:
+        if exporter is not None:
+            exporter.stop()
+        broker.cleanup()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--kafka-version", default=None, help="release or line (default: KAFKA_VERSION, else 4)")
+    p.add_argument("--client", choices=("java", "librdkafka"), default="java")
+    p.add_argument("--workdir", default=None)
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--capture", default=None, help="write the coordinator's records of the scenario's ids "
+                                                    "(JSON lines with raw bytes) to this file")
+    a = p.parse_args(argv)
+    result = run_scenario(a.kafka_version, a.client, a.workdir or tempfile.mkdtemp(prefix="txnwatch-scenario-"),
+                          a.capture)
+    print(result.to_json() if a.json else result.table())
+    problems = result.problems()
+    for line in problems:
+        print(f"MISMATCH {line}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
