@@ -52,7 +52,8 @@ def summarize(snap: ClusterSnapshot) -> dict:
         "configs": {k: v for k, v in asdict(snap.facts).items() if k not in ("topic_retention_ms",)},
         "open_transactions": None if snap.open_transactions is None else [
             {"transactional_id": t.transactional_id, "app": t.app, "state": t.state,
-             "age_seconds": t.age_seconds, "timeout_ms": t.timeout_ms, "headroom_seconds": t.headroom_seconds}
+             "age_seconds": t.age_seconds, "timeout_ms": t.timeout_ms, "headroom_seconds": t.headroom_seconds,
+             "two_phase_commit": t.two_phase}
             for t in sorted(snap.open_transactions, key=lambda t: -(t.age_seconds or 0))],
         "hanging": [asdict(h) for h in snap.hanging],
         "stalled_partitions": [
@@ -91,7 +92,8 @@ def format_text(results: list[dict]) -> str:
             out.append("\nOpen transactions (oldest first)")
             out.append(_table(["transactional id", "app", "state", "age", "timeout", "headroom"], [
                 [t["transactional_id"], t["app"], t["state"], _fmt_s(t["age_seconds"]),
-                 f"{t['timeout_ms'] / 1000:.0f}s", _fmt_s(t["headroom_seconds"])]
+                 "none (2PC)" if t.get("two_phase_commit") else f"{t['timeout_ms'] / 1000:.0f}s",
+                 _fmt_s(t["headroom_seconds"])]
                 for t in r["open_transactions"][:50]]))
         if r["hanging"]:
             out.append("\nHanging transactions")

@@ -91,6 +91,8 @@ class ClusterConfig:
     # Without KIP-664: an LSO stalled below the HWM this long counts as hanging.
     # None: the broker's transaction.max.timeout.ms + 5 min when known, else 20 min.
     hanging_threshold_seconds: float | None = None
+    # KIP-939 two-phase-commit transactions never time out: a finding once one is open longer.
+    two_phase_commit_max_age_seconds: float = 3600.0
     # Used when the broker does not return its configs (DescribeConfigs).
     default_transaction_max_timeout_ms: int = 900_000
     default_transactional_id_expiration_ms: int = 604_800_000
@@ -170,7 +172,8 @@ def redacted(props: Mapping[str, Any]) -> dict[str, str]:
 _CLUSTER_KEYS = {"name", "bootstrap_servers", "poll_interval_seconds", "poll_duty_cycle", "poll_timeout_seconds",
                  "open_transaction_min_age_seconds", "client", "canary",
                  "topics", "groups", "app_rules", "max_transactional_id_series", "granularity",
-                 "transaction_log_tap", "hanging_threshold_seconds", "default_transaction_max_timeout_ms",
+                 "transaction_log_tap", "hanging_threshold_seconds", "two_phase_commit_max_age_seconds",
+                 "default_transaction_max_timeout_ms",
                  "default_transactional_id_expiration_ms", "describe_configs_every"}
 _HTTP_KEYS = {"host", "port", "threads", "ingest_token", "ingest_max_bytes", "spark_query_ttl_seconds",
               "auth", "tls", "worker_processes"}
@@ -289,7 +292,8 @@ class _Parser:
         kw: dict[str, Any] = {"name": self.string(f"{key}.name", v["name"]),
                               "bootstrap_servers": self.string(f"{key}.bootstrap_servers",
                                                                _join(v["bootstrap_servers"]))}
-        for num in ("poll_interval_seconds", "poll_timeout_seconds", "hanging_threshold_seconds"):
+        for num in ("poll_interval_seconds", "poll_timeout_seconds", "hanging_threshold_seconds",
+                    "two_phase_commit_max_age_seconds"):
             if v.get(num) is not None:
                 kw[num] = self.number(f"{key}.{num}", v[num])
         if v.get("open_transaction_min_age_seconds") is not None:

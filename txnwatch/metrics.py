@@ -56,10 +56,18 @@ CATALOG: dict[str, MetricSpec] = {s.name: s for s in [
     # --- Kafka side: transactions (KIP-664 poller and/or transaction-log tap)
     _m("kafka_transaction_open", "gauge", "Open transactions (Ongoing or Prepare*) right now.", CA),
     _m("kafka_transaction_oldest_open_age_seconds", "gauge",
-       "Age of the oldest open transaction (now - transaction start).", CA),
+       "Age of the oldest open transaction with a timeout (now - transaction start); two-phase-commit "
+       "transactions have their own series.", CA),
+    _m("kafka_transaction_two_phase_open", "gauge",
+       "Open two-phase-commit transactions (KIP-939: transaction timeout Integer.MAX_VALUE, never aborted "
+       "by the coordinator; an external transaction manager ends them). Also counted in "
+       "kafka_transaction_open.", CA),
+    _m("kafka_transaction_two_phase_oldest_age_seconds", "gauge",
+       "Age of the oldest open two-phase-commit transaction (now - transaction start).", CA),
     _m("kafka_transaction_timeout_headroom_seconds", "gauge",
        "start + transaction.timeout.ms - now for open transactions; the minimum per series. "
-       "Negative means the transaction is past its timeout.", CA + ("transactional_id",)),
+       "Negative means the transaction is past its timeout. Not for two-phase-commit transactions "
+       "(they never time out).", CA + ("transactional_id",)),
     _m("kafka_transactions", "counter", "Completed transactions by outcome (committed|aborted).",
        CA + ("outcome",), source="tap"),
     _m("kafka_transaction_duration_seconds", "histogram",

@@ -59,6 +59,7 @@ from txnwatch.devtools.hanging import make_hanging_transaction
 from txnwatch.devtools.kafka import KafkaBroker
 from txnwatch.devtools.net import free_port, wait_for
 from txnwatch.devtools.prometheus import PrometheusProcess
+from txnwatch.devtools.rawkafka import TwoPhaseTransaction
 from txnwatch.devtools.workload import ProducerProcess, commit_group_offset, create_topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -112,6 +113,8 @@ WORKLOADS: dict[tuple[str, str], str] = {
     (SP, "State store memory"): f"{Q_WINDOWED}: a windowed count (stateful)",
     (SP, "Watermark delay"): f"{Q_WINDOWED}: withWatermark on the event time",
     (SP, "Idle events"): f"{Q_IDLE}: a file source over an empty directory",
+    (TX, "Two-phase-commit transactions (KIP-939)"): "a two-phase-commit transaction of app e2e-ledger held open "
+                                                     "(InitProducerId v6 with Enable2Pc; the broker allows it)",
 }
 
 # Fault/workload queries allowed to show 0 under their fault: (dashboard, panel, metric) -> why.
@@ -489,7 +492,9 @@ def test_every_dashboard_query_has_data_and_the_hanging_alert_fires(spark, tmp_p
     with stack:
         broker = KafkaBroker(workdir=tmp_path / "kafka", properties={
             "transaction.max.timeout.ms": 8000, "transactional.id.expiration.ms": 10_000,
-            "transaction.remove.expired.transaction.cleanup.interval.ms": 1000}).start()
+            "transaction.remove.expired.transaction.cleanup.interval.ms": 1000,
+            # KIP-939 two-phase commit: InitProducerId v6 is still an unstable API in Kafka 4.4
+            "unstable.api.versions.enable": "true", "transaction.two.phase.commit.enable": "true"}).start()
         stack.callback(broker.cleanup)
         bootstrap = broker.bootstrap
         create_topics(bootstrap, [ORDERS], partitions=2)
@@ -501,6 +506,9 @@ def test_every_dashboard_query_has_data_and_the_hanging_alert_fires(spark, tmp_p
         ProducerProcess(bootstrap, ORDERS, "orders-enricher-0", action="commit", count=2, records=3,
                         partition=HANG_PARTITION, timeout_ms=5000).wait()
         make_hanging_transaction(bootstrap, ORDERS, HANG_PARTITION)
+        # a two-phase-commit transaction left undecided, on a topic of its own (its LSO stays put)
+        create_topics(bootstrap, ["e2e.ledger"], partitions=1)
+        TwoPhaseTransaction(bootstrap, "e2e-ledger-0").open("e2e.ledger", 0)
         commit_group_offset(bootstrap, BLOCKED_GROUP, ORDERS, HANG_PARTITION, 0)
 
         config = cluster_config(bootstrap, [ORDERS, PAYMENTS], name=CLUSTER, transaction_log_tap=True,

@@ -154,6 +154,7 @@ CLUSTER_BAD_VALUES = {
     "app_rules": ["x", [{"match": "a"}], [{"match": "(", "app": "x"}], [5]],
     "max_transactional_id_series": ["many", 0, 1.5], "granularity": ["broker", 3],
     "transaction_log_tap": ["perhaps", 2], "hanging_threshold_seconds": ["x", -5],
+    "two_phase_commit_max_age_seconds": ["an hour", 0],
     "default_transaction_max_timeout_ms": ["x", 0], "default_transactional_id_expiration_ms": [-1],
     "describe_configs_every": ["x", 0],
 }

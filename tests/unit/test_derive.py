@@ -140,3 +140,19 @@ def test_the_abort_command_on_a_secured_cluster_names_the_admin_settings():
     assert derive.abort_command(h, "k1:9093", secured=True) == (
         "kafka-transactions.sh --bootstrap-server k1:9093 --command-config admin.properties abort "
         "--topic orders --partition 0 --start-offset 5")
+
+
+def test_two_phase_commit_transactions_have_no_headroom_and_their_own_finding():
+    """KIP-939: timeout Integer.MAX_VALUE, never aborted by the coordinator: no headroom, no
+    timeout-above-cap or past-timeout finding; a finding once open beyond the max age."""
+    two_pc = desc("xa-1", timeout=2_147_483_647, start=0)
+    txns = derive.open_transactions([two_pc, desc("std", start=90_000)], AppResolver(), now_ms=100_000)
+    xa = next(t for t in txns if t.transactional_id == "xa-1")
+    assert xa.two_phase and xa.headroom_seconds is None and xa.age_seconds == 100
+    assert not next(t for t in txns if t.transactional_id == "std").two_phase
+    facts = ClusterFacts(transaction_max_timeout_ms=900_000)
+    young = derive.config_findings(facts, txns, [], {}, [], stall_warning_seconds=60, two_phase_max_age_seconds=3600)
+    assert [f.kind for f in young] == []
+    old = derive.config_findings(facts, txns, [], {}, [], stall_warning_seconds=60, two_phase_max_age_seconds=60)
+    assert [(f.severity, f.kind) for f in old] == [("warning", "two_phase_open_too_long")]
+    assert "xa-1" in old[0].message and "KIP-939" in old[0].message

@@ -393,3 +393,17 @@ def test_expired_ids_free_memory():
     tracemalloc.stop()
     assert len(st) == 0
     assert after - before < 50_000, after - before
+
+
+def test_two_phase_commit_transactions_render_apart_and_without_headroom():
+    st = new_state()
+    play(st, "xa-1", [v(E, 0, last=T0, timeout=2_147_483_647), v(ON, 0, start=T0, last=T0, timeout=2_147_483_647)])
+    play(st, "xa-2", [v(E, 0, last=T0, timeout=60_000), v(ON, 0, start=T0 + 5000, last=T0 + 5000)])
+    ms, _ = metrics(st, T0 + 10_000)
+    assert sample(ms, "kafka_transaction_open", app="xa") == 2
+    assert sample(ms, "kafka_transaction_two_phase_open", app="xa") == 1
+    assert sample(ms, "kafka_transaction_two_phase_oldest_age_seconds", app="xa") == pytest.approx(10.0)
+    assert sample(ms, "kafka_transaction_oldest_open_age_seconds", app="xa") == pytest.approx(5.0)
+    assert sample(ms, "kafka_transaction_timeout_headroom_seconds", app="xa", transactional_id="xa-2") == \
+        pytest.approx(55.0)
+    assert sample(ms, "kafka_transaction_timeout_headroom_seconds", app="xa", transactional_id="xa-1") is None

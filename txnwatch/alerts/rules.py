@@ -91,6 +91,9 @@ class AlertConfig:
     blocked_lso_stalled_seconds: float = 300
     blocked_committed_window: str = "10m"
     blocked_for: str = "5m"
+    # -- KafkaTransactionTwoPhaseCommitUndecided
+    two_phase_max_age_seconds: float = 3600     # a prepared 2PC transaction open longer pages
+    two_phase_for: str = "5m"
     # -- KafkaTransactionStateLogBelowMinIsr
     min_isr_for: str = "5m"
     # -- KafkaProducerTransactionTimeoutAboveBrokerCap
@@ -327,6 +330,19 @@ def transaction_alerts(cfg: AlertConfig) -> list[Alert]:
         f"(threshold {_num(cfg.headroom_low_seconds)}s). Transactions that reach the timeout are aborted "
         "and the producer is fenced.",
         T, "headroom", VAR_CLUSTER + VAR_APP))
+
+    out.append(Alert(
+        "KafkaTransactionTwoPhaseCommitUndecided", _expr(f"""
+            max by (cluster, app) (kafka_transaction_two_phase_oldest_age_seconds{sel(c)})
+              > {_num(cfg.two_phase_max_age_seconds)}"""),
+        cfg.two_phase_for, "warning",
+        "A two-phase-commit transaction of app {{ $labels.app }} has been open for {{ $value | humanizeDuration }}",
+        "The oldest two-phase-commit transaction (KIP-939) of app {{ $labels.app }} "
+        "{{ with $labels.cluster }}on cluster {{ . }} {{ end }}has been open {{ $value | humanizeDuration }} "
+        f"(threshold {_num(cfg.two_phase_max_age_seconds)}s). The coordinator never aborts such a transaction: "
+        "until its transaction manager commits or aborts it, the partitions it wrote hold their last stable "
+        "offset and read_committed consumers wait.",
+        T, "two_phase", VAR_CLUSTER + VAR_APP))
 
     min_tx = _num(cfg.abort_ratio_min_transactions)
     ratio = _num(cfg.abort_ratio)

@@ -338,8 +338,9 @@ def transactions() -> list[P]:
             "{{cluster}}/{{app}} expired ids")],
           thresholds=steps(GREEN, (1, RED)), w=8),
         P("fencing", "Fencing events",
-          "Producers fenced per minute by reason: new_instance (another producer with the same "
-          "transactional.id) or timeout (the coordinator aborted it), and fencing errors seen by producers. "
+          "Producers fenced per minute by reason: new_instance (another InitProducerId for the same "
+          "transactional.id: a restart or a second instance), timeout (the coordinator aborted it) or operator "
+          "(kafka-transactions.sh forceTerminateTransaction), and fencing errors seen by producers. "
           f"The alert fires on more than {CFG.fencing_per_minute:g}/min sustained for {CFG.fencing_for}.", "cpm",
           [(f"sum by (cluster, app, reason) (rate(kafka_transaction_fencing_events_total{CA}[{RI}])) * 60",
             "{{cluster}}/{{app}} {{reason}}"),
@@ -364,6 +365,15 @@ def transactions() -> list[P]:
           [(f"min by (cluster, app, transactional_id) (kafka_transaction_timeout_headroom_seconds{CAT})",
             "{{cluster}}/{{transactional_id}}")],
           thresholds=steps(RED, (0, YELLOW), (CFG.headroom_low_seconds, GREEN)), threshold_style="line"),
+        P("two_phase", "Two-phase-commit transactions (KIP-939)",
+          "Open two-phase-commit transactions per app and the age of the oldest. They carry the timeout "
+          "Integer.MAX_VALUE: the coordinator never aborts them, an external transaction manager commits or "
+          "aborts them, and read_committed consumers wait behind them meanwhile. Not in the headroom panels. "
+          f"The alert fires when one stays open longer than {CFG.two_phase_max_age_seconds:g}s.", "s",
+          [(f"max by (cluster, app) (kafka_transaction_two_phase_oldest_age_seconds{CA})",
+            "oldest {{cluster}}/{{app}}"),
+           (f"sum by (cluster, app) (kafka_transaction_two_phase_open{CA})", "open {{cluster}}/{{app}}")],
+          thresholds=steps(GREEN, (CFG.two_phase_max_age_seconds, RED)), threshold_style="line"),
         P("client_headroom", "Timeout headroom of completed transactions (producer)",
           "transaction.timeout.ms - duration of each instrumented producer's last and smallest transaction: "
           "how close real transactions come to their timeout.", "s",
@@ -723,6 +733,7 @@ CONDITIONAL_PANELS: dict[tuple[str, str], str] = {
     (ids.SPARK.title, "State store memory"): "a stateful query",
     (ids.SPARK.title, "Watermark delay"): "a query with a watermark",
     (ids.SPARK.title, "Idle events"): "an idle query (no new data)",
+    (ids.TRANSACTIONS.title, "Two-phase-commit transactions (KIP-939)"): "an open two-phase-commit transaction",
 }
 
 # What a setup must provide for a query to have data (see `query_requirements`).

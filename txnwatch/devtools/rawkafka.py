@@ -96,3 +96,83 @@ def init_producer_id_until(bootstrap: str, transactional_id: str, epoch: int,
             r = retry("InitProducerId", init)
             if r.producer_epoch >= epoch:
                 return r.producer_id, r.producer_epoch
+
+
+class TwoPhaseTransaction:
+    """A KIP-939 two-phase-commit transaction, opened the way a 2PC client will: InitProducerId
+    v6 with Enable2Pc (the coordinator then gives it the timeout Integer.MAX_VALUE and never
+    aborts it), AddPartitionsToTxn and a transactional write; ended by EndTxn, as the external
+    transaction manager's decision would. Kafka 4.4's Java client has the setting
+    (transaction.two.phase.commit.enable) but does not send the flag yet, and the broker
+    answers InitProducerId v6 only with unstable.api.versions.enable=true and
+    transaction.two.phase.commit.enable=true."""
+
+    def __init__(self, bootstrap: str, transactional_id: str) -> None:
+        self.bootstrap, self.transactional_id = bootstrap, transactional_id
+        self.producer_id = self.producer_epoch = -1
+
+    def _coordinator(self) -> Connection:
+        return Connection(*transaction_coordinator(self.bootstrap, self.transactional_id))
+
+    def open(self, topic: str, partition: int, value: bytes = b"prepared") -> TwoPhaseTransaction:
+        from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+        from kafka.protocol.producer import (
+            AddPartitionsToTxnRequest,
+            AddPartitionsToTxnResponse,
+            InitProducerIdRequest,
+            InitProducerIdResponse,
+            ProduceRequest,
+            ProduceResponse,
+        )
+        from kafka.record.memory_records import MemoryRecordsBuilder
+
+        tid = self.transactional_id
+        with self._coordinator() as conn:
+            def init():
+                r = conn.call(InitProducerIdRequest(transactional_id=tid, transaction_timeout_ms=60_000,
+                                                    producer_id=-1, producer_epoch=-1, enable2_pc=True,
+                                                    keep_prepared_txn=False), InitProducerIdResponse, 6)
+                return r, r.error_code
+            r = retry("InitProducerId (2PC)", init)
+            self.producer_id, self.producer_epoch = r.producer_id, r.producer_epoch
+
+            def add():
+                a = conn.call(AddPartitionsToTxnRequest(
+                    v3_and_below_transactional_id=tid, v3_and_below_producer_id=self.producer_id,
+                    v3_and_below_producer_epoch=self.producer_epoch,
+                    v3_and_below_topics=[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(
+                        name=topic, partitions=[partition])]), AddPartitionsToTxnResponse, 3)
+                code = a.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
+                return a, code
+            retry("AddPartitionsToTxn", add)
+        with Connection(*split(self.bootstrap.split(",")[0])) as first:
+            meta = first.call(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
+                                              allow_auto_topic_creation=False), MetadataResponse, 4)
+        leader = next(p.leader_id for t in meta.topics if t.name == topic for p in t.partitions
+                      if p.partition_index == partition)
+        host, port = next((b.host, b.port) for b in meta.brokers if b.node_id == leader)
+        builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 20, transactional=True,
+                                       producer_id=self.producer_id, producer_epoch=self.producer_epoch,
+                                       base_sequence=0)
+        builder.append(timestamp=int(time.time() * 1000), key=None, value=value, headers=[])
+        builder.close()
+        req = ProduceRequest(transactional_id=tid, acks=-1, timeout_ms=10_000, topic_data=[
+            ProduceRequest.TopicProduceData(name=topic, partition_data=[
+                ProduceRequest.TopicProduceData.PartitionProduceData(index=partition, records=builder.buffer())])])
+        with Connection(host, port) as conn:
+            part = conn.call(req, ProduceResponse, 3).responses[0].partition_responses[0]
+        if part.error_code != 0:
+            raise RuntimeError(f"the 2PC transaction's write to {topic}-{partition} failed: "
+                               f"{error_name(part.error_code)}")
+        return self
+
+    def end(self, commit: bool) -> None:
+        """The transaction manager's decision: EndTxn commit or abort."""
+        from kafka.protocol.producer import EndTxnRequest, EndTxnResponse
+
+        with self._coordinator() as conn:
+            def end():
+                r = conn.call(EndTxnRequest(transactional_id=self.transactional_id, producer_id=self.producer_id,
+                                            producer_epoch=self.producer_epoch, committed=commit), EndTxnResponse, 3)
+                return r, r.error_code
+            retry("EndTxn", end)

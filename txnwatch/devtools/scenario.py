@@ -17,6 +17,10 @@ step, each app's ids writing one record per transaction to a partition of its ow
   timeout     a producer (transaction.timeout.ms 3 s) SIGKILLed mid-transaction: the
               coordinator aborts it
   operator    (4.1+) kafka-transactions.sh forceTerminateTransaction on an open transaction
+  hanging     a late write the coordinator never saw (KAFKA-9144; on 3.6+ with the
+              leader's transaction verification off for the write): found by txnwatch's
+              KIP-664 poller and by `kafka-transactions.sh find-hanging` alike, then ended by
+              `kafka-transactions.sh abort`, after which the partition's LSO moves again
   expiry      every id then idles past transactional.id.expiration.ms and is expired
 
 The broker's own view: committed and aborted transactions from the data log (each
@@ -51,10 +55,15 @@ from .workload import create_topics
 TOPIC = "scn-data"
 EXPIRATION_MS = 15_000
 TIMEOUT_MS = 3_000
-STEPS = ("commits", "fence-open", "fence-idle", "timeout", "operator")
+STEPS = ("commits", "fence-open", "fence-idle", "timeout", "operator", "hanging")
+# transaction.max.timeout.ms: a hanging transaction is found once its last write is older.
+# Not below 30 s: forceTerminateTransaction's InitProducerId carries the admin client's 30 s
+# request timeout, which the broker refuses above its cap (INVALID_TRANSACTION_TIMEOUT).
+MAX_TIMEOUT_MS = 30_000
 FENCED = ("ProducerFencedException", "InvalidProducerEpochException", "_FENCED", "PRODUCER_FENCED",
           "INVALID_PRODUCER_EPOCH")
 BROKER_PROPERTIES = {
+    "transaction.max.timeout.ms": MAX_TIMEOUT_MS,
     "transactional.id.expiration.ms": EXPIRATION_MS,
     "transaction.remove.expired.transaction.cleanup.interval.ms": 1000,
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": 1000,
@@ -79,6 +88,9 @@ EXPECTED = {
     "fence-idle": Counts(committed=2, new_instance=1, expired=1),
     "timeout": Counts(aborted=1, timeout=1, expired=1),
     "operator": Counts(aborted=1, operator=1, expired=1),
+    # the hanging transaction never reaches the coordinator's log: nothing to count there
+    # but the registration of the id that made it, which expires like the others
+    "hanging": Counts(expired=1),
 }
 
 
@@ -209,11 +221,12 @@ class Scenario:
         self.steps = tuple(s for s in STEPS if s != "operator" or has_force_terminate(release))
         self.result = ScenarioResult(release.version, client, transaction_version(broker.bootstrap), self.steps)
         self.started: list[TxnClient] = []
+        self.hanging_made = None    # the late write of make_hanging
 
     def partition(self, step: str) -> int:
         return STEPS.index(step)
 
-    def new_client(self, step: str, timeout_ms: int = 60_000) -> TxnClient:
+    def new_client(self, step: str, timeout_ms: int = 20_000) -> TxnClient:
         c = TxnClient(self.client, self.broker.bootstrap, tid_of(step), workdir=self.workdir, release=self.release,
                       transaction_timeout_ms=timeout_ms,
                       forward_url=self.exporter.url if self.client == "librdkafka" else None).start()
@@ -280,17 +293,55 @@ class Scenario:
                    "--transactionalId", tid_of("operator"), log_dir=self.workdir / "tools", release=self.release)
         self.expect_fenced("operator: the producer's commit fails", c.commit)
 
-    def _wait_page(self, row: str, timeout: float) -> bool | str:
+    def make_hanging(self) -> None:
+        """First of all, so that it ages past transaction.max.timeout.ms while the rest runs."""
+        from .hanging import make_hanging_transaction
+
+        self.hanging_made = make_hanging_transaction(self.broker.bootstrap, TOPIC, self.partition("hanging"),
+                                                     transactional_id=tid_of("hanging"))
+
+    def hanging(self) -> None:
+        topic, partition, b, made = TOPIC, self.partition("hanging"), self.broker.bootstrap, self.hanging_made
+        tool = dict(log_dir=self.workdir / "tools", release=self.release)
+
+        def txnwatch_hanging() -> float:
+            return self.exporter.metrics().get_value("kafka_transaction_hanging", topic=topic,
+                                                      partition=partition) or 0
+
+        self.result.checks["hanging: txnwatch finds it"] = self._wait(
+            lambda: txnwatch_hanging() == 1, MAX_TIMEOUT_MS / 1000 + 60, "txnwatch's poller to find it")
+        listed = kafka_tool("kafka-transactions", "--bootstrap-server", b, "find-hanging", "--broker-id",
+                            str(self.broker.node_id), "--max-transaction-timeout", "0", **tool).stdout
+        rows = [ln.split() for ln in listed.splitlines()[1:] if ln.strip()]
+        self.result.checks["hanging: kafka-transactions.sh find-hanging lists the same"] = (
+            True if [(r[0], int(r[1]), int(r[5])) for r in rows] == [(topic, partition, made.offset)]
+            else f"find-hanging listed {rows}")
+        kafka_tool("kafka-transactions", "--bootstrap-server", b, "abort", "--topic", topic, "--partition",
+                   str(partition), "--start-offset", str(made.offset), **tool)
+        self.result.checks["hanging: abort ends it for txnwatch too"] = self._wait(
+            lambda: txnwatch_hanging() == 0 and self._lso_caught_up(partition), 60, "the abort to show")
+
+    def _lso_caught_up(self, partition: int) -> bool:
+        m = self.exporter.metrics()
+        lso = m.get_value("kafka_partition_last_stable_offset", topic=TOPIC, partition=partition)
+        hwm = m.get_value("kafka_partition_high_watermark", topic=TOPIC, partition=partition)
+        return lso is not None and lso == hwm
+
+    def _wait(self, cond, timeout: float, what: str) -> bool | str:
         try:
-            wait_for(lambda: row in html.unescape(self.exporter.get("/")[1]), timeout, interval=0.3,
-                     what="the row on the page")
+            wait_for(cond, timeout, interval=0.3, what=what)
             return True
-        except TimeoutError:
-            return f"not on the exporter's page within {timeout:.0f}s: {row}"
+        except TimeoutError as exc:
+            return str(exc)
+
+    def _wait_page(self, row: str, timeout: float) -> bool | str:
+        return self._wait(lambda: row in html.unescape(self.exporter.get("/")[1]), timeout,
+                          f"the exporter's page to show {row}")
 
     # -- run
     def run(self) -> ScenarioResult:
         create_topics(self.broker.bootstrap, [TOPIC], partitions=len(STEPS))
+        self.make_hanging()
         try:
             for step in self.steps:
                 getattr(self, step.replace("-", "_"))()

@@ -45,7 +45,7 @@ class TxnClientError(RuntimeError):
 class TxnClient:
     def __init__(self, kind: str, bootstrap: str, transactional_id: str, *, workdir: str | os.PathLike,
                  transaction_timeout_ms: int = 60_000, release: KafkaRelease | None = None,
-                 forward_url: str | None = None) -> None:
+                 forward_url: str | None = None, properties: dict[str, str] | None = None) -> None:
         if kind not in CLIENTS:
             raise ValueError(f"unknown client {kind!r}: expected one of {CLIENTS}")
         self.kind, self.bootstrap, self.transactional_id = kind, bootstrap, transactional_id
@@ -53,6 +53,7 @@ class TxnClient:
         self.workdir = Path(workdir)
         self.release = release
         self.forward_url = forward_url     # librdkafka: the exporter that gets its transactions
+        self.properties = dict(properties or {})   # java: more producer settings
         self.proc: subprocess.Popen | None = None
         self._lines: queue.Queue[str | None] = queue.Queue()
         self.stderr_path = self.workdir / f"client-{kind}-{transactional_id}-{os.getpid()}.err"
@@ -61,6 +62,8 @@ class TxnClient:
         args = ["--bootstrap", self.bootstrap, "--transactional-id", self.transactional_id,
                 "--transaction-timeout-ms", str(self.timeout_ms)]
         if self.kind == "librdkafka":
+            if self.properties:
+                raise ValueError("extra producer properties are for the java client")
             fwd = ["--forward-url", self.forward_url] if self.forward_url else []
             return [sys.executable, "-m", "txnwatch.devtools.txn_client", *args, *fwd]
         from .java_programs import compile_program, java_command
@@ -68,7 +71,8 @@ class TxnClient:
         release = self.release or kafka_release()
         classes = self.workdir / "txn-client-classes"
         compile_program(JAVA_SOURCE, classes, release)
-        return [*java_command(release, classes, "TxnClient", self.workdir, heap="96m"), *args]
+        props = [x for k, v in self.properties.items() for x in ("--property", f"{k}={v}")]
+        return [*java_command(release, classes, "TxnClient", self.workdir, heap="96m"), *args, *props]
 
     def start(self, timeout: float = 60.0) -> TxnClient:
         self.workdir.mkdir(parents=True, exist_ok=True)

@@ -81,10 +81,16 @@ def _render_partitions_and_transactions(w: FamilyWriter, snap: ClusterSnapshot, 
         for t in snap.open_transactions:
             per_app[t.app].append(t)
         for app, txns in per_app.items():
-            w.add("kafka_transaction_open", {"cluster": c, "app": app}, len(txns))
-            ages = [t.age_seconds for t in txns if t.age_seconds is not None]
-            w.add("kafka_transaction_oldest_open_age_seconds", {"cluster": c, "app": app},
-                  max(ages) if ages else None)
+            lbl = {"cluster": c, "app": app}
+            w.add("kafka_transaction_open", lbl, len(txns))
+            for name, group in (("kafka_transaction_oldest_open_age_seconds", [t for t in txns if not t.two_phase]),
+                                ("kafka_transaction_two_phase_oldest_age_seconds", [t for t in txns if t.two_phase])):
+                ages = [t.age_seconds for t in group if t.age_seconds is not None]
+                if group:
+                    w.add(name, lbl, max(ages) if ages else None)
+            two_phase = sum(1 for t in txns if t.two_phase)
+            if two_phase:
+                w.add("kafka_transaction_two_phase_open", lbl, two_phase)
         series, folded = fold_ids(((t.app, t.transactional_id, t.headroom_seconds)
                                    for t in snap.open_transactions if t.headroom_seconds is not None), id_cap)
         best: dict[tuple[str, str], float] = {}

@@ -18,6 +18,7 @@ from .model import (
     OpenTransaction,
     PartitionOffsets,
     PartitionState,
+    is_two_phase,
 )
 
 LATE_TRANSACTION_SLACK_MS = 5 * 60 * 1000   # Kafka's own slack for "late" transactions
@@ -119,14 +120,15 @@ class ActiveProducer:
 
 def open_transactions(descriptions: Iterable[TxnDescription], app_of: Callable[[str], str],
                       now_ms: int) -> list[OpenTransaction]:
-    """Open transactions with age and timeout headroom (start + timeout - now), oldest first."""
+    """Open transactions with age and timeout headroom (start + timeout - now), oldest first.
+    Two-phase-commit transactions (KIP-939) have no headroom: their timeout is never applied."""
     out = []
     for d in descriptions:
         if d.state not in OPEN_STATES:
             continue
         known = d.start_ms >= 0
         age = (now_ms - d.start_ms) / 1000 if known else None
-        headroom = (d.start_ms + d.timeout_ms - now_ms) / 1000 if known else None
+        headroom = (d.start_ms + d.timeout_ms - now_ms) / 1000 if known and not is_two_phase(d.timeout_ms) else None
         out.append(OpenTransaction(d.transactional_id, app_of(d.transactional_id), d.producer_id,
                                    d.producer_epoch, d.state, d.start_ms, d.timeout_ms,
                                    tuple(sorted(d.partitions)), age, headroom))
@@ -227,7 +229,8 @@ def config_findings(facts: ClusterFacts, open_txns: Iterable[OpenTransaction] | 
                     hanging: Iterable[HangingTransaction],
                     partitions: Mapping[TP, PartitionState],
                     groups: Iterable[GroupLag], stall_warning_seconds: float,
-                    bootstrap: str = "<bootstrap>", secured: bool = False) -> list[Finding]:
+                    bootstrap: str = "<bootstrap>", secured: bool = False,
+                    two_phase_max_age_seconds: float = 3600.0) -> list[Finding]:
     """Findings a person should act on, most severe first."""
     out: list[Finding] = []
     if facts.brokers is not None and facts.transaction_state_log_min_isr is not None and \
@@ -251,6 +254,13 @@ def config_findings(facts: ClusterFacts, open_txns: Iterable[OpenTransaction] | 
                                f"{p.last_stable_offset} ({p.lso_lag} offsets below the HWM)"))
     max_ms = facts.transaction_max_timeout_ms
     for t in open_txns or ():
+        if t.two_phase:
+            if t.age_seconds is not None and t.age_seconds > two_phase_max_age_seconds:
+                out.append(Finding("warning", "two_phase_open_too_long",
+                                   f"{t.transactional_id}: two-phase-commit transaction (KIP-939) open "
+                                   f"{t.age_seconds:.0f}s, above {two_phase_max_age_seconds:.0f}s: its transaction "
+                                   "manager has not decided it; read_committed consumers wait behind it"))
+            continue   # the broker never times it out: no cap, no headroom
         if max_ms is not None and t.timeout_ms > max_ms:
             out.append(Finding("warning", "timeout_above_cap",
                                f"{t.transactional_id}: transaction.timeout.ms={t.timeout_ms} > broker "

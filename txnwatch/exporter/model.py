@@ -7,6 +7,15 @@ from dataclasses import dataclass, field
 
 TP = tuple[str, int]
 OPEN_STATES = frozenset({"Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence"})
+# KIP-939 two-phase commit: a producer with transaction.two.phase.commit.enable gets this
+# transaction timeout (Integer.MAX_VALUE) from the coordinator, which then never aborts its
+# transactions: an external transaction manager decides when they end.
+TWO_PHASE_TIMEOUT_MS = 2_147_483_647
+
+
+def is_two_phase(timeout_ms: int) -> bool:
+    """A KIP-939 two-phase-commit transaction (recognised by its timeout)."""
+    return timeout_ms >= TWO_PHASE_TIMEOUT_MS
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +64,11 @@ class OpenTransaction:
     timeout_ms: int
     partitions: tuple[TP, ...]
     age_seconds: float | None
-    headroom_seconds: float | None
+    headroom_seconds: float | None   # None for two-phase-commit transactions: they never time out
+
+    @property
+    def two_phase(self) -> bool:
+        return is_two_phase(self.timeout_ms)
 
 
 @dataclass(frozen=True, slots=True)

@@ -190,7 +190,8 @@ def render_page(exporter) -> str:
         "<th>timeout</th><th>headroom</th></tr>" + "".join(
             f"<tr><td>{escape(c)}</td><td>{escape(t.app)}</td><td>{escape(t.transactional_id)}</td>"
             f"<td>{escape(t.state)}</td><td class=num>{_age(t.age_seconds)}</td>"
-            f"<td class=num>{t.timeout_ms / 1000:.0f}s</td><td class='num "
+            f"<td class=num>{'none (two-phase commit)' if t.two_phase else f'{t.timeout_ms / 1000:.0f}s'}</td>"
+            f"<td class='num "
             f"{'bad' if (t.headroom_seconds or 0) < 0 else ''}'>{_age(t.headroom_seconds)}</td></tr>"
             for c, t in txns[:20]) + "</table>"
         if txns else "<p class=muted>" + ("None open, or not observable on this broker (see notes)."

@@ -97,6 +97,7 @@ class ClusterPoller:
         findings = derive.config_findings(facts, open_txns, hanging, partitions, blocked,
                                           stall_warning_seconds=min(threshold, 60),
                                           bootstrap=cfg.bootstrap_servers,
+                                          two_phase_max_age_seconds=cfg.two_phase_commit_max_age_seconds,
                                           secured=cfg.client_properties().get("security.protocol",
                                                                               "PLAINTEXT").upper() != "PLAINTEXT")
         findings += self.access.findings(self.polls, cfg.describe_configs_every)

@@ -3,7 +3,8 @@
  * line: the scenario's TV2 client (kafka-clients 4.x speaks transaction version 2 where the
  * cluster has it finalized; librdkafka and kafka-python are TV0 clients).
  *
- * Args: --bootstrap H:P --transactional-id ID [--transaction-timeout-ms 60000]
+ * Args: --bootstrap H:P --transactional-id ID [--transaction-timeout-ms 60000 (0: the client's own)]
+ *       [--property key=value]... (more producer settings, e.g. transaction.two.phase.commit.enable=true)
  * Reads one command per line on stdin and answers one line on stdout each:
  *   init                        -> "ok init"
  *   begin                       -> "ok begin"
@@ -28,24 +29,35 @@ import org.apache.kafka.clients.producer.RecordMetadata;
 import org.apache.kafka.common.serialization.StringSerializer;
 
 public final class TxnClient {
-    private static Map<String, String> parse(String[] args) {
+    private static Map<String, String> parse(String[] args, Properties extra) {
         Map<String, String> out = new HashMap<>();
         for (int i = 0; i + 1 < args.length; i += 2) {
-            out.put(args[i].replaceFirst("^--", ""), args[i + 1]);
+            String key = args[i].replaceFirst("^--", "");
+            if (key.equals("property")) {
+                String[] kv = args[i + 1].split("=", 2);
+                extra.put(kv[0], kv[1]);
+            } else {
+                out.put(key, args[i + 1]);
+            }
         }
         return out;
     }
 
     public static void main(String[] argv) throws Exception {
-        Map<String, String> a = parse(argv);
+        Properties extra = new Properties();
+        Map<String, String> a = parse(argv, extra);
         Properties p = new Properties();
         p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, a.get("bootstrap"));
         p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, a.get("transactional-id"));
-        p.put(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG, a.getOrDefault("transaction-timeout-ms", "60000"));
+        String timeout = a.getOrDefault("transaction-timeout-ms", "60000");
+        if (!timeout.equals("0")) {
+            p.put(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG, timeout);
+        }
         p.put(ProducerConfig.LINGER_MS_CONFIG, "0");
         p.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, "30000");
         p.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, "30000");
         p.put(ProducerConfig.REQUEST_TIMEOUT_MS_CONFIG, "15000");
+        p.putAll(extra);
         KafkaProducer<String, String> producer =
             new KafkaProducer<>(p, new StringSerializer(), new StringSerializer());
         BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));

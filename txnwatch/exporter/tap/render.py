@@ -11,6 +11,7 @@ import time
 
 from ...apps import fold_ids
 from ...metrics import FamilyWriter
+from ..model import is_two_phase
 from .state import ABORTED, COMMITTED, NEW_INSTANCE, OPERATOR, TIMEOUT, TapView
 
 OTHER = "__other__"
@@ -36,20 +37,33 @@ def render_tap(writer: FamilyWriter, cluster: str, view: TapView, now: float | N
         writer.add("kafka_transactional_ids", {**c, "app": app}, n)
 
     # open transactions: count, oldest age, timeout headroom per id (capped)
+    # (two-phase-commit transactions, KIP-939, never time out: no headroom, ages of their own)
     open_count: dict[str, int] = dict.fromkeys(apps, 0)
+    two_phase_count: dict[str, int] = {}
     oldest_start: dict[str, int] = {}
+    two_phase_oldest: dict[str, int] = {}
     headrooms = []
     for t in view.open_txns:
         open_count[t.app] = open_count.get(t.app, 0) + 1
+        two_phase = is_two_phase(t.timeout_ms)
+        if two_phase:
+            two_phase_count[t.app] = two_phase_count.get(t.app, 0) + 1
         if t.start_ms >= 0:
-            if t.app not in oldest_start or t.start_ms < oldest_start[t.app]:
-                oldest_start[t.app] = t.start_ms
-            headrooms.append((t.app, t.transactional_id, (t.start_ms + t.timeout_ms - now_ms) / 1000.0))
+            oldest = two_phase_oldest if two_phase else oldest_start
+            if t.app not in oldest or t.start_ms < oldest[t.app]:
+                oldest[t.app] = t.start_ms
+            if not two_phase:
+                headrooms.append((t.app, t.transactional_id, (t.start_ms + t.timeout_ms - now_ms) / 1000.0))
     for app, n in open_count.items():
         writer.add("kafka_transaction_open", {**c, "app": app}, n)
         start = oldest_start.get(app)
         writer.add("kafka_transaction_oldest_open_age_seconds", {**c, "app": app},
                    0.0 if start is None else max(0.0, (now_ms - start) / 1000.0))
+    for app, n in two_phase_count.items():
+        writer.add("kafka_transaction_two_phase_open", {**c, "app": app}, n)
+        start = two_phase_oldest.get(app)
+        writer.add("kafka_transaction_two_phase_oldest_age_seconds", {**c, "app": app},
+                   None if start is None else max(0.0, (now_ms - start) / 1000.0))
     series, n_folded = fold_ids(headrooms, cap)
     for app, tid, v in series:
         writer.add("kafka_transaction_timeout_headroom_seconds",
