@@ -110,6 +110,10 @@ CATALOG: dict[str, MetricSpec] = {s.name: s for s in [
     _m("kafka_consumergroup_committed_offset", "gauge", "Committed offset of a consumer group.",
        ("cluster", "group", "topic", "partition")),
     _m("kafka_brokers", "gauge", "Live brokers in the cluster metadata.", C),
+    _m("kafka_groups", "gauge",
+       "Groups the brokers list, by type (ListGroups v5, refreshed with the broker configs): classic and "
+       "consumer (KIP-848) groups have committed-offset and lag series; share groups (KIP-932) have no "
+       "committed offsets and are only counted here (and named on the page).", ("cluster", "type")),
     _m("kafka_broker_transaction_max_timeout_seconds", "gauge",
        "Broker transaction.max.timeout.ms (the cap on producers' transaction.timeout.ms).", C),
     _m("kafka_broker_transactional_id_expiration_seconds", "gauge",

@@ -48,6 +48,8 @@ def _render_cluster_facts(w: FamilyWriter, snap: ClusterSnapshot) -> None:
         w.add("kafka_topic_retention_seconds", {"cluster": c, "topic": topic}, ms / 1000 if ms >= 0 else -1)
     for api, ok in snap.capabilities.items():
         w.add("txnwatch_capability", {"cluster": c, "api": api}, 1 if ok else 0)
+    for group_type, names in snap.group_types.items():
+        w.add("kafka_groups", {"cluster": c, "type": group_type}, len(names))
 
 
 def _render_partitions_and_transactions(w: FamilyWriter, snap: ClusterSnapshot, granularity: str, id_cap: int,

@@ -16,6 +16,7 @@ from .kafka_python import api_versions
 log = logging.getLogger(__name__)
 
 API_KEYS = {"list_transactions": 66, "describe_transactions": 65, "describe_producers": 61}
+LIST_GROUPS = 16
 DESCRIBE_PRODUCERS_BATCH = 500   # partitions per DescribeProducers round, as the Java tool does
 
 # librdkafka property -> kafka-python KafkaAdminClient keyword
@@ -236,6 +237,19 @@ class TransactionAPI:
             return {}
         listings = listings_from_response(self._call("list_transactions", producer_id_filters=pids))
         return {t.producer_id: t.transactional_id for t in listings}
+
+    def groups_by_type(self) -> dict[str, list[str]]:
+        """Every group the brokers list, by type (classic, consumer, share, streams, ...):
+        ListGroups v5 (KIP-848) names each group's type. librdkafka lists only the consumer
+        groups, whose offsets and lag the poller fetches; this tells the others apart (share
+        groups, KIP-932, have no committed offsets). {} where the broker has no group types."""
+        versions = api_versions(self._client())
+        if versions.get(LIST_GROUPS, (0, 0))[1] < 5:
+            return {}
+        out: dict[str, list[str]] = {}
+        for g in self._call("list_groups"):
+            out.setdefault(str(g.get("group_type") or "unknown").lower(), []).append(g["group_id"])
+        return {t: sorted(names) for t, names in out.items()}
 
     def describe_producers(self, partitions: list[tuple[str, int]]) -> list[ActiveProducer]:
         """Producer state of the partitions. Topics the principal may not READ (DescribeProducers

@@ -118,3 +118,6 @@ class ClusterSnapshot:
     epoch_bumps: Mapping[str, int] = field(default_factory=dict)   # app -> monotonic count
     capabilities: Mapping[str, bool] = field(default_factory=dict)
     findings: tuple[Finding, ...] = ()
+    # group type (classic, consumer, share, streams) -> selected groups of that type; empty
+    # where the broker has no group types (ListGroups < v5) or KIP-664's client is unusable
+    group_types: Mapping[str, tuple[str, ...]] = field(default_factory=dict)

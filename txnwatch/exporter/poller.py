@@ -56,6 +56,7 @@ class ClusterPoller:
         self._prev_open: set[str] = set()
         self._epoch_bumps: dict[str, int] = {}
         self._capabilities: dict[str, bool] = {}
+        self._group_types: dict[str, tuple[str, ...]] = {}
         self._kip664_error: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -86,6 +87,7 @@ class ClusterPoller:
                 self.health.count_error("describe_configs_" + classify(exc))
                 log.info("cluster %s: DescribeConfigs failed (%s); keeping the last values",
                          cfg.name, one_line(exc))
+            self._refresh_group_types()
         facts = dataclasses.replace(self._facts, brokers=brokers)
 
         open_txns, hanging, method = self._transactions(partitions, facts, now)
@@ -110,7 +112,17 @@ class ClusterPoller:
             hanging=tuple(hanging), hanging_method=method,
             epoch_bumps=MappingProxyType(dict(self._epoch_bumps)),
             capabilities=MappingProxyType({**self._capabilities, **self.io.capabilities}),
-            findings=tuple(findings))
+            findings=tuple(findings), group_types=MappingProxyType(dict(self._group_types)))
+
+    def _refresh_group_types(self) -> None:
+        """Groups by type, with the broker configs' cadence: share groups (KIP-932) and other
+        non-consumer groups are named apart instead of having offsets fetched."""
+        try:
+            listed = self.txn_api.groups_by_type()
+        except Exception as exc:  # noqa: BLE001 - a fact for the page; the lag series do not need it
+            self.health.count_error("list_groups_" + classify(exc))
+            return
+        self._group_types = {t: tuple(g for g in names if self.cfg.groups(g)) for t, names in listed.items()}
 
     def _refresh_lso_timestamps(self, stalled: set[tuple[str, int, int]], now: float) -> None:
         # Keep only entries for LSOs still stalled; fetch the new ones (one fetch per new LSO).

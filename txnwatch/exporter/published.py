@@ -64,6 +64,10 @@ class CanarySummary:
         return self.last_success is None or self.last_failure_at >= self.last_success
 
 
+# Group types whose committed offsets (and lag) the poller reads; the rest are only named.
+OFFSET_GROUP_TYPES = frozenset({"classic", "consumer"})
+
+
 @dataclass(frozen=True)
 class ClusterDigest:
     """A cluster's page data as of its last poll (bounded: top-N rows, counts)."""
@@ -81,6 +85,8 @@ class ClusterDigest:
     canary: CanarySummary | None = None
     # the partitions (with their hanging and open transactions) of the topics Spark queries read
     spark_view: ClusterSnapshot | None = None
+    # groups of types without committed offsets (share, ...): (type, count, the first names)
+    other_groups: tuple[tuple[str, int, tuple[str, ...]], ...] = ()
 
 
 def tap_summary(view) -> TapSummary:
@@ -125,8 +131,10 @@ def digest_of(snap: ClusterSnapshot | None, cluster: str, kip664_error: str | No
             hanging=tuple(h for h in snap.hanging if h.topic in spark_topics))
     else:
         spark_view = None
+    other = tuple((t, len(names), names[:TOP]) for t, names in sorted(snap.group_types.items())
+                  if t not in OFFSET_GROUP_TYPES and names)
     return ClusterDigest(cluster, snap.taken_at, tuple(snap.findings[:TOP_FINDINGS]), txns, tuple(stalled),
-                         tuple(rows), caught_up, snap.hanging_method, kip664_error, tap, canary, spark_view)
+                         tuple(rows), caught_up, snap.hanging_method, kip664_error, tap, canary, spark_view, other)
 
 
 @dataclass(frozen=True)

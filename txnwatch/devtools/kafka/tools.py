@@ -24,6 +24,20 @@ def kafka_tool(tool: str, *args: str, log_dir: str | os.PathLike, timeout: float
     return out
 
 
+def share_consumer(bootstrap: str, topic: str, group: str, log_dir: str | os.PathLike,
+                   release: KafkaRelease | None = None) -> subprocess.Popen:
+    """A share-group member (KIP-932, Kafka 4.x): the release's console share consumer, left
+    running (the caller kills it); it joins `group` and consumes `topic`."""
+    release = release or kafka_release()
+    Path(log_dir).mkdir(parents=True, exist_ok=True)
+    log_args = release.log_config(Path(log_dir) / "share-consumer-log.properties")
+    cmd = [release.java, "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", *log_args,
+           "-cp", release.classpath("server"), "org.apache.kafka.tools.consumer.ConsoleShareConsumer",
+           "--bootstrap-server", bootstrap, "--topic", topic, "--group", group]
+    with open(Path(log_dir) / f"share-consumer-{group}.log", "ab") as out:
+        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
 def finalized_features(bootstrap: str, timeout_ms: int = 10_000) -> dict[str, int]:
     """The cluster's finalized feature levels ({'transaction.version': 2, 'metadata.version':
     ...}), from an ApiVersions answer."""
