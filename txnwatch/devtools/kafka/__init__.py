@@ -11,8 +11,8 @@ Central, started as KRaft nodes with `java -cp`.
 from .cluster import KafkaCluster
 from .node import SINGLE_NODE_DEFAULTS, KafkaBroker, Listener, make_broker, start_broker
 from .release import BrokerUnavailable, KafkaRelease, kafka_release
-from .tools import finalized_features, kafka_tool, transaction_version
+from .tools import finalized_features, kafka_tool, share_consumer, transaction_version
 
 __all__ = ["SINGLE_NODE_DEFAULTS", "BrokerUnavailable", "KafkaBroker", "KafkaCluster", "KafkaRelease", "Listener",
-           "finalized_features", "kafka_release", "kafka_tool", "make_broker", "start_broker",
+           "finalized_features", "kafka_release", "kafka_tool", "make_broker", "share_consumer", "start_broker",
            "transaction_version"]
