@@ -44,6 +44,18 @@ class NameFilter:
             return False
         return not any(p.fullmatch(name) for p in self.exclude)
 
+    @property
+    def everything(self) -> bool:
+        return not self.include and not self.exclude
+
+    def include_pattern(self) -> str | None:
+        """The include list as one regular expression a broker can match names against
+        (KIP-1152's full match, RE2/J syntax), or None when everything is included. The
+        excludes are applied here only."""
+        if not self.include:
+            return None
+        return "|".join(f"(?:{p.pattern})" for p in self.include)
+
 
 # Default minimum seconds between poll starts. A worker process polls back to back (bounded by
 # this and poll_duty_cycle) since serving no longer shares its interpreter; in-process polling
@@ -84,6 +96,8 @@ class ClusterConfig:
     client: Mapping[str, str] = field(default_factory=dict)
     topics: NameFilter = NameFilter(exclude=(re.compile(r"__.*"),))
     groups: NameFilter = NameFilter()
+    # which transactional ids every source exports (KIP-1152 brokers, 4.1+, filter the listing)
+    transactional_ids: NameFilter = NameFilter()
     app_rules: tuple[AppRule, ...] = ()
     max_transactional_id_series: int = 500
     granularity: str = "partition"          # partition | topic
@@ -171,7 +185,7 @@ def redacted(props: Mapping[str, Any]) -> dict[str, str]:
 # ---------------------------------------------------------------- parsing helpers
 _CLUSTER_KEYS = {"name", "bootstrap_servers", "poll_interval_seconds", "poll_duty_cycle", "poll_timeout_seconds",
                  "open_transaction_min_age_seconds", "client", "canary",
-                 "topics", "groups", "app_rules", "max_transactional_id_series", "granularity",
+                 "topics", "groups", "transactional_ids", "app_rules", "max_transactional_id_series", "granularity",
                  "transaction_log_tap", "hanging_threshold_seconds", "two_phase_commit_max_age_seconds",
                  "default_transaction_max_timeout_ms",
                  "default_transactional_id_expiration_ms", "describe_configs_every"}
@@ -319,6 +333,8 @@ class _Parser:
         kw["client"] = self.client(f"{key}.client", v.get("client"))
         kw["topics"] = self.name_filter(f"{key}.topics", v.get("topics"), ClusterConfig.topics)
         kw["groups"] = self.name_filter(f"{key}.groups", v.get("groups"), ClusterConfig.groups)
+        kw["transactional_ids"] = self.name_filter(f"{key}.transactional_ids", v.get("transactional_ids"),
+                                                   ClusterConfig.transactional_ids)
         kw["app_rules"] = self.app_rules(f"{key}.app_rules", v.get("app_rules"))
         if v.get("canary") is not None:
             kw["canary"] = self.canary(f"{key}.canary", v["canary"])

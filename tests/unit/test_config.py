@@ -151,6 +151,7 @@ CLUSTER_BAD_VALUES = {
     "canary": ["x", 5, {"interval": 10}, {"interval_seconds": 0}, {"abort_every": -1}, {"topic": ""},
                {"replication_factor": 0}, {"enabled": "sometimes"}], "client": ["x", [1], {"a": {"b": 1}}, {"a": None}],
     "topics": ["x", {"include": "["}, {"only": []}], "groups": [5, {"exclude": [")"]}],
+    "transactional_ids": [7, {"include": ["("]}, {"pattern": "x"}],
     "app_rules": ["x", [{"match": "a"}], [{"match": "(", "app": "x"}], [5]],
     "max_transactional_id_series": ["many", 0, 1.5], "granularity": ["broker", 3],
     "transaction_log_tap": ["perhaps", 2], "hanging_threshold_seconds": ["x", -5],
@@ -193,3 +194,21 @@ def test_every_invalid_value_names_its_key():
     assert {f.name for f in fields(HttpConfig)} - {"auth_username", "auth_password", "auth_bearer_token",
                                                     "tls_cert_file", "tls_key_file"} <= set(HTTP_BAD_VALUES)
     assert checked > 50
+
+
+def test_transactional_ids_filter_and_the_pattern_a_broker_gets():
+    import re as _re
+
+    from txnwatch.config import parse_config
+
+    cfg = parse_config({"clusters": [{"name": "a", "bootstrap_servers": "x:1",
+                                      "transactional_ids": {"include": ["orders-.*", "payments-[0-9]+"],
+                                                            "exclude": ["orders-test-.*"]}}]}, "f.yaml")
+    ids = cfg.clusters[0].transactional_ids
+    assert ids("orders-1") and ids("payments-7") and not ids("orders-test-1") and not ids("billing-1")
+    pattern = ids.include_pattern()
+    assert pattern == "(?:orders-.*)|(?:payments-[0-9]+)"
+    # the broker matches the whole id (KIP-1152), as re.fullmatch does
+    assert _re.fullmatch(pattern, "payments-12") and not _re.fullmatch(pattern, "xpayments-12")
+    every = parse_config({"clusters": [{"name": "a", "bootstrap_servers": "x:1"}]}, "f.yaml").clusters[0]
+    assert every.transactional_ids.everything and every.transactional_ids.include_pattern() is None

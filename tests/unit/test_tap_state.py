@@ -407,3 +407,13 @@ def test_two_phase_commit_transactions_render_apart_and_without_headroom():
     assert sample(ms, "kafka_transaction_timeout_headroom_seconds", app="xa", transactional_id="xa-2") == \
         pytest.approx(55.0)
     assert sample(ms, "kafka_transaction_timeout_headroom_seconds", app="xa", transactional_id="xa-1") is None
+
+
+def test_ids_outside_the_configured_filter_are_not_followed():
+    st = TxnLogState(AppResolver(), id_filter=lambda tid: tid.startswith("keep-"))
+    play(st, "keep-1", commit_history())
+    play(st, "drop-1", commit_history())
+    ms, _ = metrics(st, T0 + 5000)
+    assert sample(ms, "kafka_transactions_total", app="keep", outcome="committed") == 1
+    assert sample(ms, "kafka_transactions_total", app="drop", outcome="committed") is None
+    assert "drop-1" not in st

@@ -17,6 +17,7 @@ log = logging.getLogger(__name__)
 
 API_KEYS = {"list_transactions": 66, "describe_transactions": 65, "describe_producers": 61}
 LIST_GROUPS = 16
+INVALID_REGULAR_EXPRESSION = 128   # error code (kafka-python 3.0 has no class for it)
 DESCRIBE_PRODUCERS_BATCH = 500   # partitions per DescribeProducers round, as the Java tool does
 
 # librdkafka property -> kafka-python KafkaAdminClient keyword
@@ -121,13 +122,19 @@ def capabilities_from_api_versions(api_versions: Mapping[int, object]) -> dict[s
     return {name: key in keys for name, key in API_KEYS.items()}
 
 
-def duration_filter_supported(api_versions: Mapping[int, object]) -> bool:
-    """ListTransactions v1 (KIP-994, Kafka 3.8+) takes a duration filter."""
+def list_transactions_version(api_versions: Mapping[int, object]) -> int:
+    """The newest ListTransactions version the broker takes (-1: none): v1 adds KIP-994's
+    duration filter (Kafka 3.8+), v2 KIP-1152's transactional-id pattern (4.1+)."""
     for k, v in api_versions.items():
         if int(k) == API_KEYS["list_transactions"]:
             top = v[-1] if isinstance(v, (tuple, list)) else getattr(v, "max_version", 0)
-            return int(top) >= 1
-    return False
+            return int(top)
+    return -1
+
+
+def duration_filter_supported(api_versions: Mapping[int, object]) -> bool:
+    """ListTransactions v1 (KIP-994, Kafka 3.8+) takes a duration filter."""
+    return list_transactions_version(api_versions) >= 1
 
 
 def listings_from_response(by_broker: Mapping[int, Iterable]) -> list[TxnListing]:
@@ -169,6 +176,8 @@ class TransactionAPI:
         self.capabilities: dict[str, bool] | None = None
         self.denied_topics: tuple[str, ...] = ()   # DescribeProducers refused (last call)
         self.duration_filter = False               # ListTransactions v1 (KIP-994), from detect()
+        self.id_pattern_filter = False             # ListTransactions v2 (KIP-1152), from detect()
+        self.listed = 0                            # transactions the brokers listed (last call)
 
     def _client(self):
         if self._admin is None:
@@ -194,21 +203,41 @@ class TransactionAPI:
         versions = api_versions(self._client())
         self.capabilities = capabilities_from_api_versions(versions)
         self.duration_filter = duration_filter_supported(versions)
+        self.id_pattern_filter = list_transactions_version(versions) >= 2
         return self.capabilities
 
     @property
     def available(self) -> bool:
         return bool(self.capabilities) and all(self.capabilities.values())
 
-    def list_transactions(self, states: Iterable[str] | None = None,
-                          min_duration_ms: int = 0) -> list[TxnListing]:
+    def list_transactions(self, states: Iterable[str] | None = None, min_duration_ms: int = 0,
+                          id_pattern: str | None = None) -> list[TxnListing]:
         """Transactions in `states` (all when None), the coordinators filtering them; with
         `min_duration_ms` and a broker that has KIP-994, only those open longer than that
-        (an older broker lists them all: the caller's describe step sees their ages)."""
+        (an older broker lists them all: the caller's describe step sees their ages); with
+        `id_pattern` (a full-match regular expression) and a broker that has KIP-1152, only
+        the ids it matches (an older broker lists them all: the caller filters). A pattern the
+        broker refuses (RE2/J lacks some of Python's syntax) is not sent again."""
         kwargs: dict = {"state_filters": sorted(states)} if states else {}
         if min_duration_ms > 0 and self.duration_filter:
             kwargs["duration_filter_ms"] = int(min_duration_ms)
-        return listings_from_response(self._call("list_transactions", **kwargs))
+        if id_pattern and self.id_pattern_filter:
+            kwargs["transactional_id_pattern"] = id_pattern
+        from kafka.errors import BrokerResponseError
+        try:
+            listings = listings_from_response(self._call("list_transactions", keep=(BrokerResponseError,),
+                                                         **kwargs))
+        except BrokerResponseError as exc:
+            if getattr(exc, "errno", None) != INVALID_REGULAR_EXPRESSION or "transactional_id_pattern" not in kwargs:
+                self.close()
+                raise PollError("kip664_list_transactions", f"list_transactions: {type(exc).__name__}: {exc}") from None
+            log.warning("the broker refuses the transactional-id pattern %r (%s): filtering here instead",
+                        id_pattern, exc)
+            self.id_pattern_filter = False
+            kwargs.pop("transactional_id_pattern")
+            listings = listings_from_response(self._call("list_transactions", **kwargs))
+        self.listed = len(listings)
+        return listings
 
     def describe_transactions(self, ids: Iterable[str]) -> dict[str, TxnDescription]:
         """Descriptions of `ids`; ids the coordinator no longer knows (expired since they

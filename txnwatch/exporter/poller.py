@@ -156,8 +156,11 @@ class ClusterPoller:
         try:
             # Open transactions only, filtered by the coordinators: the cost of a poll does not
             # grow with idle transactional ids (a Streams estate has hundreds of thousands).
+            ids = self.cfg.transactional_ids
             listings = self.txn_api.list_transactions(
-                derive.OPEN_STATES, int(self.cfg.open_transaction_min_age_seconds * 1000))
+                derive.OPEN_STATES, int(self.cfg.open_transaction_min_age_seconds * 1000), ids.include_pattern())
+            if not ids.everything:      # the broker filters what it can (KIP-1152); the rest here
+                listings = [t for t in listings if ids(t.transactional_id)]
             if self.split.sharded:   # this replica's apps only: per-app series from one replica
                 listings = [t for t in listings if self.split.owns_key(self.resolver(t.transactional_id))]
             open_ids = {t.transactional_id for t in listings if t.state in derive.OPEN_STATES}

@@ -43,7 +43,8 @@ class ClusterRuntime:
                                          poll_timeout=min(1.0, cfg.poll_timeout_seconds),
                                          resume_from=tap_resume_from,
                                          partition_filter=share.split.owns_log_partition if share.split.sharded
-                                         else None)
+                                         else None,
+                                         id_filter=None if cfg.transactional_ids.everything else cfg.transactional_ids)
             self.poller.access.tap = self.tap   # its health and known ids feed the access findings
         self.canary = None
         if cfg.canary.enabled and share.cluster_level:   # one canary per cluster, not per shard

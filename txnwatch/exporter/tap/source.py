@@ -70,7 +70,8 @@ class TransactionLogTap:
                  view_interval: float = 0.5, idle_scan_interval: float = 1.0,
                  batch_size: int = 2000, truncation_grace: float = 5.0,
                  resume_from: TapView | None = None,
-                 partition_filter: Callable[[int], bool] | None = None) -> None:
+                 partition_filter: Callable[[int], bool] | None = None,
+                 id_filter: Callable[[str], bool] | None = None) -> None:
         self.cluster = cluster_name
         self._client_config = dict(client_config)
         self.cap = int(cap)
@@ -81,7 +82,7 @@ class TransactionLogTap:
         self.idle_scan_interval = idle_scan_interval
         self.batch_size = batch_size
         self.truncation_grace = truncation_grace
-        self._state = TxnLogState(resolver, expiration_ms)
+        self._state = TxnLogState(resolver, expiration_ms, id_filter)
         # A checkpoint of an earlier tap (a restarted worker): its counters, and the offsets
         # they were counted to. Records below them are rebuilt, records from them on counted.
         self._resume_at: dict[int, int] = {}

@@ -148,8 +148,10 @@ def _freeze(d: dict) -> Mapping:
 class TxnLogState:
     """Current state of every transactional id, and the counters derived from changes."""
 
-    def __init__(self, resolver: Callable[[str], str], expiration_ms: int | None = None) -> None:
+    def __init__(self, resolver: Callable[[str], str], expiration_ms: int | None = None,
+                 id_filter: Callable[[str], bool] | None = None) -> None:
         self.resolver = resolver
+        self.id_filter = id_filter      # ids outside it (config transactional_ids) are not followed
         self.expiration_ms = DEFAULT_EXPIRATION_MS if expiration_ms is None else int(expiration_ms)
         self._slots: dict[str, int] = {}
         self._tids: list[str | None] = []
@@ -250,6 +252,8 @@ class TxnLogState:
         the rest of the tap; derivations use the records' own timestamps."""
         tid = key if isinstance(key, str) else key.transactional_id
         self.applied += 1
+        if self.id_filter is not None and not self.id_filter(tid):
+            return
         if record_timestamp_ms is not None:
             self.last_record_timestamp_ms = record_timestamp_ms
         s = self._slots.get(tid)
