@@ -94,9 +94,13 @@ class DemoWatch:
             "coordinator timeout of the killed producer": lambda: (
                 s("kafka_transaction_timeouts_total", app="invoice-writer") >= 1
                 and s("kafka_transaction_fencing_events_total", app="invoice-writer", reason="timeout") >= 1),
-            "Streams app under its application.id, its restart fenced by timeout": lambda: (
+            "Streams app under its application.id, its restart on its state directory fencing its own "
+            "transaction": lambda: (
                 s("kafka_transactions_total", app=APP, outcome="committed") > 0
-                and s("kafka_transaction_fencing_events_total", app=APP, reason="timeout") >= 1),
+                and s("kafka_transaction_fencing_events_total", app=APP, reason="new_instance") >= 1
+                and re.search(r"\[fault\] killed Kafka Streams balance-app mid-transaction and restarted it on "
+                              r"its state directory: process id \S+, the same transactional id \S+; its "
+                              r"InitProducerId fenced the killed instance's transaction", out)),
             "hanging transaction on the outbox found through KIP-664": lambda: (
                 hung is not None and m.get_value("kafka_transaction_hanging", topic=OUTBOX, partition=hung[0]) == 1),
             "outbox group blocked: lag vs LSO below lag vs HWM, named on the page and status line": lambda: (
@@ -178,12 +182,12 @@ def test_make_demo_on_kafka_shows_everything_and_cleans_up(tmp_path):
             print(f"seen after {t:5.0f}s: {name}")
         print("".join(line[:160] + "\n" for line in watch.out().splitlines() if "[fault]" in line))
 
-        # The Streams app's transactional ids, as the broker lists them, are EOS-v2 ids that
-        # txnwatch groups under the application.id; the restart gave it a second process id.
+        # The Streams app's transactional id, as the broker lists it, is an EOS-v2 id that
+        # txnwatch groups under the application.id; restarted on its state directory, it kept it.
         listed = kafka_tool("kafka-transactions", "--bootstrap-server", f"127.0.0.1:{broker_port}", "list",
                             log_dir=tmp_path / "tools").stdout.split()
         ids = [t for t in listed if t.startswith(APP + "-")]
-        assert len(ids) >= 2 and all(EOS_V2_ID.match(t) for t in ids), ids
+        assert len(ids) == 1 and all(EOS_V2_ID.match(t) for t in ids), ids
         assert {AppResolver()(t) for t in ids} == {APP}
     finally:
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in the terminal does

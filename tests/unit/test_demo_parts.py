@@ -213,3 +213,14 @@ def test_status_line_names_spark_offsets_behind_and_a_blocked_partition():
         'topic="demo.orders",partition="1"} 95\n')
     line = status_line(Metrics(parse_metrics(text)))
     assert "| spark batch 7, 42 offsets behind, BLOCKED by an open transaction on demo.orders-1 |" in line
+
+
+def test_restores_from_the_apps_output():
+    from txnwatch.devtools.streams_app import restores_from_output
+
+    out = ("restore balances balance-app-balances-changelog-0 from 1201 to 1202\n"
+           "restore balances balance-app-balances-changelog-1 from 0 to 1142\n"
+           "restored balances balance-app-balances-changelog-0 records=0\n")
+    assert restores_from_output(out) == [("balance-app-balances-changelog-0", 1, 0),
+                                         ("balance-app-balances-changelog-1", 1142, -1)]
+    assert restores_from_output("state RUNNING from REBALANCING\n") == []

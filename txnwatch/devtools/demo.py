@@ -10,7 +10,7 @@ transactions are found within the first minute), and on it:
 - a load generator: orders for the Spark pipeline and payments for the Streams app, one
   transaction per 0.5 s;
 - a Kafka Streams `exactly_once_v2` app (`balance-app`, compiled from
-  streams/BalanceApp.java): per-account balances in an in-memory store that, in the same
+  streams/BalanceApp.java): per-account balances in a persistent RocksDB store that, in the same
   transaction, writes high-balance alerts to the `alert-outbox` topic (a transactional
   outbox), and the outbox sink: a read_committed consumer group (`alert-outbox-sink`)
   applying each alert once to SQLite;
@@ -18,8 +18,9 @@ transactions are found within the first minute), and on it:
 - the exporter (admin poller + transaction-log tap) and a real Prometheus with the
   generated alert rules (demo-short timings);
 - a fault injector: a hanging transaction on an alert-outbox partition (the outbox sink
-  stops behind it), a Streams instance killed mid-transaction and restarted (its old
-  transaction ends by the coordinator's timeout), a producer killed mid-transaction (a
+  stops behind it), a Streams instance killed mid-transaction and restarted on its state
+  directory (the same transactional id: its restart fences the old transaction), a producer
+  killed mid-transaction (a
   coordinator timeout), a second instance fencing the first, a burst of aborts and a
   transaction that eats into its timeout headroom.
 
@@ -311,7 +312,7 @@ class Demo:
     def _wait_streams(self) -> None:
         s = self.streams
         s.wait_running(120)
-        self.say(f"started Kafka Streams app {APPLICATION_ID} (exactly_once_v2, in-memory store): "
+        self.say(f"started Kafka Streams app {APPLICATION_ID} (exactly_once_v2, RocksDB store): "
                  f"{PAYMENTS} -> {BALANCES} + alerts in {OUTBOX}, one transaction; transactional id "
                  f"{s.transactional_id} (log: {s.log_path})")
         from .outbox import OutboxSink

@@ -317,23 +317,27 @@ def slow_transaction(bootstrap: str, topic: str, sink: RecordSink, timeout_ms: i
 
 def restart_streams(app, bootstrap: str, payments_topic: str, account: str = "account-0",
                     hold_ms: int = 60_000) -> str:
-    """Kill the Kafka Streams app mid-transaction and start it again without state.
+    """Kill the Kafka Streams app mid-transaction and start it again on its state directory.
 
-    A payment asks the running stream thread to hold its transaction open (a slow call), the
+    A payment asks the running instance to hold its transaction open (a slow call), the
     coordinator is asked until it shows that transaction Ongoing, then the JVM is SIGKILLed.
-    The new instance gets a new process id, hence new transactional ids: nobody fences the
-    old one, so the coordinator aborts its transaction at transaction.timeout.ms (the tap
-    counts a fence with reason `timeout` under the app's application.id)."""
+    The new instance finds its process id in the state directory, so its transactional ids
+    are the same: its InitProducerId fences the killed instance's transaction, which the
+    coordinator aborts (the tap counts a fence with reason `new_instance` under the app's
+    application.id, not a timeout). Its RocksDB store: Kafka Streams wipes a store killed
+    mid-run under exactly-once and restores it from the changelog (Kafka 4.4 too, with
+    enable.transactional.statestores: its startup initialisation ignores that setting); the
+    report says how many records it restored."""
     from confluent_kafka import Producer
 
-    old_tid, thread = app.transactional_id, app.thread_name
-    if old_tid is None:
+    old_tid, run = app.transactional_id, app.run_id
+    if old_tid is None or run is None:
         return "the Kafka Streams app is not running: nothing to restart"
     offset = len(app.output())
     pr = Producer({"bootstrap.servers": bootstrap, "log_level": 3})
     pr.produce(payments_topic, key=account.encode(),
                value=json.dumps({"account": account, "amount": 0.0, "ts": time.time(), "hold_ms": hold_ms,
-                                 "hold_in": thread}).encode())
+                                 "hold_in": run}).encode())
     pr.flush(10)
     try:
         wait_for(lambda: "holding" in app.output()[offset:], 60, interval=0.1,
@@ -342,16 +346,26 @@ def restart_streams(app, bootstrap: str, payments_topic: str, account: str = "ac
     finally:
         app.kill()
     killed = time.monotonic()
-    new_id = app.restart()
+    new_id = app.restart(keep_state=True)
+    running_after = time.monotonic() - killed
+    restored = sum(n for _, _, n in app.restores() if n > 0)
+    head = (f"killed Kafka Streams {app.application_id} mid-transaction and restarted it on its state "
+            f"directory: process id {new_id}, ")
+    tail = f"; it restored {restored} records of its RocksDB store's changelog"
     if epoch is None:
-        return (f"restarted {app.application_id} (new process id {new_id}); its old transaction {old_tid} "
-                "was not seen Ongoing before the kill")
-    aborted, state = wait_aborted_by_coordinator(bootstrap, old_tid, epoch, 45)
-    waited = time.monotonic() - killed
-    end = (f"the coordinator aborted the old {old_tid} by timeout {waited:.0f}s after the kill"
-           if aborted else f"the old {old_tid} was still {state} {waited:.0f}s after the kill")
-    return (f"killed Kafka Streams {app.application_id} mid-transaction and restarted it without state: "
-            f"new process id {new_id}, new transactional id {app.transactional_id}; {end}")
+        return head + f"transactional id {app.transactional_id} (not seen Ongoing before the kill)" + tail
+    if app.transactional_id != old_tid:
+        aborted, state = wait_aborted_by_coordinator(bootstrap, old_tid, epoch, 45)
+        return (head + f"a new transactional id {app.transactional_id}; the old {old_tid} "
+                + ("was aborted by the coordinator's timeout" if aborted else f"was still {state}") + tail)
+    # The same id: the new instance's InitProducerId cannot complete while the killed instance's
+    # transaction is open, so it aborts it (a fence), unless the coordinator's timeout came first.
+    timeout_s = int(app.args["transaction-timeout-ms"]) / 1000
+    how = (f"its InitProducerId fenced the killed instance's transaction ({running_after:.0f}s after the kill, "
+           f"within its {timeout_s:g}s transaction.timeout.ms)" if running_after < timeout_s else
+           f"the killed instance's transaction was ended by the coordinator's timeout ({timeout_s:g}s) before "
+           f"the new instance ran ({running_after:.0f}s after the kill)")
+    return head + f"the same transactional id {old_tid}; {how}" + tail
 
 
 # ------------------------------------------------------------------ schedule

@@ -3,6 +3,7 @@
     app = StreamsApp(bootstrap, workdir=state / "streams", application_id="balance-app", ...)
     app.start()                 # javac (once per source change), then the JVM; returns when RUNNING
     app.process_id, app.transactional_id_prefix, app.kill(), app.restart(), app.stop()
+    app.restores()              # the changelog restores of the running instance
 
 The source is compiled with `javac` against the release's Kafka Streams runtime (Maven
 Central, `KafkaRelease.classpath("streams")`: kafka-streams, rocksdbjni, kafka-clients), into
@@ -28,7 +29,20 @@ SOURCE = Path(__file__).resolve().parent / "streams" / "BalanceApp.java"
 MAIN_CLASS = "BalanceApp"
 # "running thread=balance-app-<uuid>-StreamThread-1 ..." (default client.id = <application.id>-<process id>)
 _RUNNING = re.compile(r"^running thread=(?P<client>\S+?)-StreamThread-(?P<thread>\d+)\b", re.M)
+_RUN = re.compile(r"^running thread=\S+ run=(?P<run>\S+)", re.M)
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+
+
+_RESTORE = re.compile(r"^restore \S+ (?P<tp>\S+) from (?P<start>-?\d+) to (?P<end>-?\d+)$", re.M)
+_RESTORED = re.compile(r"^restored \S+ (?P<tp>\S+) records=(?P<n>\d+)$", re.M)
+
+
+def restores_from_output(text: str) -> list[tuple[str, int, int]]:
+    """(changelog partition, records to restore, records restored or -1 while restoring)
+    from the app's "restore ... from A to B" / "restored ... records=N" lines (pure)."""
+    done = {m.group("tp"): int(m.group("n")) for m in _RESTORED.finditer(text)}
+    return [(m.group("tp"), int(m.group("end")) - int(m.group("start")), done.get(m.group("tp"), -1))
+            for m in _RESTORE.finditer(text)]
 
 
 def process_id_from_output(text: str, application_id: str) -> tuple[str, int] | None:
@@ -102,17 +116,20 @@ class StreamsApp:
             f.seek(self._log_offset)
             return f.read().decode(errors="replace")
 
-    def launch(self) -> None:
-        """Start a JVM with an empty state directory (so: a new process id); no waiting."""
+    def launch(self, keep_state: bool = False) -> None:
+        """Start a JVM; no waiting. Without `keep_state` on an empty state directory (a new
+        process id, so new transactional ids); with it on the directory the last instance
+        left (its process id, transactional ids and RocksDB store)."""
         if self.compiled is None:
             self.prepare()
         with self._lock:
             if self.closed:
                 raise RuntimeError(f"{self.application_id} is closed: not starting it again")
-            self._launch()
+            self._launch(keep_state)
 
-    def _launch(self) -> None:
-        shutil.rmtree(self.args["state-dir"], ignore_errors=True)
+    def _launch(self, keep_state: bool) -> None:
+        if not keep_state:
+            shutil.rmtree(self.args["state-dir"], ignore_errors=True)
         cmd = java_command(self.release, self.classes, MAIN_CLASS, self.workdir, self.heap)
         if not self.bootstrap:
             raise ValueError("StreamsApp.bootstrap is not set")
@@ -140,22 +157,35 @@ class StreamsApp:
         self.process_id, self.thread_index = got
         return self.process_id
 
-    def start(self, timeout: float = 120.0) -> StreamsApp:
-        self.launch()
+    def start(self, timeout: float = 120.0, keep_state: bool = False) -> StreamsApp:
+        self.launch(keep_state)
         self.wait_running(timeout)
         return self
+
+    @property
+    def run_id(self) -> str | None:
+        """The running JVM's own id (what a payment's hold_in names)."""
+        found = _RUN.findall(self.output())
+        return found[-1] if found else None
+
+    def restores(self) -> list[tuple[str, int, int]]:
+        """(store partition, changelog records to restore, records restored) of this instance's
+        restores so far (pure over its output)."""
+        return restores_from_output(self.output())
 
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
     def kill(self) -> None:
-        """SIGKILL: no close(), no abort; its open transaction stays until the coordinator's timeout."""
+        """SIGKILL: no close(), no abort; its open transaction stays until an instance with the
+        same transactional id initialises (fencing it) or the coordinator's timeout."""
         kill_group(self.proc)
 
-    def restart(self, timeout: float = 120.0) -> str:
-        """Kill and start again without state: a new process id; returns it."""
+    def restart(self, timeout: float = 120.0, keep_state: bool = True) -> str:
+        """Kill and start again, by default on the same state directory (the same process id,
+        transactional ids and local store); returns the process id."""
         self.kill()
-        self.start(timeout)
+        self.start(timeout, keep_state)
         return self.process_id
 
     def close(self, timeout: float = 20.0) -> None:

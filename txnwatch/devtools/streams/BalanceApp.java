@@ -2,23 +2,26 @@
  * The demo's Kafka Streams application: per-account balances with exactly_once_v2 and a
  * transactional outbox.
  *
- * Payments (JSON {"account", "amount", "ts"}, keyed by account) are summed per account in an
- * in-memory store (the distribution has no rocksdbjni). In the same transaction as the store's
+ * Payments (JSON {"account", "amount", "ts"}, keyed by account) are summed per account in a
+ * persistent RocksDB store (rocksdbjni comes with kafka-streams from Maven Central), kept in
+ * --state-dir: an instance restarted on the same directory keeps its process id (so its
+ * transactional ids) and its local state. In the same transaction as the store's
  * changelog write and the offset commit, each update goes to the balances topic and, when a
  * deposit leaves a balance at or over the threshold, an alert goes to the outbox topic:
  * {"alert_id": "<account>:<update number>", ...}. The id is a function of the state, so a
  * replay after an aborted transaction produces the same id and a downstream sink can apply
  * each alert once (INSERT OR IGNORE by alert_id).
  *
- * A payment carrying "hold_ms" and "hold_in" (a stream thread name prefix, e.g.
- * "balance-app-<process id>-StreamThread-1") stands for a slow call inside the processor: that
- * thread waits that long after writing the update, with its transaction open (the demo's fault
- * injector uses it to kill the app mid-transaction). Other instances ignore the hold.
+ * A payment carrying "hold_ms" and "hold_in" (the run id this JVM prints when it runs) stands
+ * for a slow call inside the processor: the stream thread waits that long after writing the
+ * update, with its transaction open (the demo's fault injector uses it to kill the app
+ * mid-transaction). Other runs ignore the hold.
  *
  * Args: --bootstrap H:P --application-id ID --input T --balances T --alerts T --state-dir DIR
  *       [--threshold 600] [--transaction-timeout-ms 10000]
- * Prints one line per event on stdout: "running process=<uuid> thread=<name>", "holding <ms>",
- * "state <NEW> from <OLD>".
+ * Prints one line per event on stdout: "running thread=<name> run=<id> producers=[...]", "holding <ms>",
+ * "state <NEW> from <OLD>", "restore <store> <partition> from <offset> to <offset>" and
+ * "restored <store> <partition> records=<n>" (changelog restores).
  */
 
 import com.fasterxml.jackson.databind.JsonNode;
@@ -31,6 +34,7 @@ import java.util.Properties;
 import java.util.concurrent.CountDownLatch;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.producer.ProducerConfig;
+import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.serialization.Serde;
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.streams.KafkaStreams;
@@ -42,10 +46,13 @@ import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.KStream;
 import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.Produced;
+import org.apache.kafka.streams.processor.StateRestoreListener;
 import org.apache.kafka.streams.state.Stores;
 
 public final class BalanceApp {
     private static final ObjectMapper JSON = new ObjectMapper();
+    /** This run of the JVM (a hold names it). */
+    static final String RUN = java.util.UUID.randomUUID().toString();
 
     /** An account's state: balance, number of updates, whether the last update raised a
      *  high-balance alert, and the last payment's hold (not part of the balance, only of the update). */
@@ -85,11 +92,10 @@ public final class BalanceApp {
         Balance b = Balance.decode(state);
         try {
             JsonNode p = JSON.readTree(payment);
-            // a hold is meant for one instance only: a restarted instance (new process id, new
-            // thread names) that reprocesses the payment does not hold again
-            String holdIn = p.path("hold_in").asText("");
-            long holdMs = !holdIn.isEmpty() && Thread.currentThread().getName().startsWith(holdIn)
-                ? p.path("hold_ms").asLong(0) : 0;
+            // a hold is meant for one run of the JVM only: a restarted instance (the same process
+            // id and thread names when it keeps its state directory) that reprocesses the payment
+            // after the abort does not hold again
+            long holdMs = RUN.equals(p.path("hold_in").asText("")) ? p.path("hold_ms").asLong(0) : 0;
             return b.apply(p.path("amount").asDouble(0), holdMs, threshold).encode();
         } catch (Exception e) {   // a malformed payment changes nothing
             return new Balance(b.balance, b.updates, false, 0).encode();
@@ -151,7 +157,12 @@ public final class BalanceApp {
         p.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, StreamsConfig.EXACTLY_ONCE_V2);
         p.put(StreamsConfig.STATE_DIR_CONFIG, a.get("state-dir"));
         p.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, 1);
-        p.put(StreamsConfig.CACHE_MAX_BYTES_BUFFERING_CONFIG, 0);   // every update goes out at once
+        p.put("statestore.cache.max.bytes", 0);   // every update goes out at once
+        // KIP-892 (Kafka Streams 4.4): the RocksDB store commits with the changelog transaction
+        // and keeps its changelog offsets, so an instance killed under EOS resumes from its local
+        // state instead of wiping it and restoring the whole changelog. (Older releases log
+        // this setting as unknown and wipe: the restore lines say how much they restored.)
+        p.put("enable.transactional.statestores", "true");
         p.put(StreamsConfig.DEFAULT_KEY_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
         p.put(StreamsConfig.DEFAULT_VALUE_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
         // Must stay at or below the broker's transaction.max.timeout.ms (the demo broker's is short).
@@ -166,7 +177,7 @@ public final class BalanceApp {
             .filter((account, payment) -> account != null && payment != null)
             .groupByKey()
             .aggregate(() -> "", (account, payment, state) -> aggregate(payment, state, threshold),
-                       Materialized.<String, String>as(Stores.inMemoryKeyValueStore("balances"))
+                       Materialized.<String, String>as(Stores.persistentKeyValueStore("balances"))
                            .withKeySerde(s).withValueSerde(s).withCachingDisabled())
             .toStream();
         updates.mapValues((account, state) -> balanceJson(account, Balance.decode(state)))
@@ -183,12 +194,27 @@ public final class BalanceApp {
             System.out.println("thread error " + e);
             return StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse.REPLACE_THREAD;
         });
+        streams.setGlobalStateRestoreListener(new StateRestoreListener() {
+            @Override
+            public void onRestoreStart(TopicPartition tp, String store, long start, long end) {
+                System.out.println("restore " + store + " " + tp + " from " + start + " to " + end);
+            }
+
+            @Override
+            public void onBatchRestored(TopicPartition tp, String store, long batchEnd, long records) {
+            }
+
+            @Override
+            public void onRestoreEnd(TopicPartition tp, String store, long records) {
+                System.out.println("restored " + store + " " + tp + " records=" + records);
+            }
+        });
         streams.setStateListener((now, old) -> {
             System.out.println("state " + now + " from " + old);
             if (now == KafkaStreams.State.RUNNING) {
                 for (ThreadMetadata t : streams.metadataForLocalThreads()) {
                     // default client.id: <application.id>-<process uuid>; threads: <client.id>-StreamThread-N
-                    System.out.println("running thread=" + t.threadName()
+                    System.out.println("running thread=" + t.threadName() + " run=" + RUN
                                        + " producers=" + t.producerClientIds());
                 }
             }
