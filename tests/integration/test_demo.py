@@ -158,6 +158,23 @@ class DemoWatch:
                 and lag["read_uncommitted"] > lag["read_committed"])
 
 
+def printed_links(out: str) -> dict[str, str]:
+    """{name: URL} of the "Open:" block the demo prints (pure)."""
+    block = out.split("Open:", 1)[1].split("Ctrl-C", 1)[0] if "Open:" in out else ""
+    return dict(re.findall(r"^\s+([\w -]+?)\s*: (https?://\S+)", block, re.M))
+
+
+def opens(url: str) -> int:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
 def test_make_demo_on_kafka_shows_everything_and_cleans_up(tmp_path):
     state = tmp_path / "demo"
     ex_port, prom_port, broker_port = free_port(), free_port(), free_port()
@@ -180,6 +197,10 @@ def test_make_demo_on_kafka_shows_everything_and_cleans_up(tmp_path):
             pytest.fail(f"not seen: {watch.missing}\n--- demo output ---\n{watch.out()[-6000:]}")
         for name, t in sorted(watch.seen.items(), key=lambda i: i[1]):
             print(f"seen after {t:5.0f}s: {name}")
+        # every link the demo prints opens a working page (Debian's Prometheus has no /alerts)
+        links = printed_links(watch.out())
+        assert {"exporter page", "metrics", "alerts", "prometheus"} <= set(links), links
+        assert {name: opens(url) for name, url in links.items()} == dict.fromkeys(links, 200), links
         print("".join(line[:160] + "\n" for line in watch.out().splitlines() if "[fault]" in line))
 
         # The Streams app's transactional id, as the broker lists it, is an EOS-v2 id that

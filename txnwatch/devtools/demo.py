@@ -427,7 +427,8 @@ class Demo:
                  f"  exporter page : {self.exporter.url}/",
                  f"  metrics       : {self.exporter.url}/metrics"]
         if self.prometheus:
-            lines += [f"  prometheus    : {self.prometheus.url}/alerts  (and /graph)"]
+            lines += [f"  alerts        : {self.prometheus.page_url('alerts')}",
+                      f"  prometheus    : {self.prometheus.page_url('graph')}"]
         lines += [f"  dashboards    : import {ROOT}/deploy/grafana/dashboards/*.json into Grafana "
                   "(provisioning files in deploy/grafana/provisioning)",
                   f"  one-shot check: {ROOT}/.venv/bin/txnwatch check --bootstrap-servers {self.bootstrap}",

@@ -63,6 +63,19 @@ class PrometheusProcess:
         except OSError:
             return False
 
+    def page_url(self, page: str) -> str:
+        """The URL of one of the UI's pages ("alerts", "graph") that this Prometheus serves:
+        the React UI's `/alerts`, or where only the classic UI is built in (Debian's package
+        answers `/alerts` with 404) `/classic/alerts`."""
+        for path in (f"/{page}", f"/classic/{page}"):
+            try:
+                with urllib.request.urlopen(self.url + path, timeout=5) as r:
+                    if r.status == 200:
+                        return self.url + path
+            except OSError:
+                continue
+        raise RuntimeError(f"prometheus at {self.url} serves neither /{page} nor /classic/{page}")
+
     def api(self, path: str, **params) -> dict:
         url = f"{self.url}/api/v1/{path}"
         if params:
