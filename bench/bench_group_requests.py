@@ -36,7 +36,7 @@ from pathlib import Path
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from txnwatch.devtools.kafka import KafkaCluster, make_broker, require_kafka
+from txnwatch.devtools.kafka import KafkaCluster, make_broker
 from txnwatch.devtools.workload import commit_group_offset
 from txnwatch.exporter.kafka_io import KafkaIO
 
@@ -120,14 +120,6 @@ class RequestLog:
                 if api in APIS:
                     out[APIS[api]] += 1
         return out
-
-
-def request_log_config(workdir: Path) -> Path:
-    """The distribution's log4j.properties with the request log at DEBUG."""
-    src = (require_kafka().home / "config" / "log4j.properties").read_text()
-    out = workdir / "log4j-requests.properties"
-    out.write_text(src.replace("log4j.logger.kafka.request.logger=WARN", "log4j.logger.kafka.request.logger=DEBUG"))
-    return out
 
 
 def ready(io: KafkaIO, selected, n: int, timeout: float = 120) -> None:
@@ -229,12 +221,11 @@ def main() -> None:
     a = ap.parse_args()
     sizes = sorted(int(x) for x in a.groups.split(","))
     work = Path(tempfile.mkdtemp(prefix="txnwatch-bench-groups-"))
-    os.environ["KAFKA_LOG4J_OPTS"] = f"-Dlog4j.configuration=file:{request_log_config(work)}"
     if a.brokers > 1:
-        cluster = KafkaCluster(a.brokers, workdir=work / "cluster")
+        cluster = KafkaCluster(a.brokers, workdir=work / "cluster", request_log=True)
         nodes = cluster.nodes
     else:
-        cluster = make_broker(workdir=work / "broker")
+        cluster = make_broker(workdir=work / "broker", request_log=True)
         nodes = [cluster]
     cluster.start()
     try:
@@ -246,9 +237,9 @@ def main() -> None:
         counts = count_requests(cluster.bootstrap, sizes, log, a.count_polls, a.interval)
 
         # phase 2: the same broker(s) without the request log, for the times
-        del os.environ["KAFKA_LOG4J_OPTS"]
         for n in nodes:
             n.stop()
+            n.request_log = False
         cluster.start()
         times = time_polls(cluster.bootstrap, sizes, a.rounds, a.interval)
     finally:

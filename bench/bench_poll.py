@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bench_poll.py [--partitions 10000] [--topics 100] [--groups 500] [--rounds 5]
 
-Starts its own broker (Apache Kafka where found, else Tansu), creates `--topics` topics sharing `--partitions`
+Starts its own broker (Apache Kafka from Maven Central, KAFKA_VERSION), creates `--topics` topics sharing `--partitions`
 partitions, commits offsets for `--groups` consumer groups, then times
   floor: ListOffsets in both isolation levels + list groups (confluent-kafka, the same
          batched futures) + the groups' offsets batched per coordinator (kafka-python's

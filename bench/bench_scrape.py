@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bench_scrape.py [--partitions 10000] [--groups 500] [--seconds 30]
 
-Starts a broker (Apache Kafka where found, else Tansu) behind a request-counting TCP proxy, creates the partitions and groups,
+Starts a broker (Apache Kafka from Maven Central, KAFKA_VERSION) behind a request-counting TCP proxy, creates the partitions and groups,
 runs `txnwatch serve` (a child process) polling every 2 s, then:
   1. 4 concurrent scrapers hit /metrics for --seconds while polls run: p50/p99/max;
   2. request attribution: Kafka requests through the proxy in a window with the same 4
@@ -23,7 +23,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from txnwatch.devtools.exporter_proc import ExporterProcess
-from txnwatch.devtools.kafka import KafkaCluster, broker_kind, make_broker
+from txnwatch.devtools.kafka import KafkaCluster, make_broker
 from txnwatch.devtools.net import free_port, wait_for
 from txnwatch.devtools.proxy import KafkaProxy
 
@@ -36,7 +36,7 @@ def broker_for(partitions: int):
     """A not yet started broker for `partitions` partitions: one Kafka node up to
     PARTITIONS_PER_NODE, else a KRaft cluster of enough nodes (topics with RF 1)."""
     nodes = math.ceil(partitions / PARTITIONS_PER_NODE)
-    if nodes <= 1 or broker_kind() != "kafka":
+    if nodes <= 1:
         return make_broker()
     return KafkaCluster(nodes, heap="1g", properties={"default.replication.factor": 1,
                                                       "offsets.topic.replication.factor": 1,

@@ -59,7 +59,7 @@ from txnwatch.devtools.hanging import make_hanging_transaction
 from txnwatch.devtools.kafka import KafkaBroker
 from txnwatch.devtools.net import free_port, wait_for
 from txnwatch.devtools.prometheus import PrometheusProcess
-from txnwatch.devtools.rawkafka import TwoPhaseTransaction
+from txnwatch.devtools.rawkafka import RawTransaction
 from txnwatch.devtools.workload import ProducerProcess, commit_group_offset, create_topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -508,7 +508,7 @@ def test_every_dashboard_query_has_data_and_the_hanging_alert_fires(spark, tmp_p
         make_hanging_transaction(bootstrap, ORDERS, HANG_PARTITION)
         # a two-phase-commit transaction left undecided, on a topic of its own (its LSO stays put)
         create_topics(bootstrap, ["e2e.ledger"], partitions=1)
-        TwoPhaseTransaction(bootstrap, "e2e-ledger-0").open("e2e.ledger", 0)
+        RawTransaction(bootstrap, "e2e-ledger-0", two_phase=True).open("e2e.ledger", 0)
         commit_group_offset(bootstrap, BLOCKED_GROUP, ORDERS, HANG_PARTITION, 0)
 
         config = cluster_config(bootstrap, [ORDERS, PAYMENTS], name=CLUSTER, transaction_log_tap=True,

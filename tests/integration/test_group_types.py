@@ -11,6 +11,7 @@ import html
 import pytest
 from confluent_kafka import Consumer, Producer
 
+from tests import compat
 from tests.integration.conftest import cluster_config
 from txnwatch.devtools.kafka import finalized_features, share_consumer
 from txnwatch.devtools.net import wait_for
@@ -37,7 +38,7 @@ def consume_and_commit(bootstrap: str, topic: str, group: str, protocol: str, n:
         c.close()
 
 
-def test_classic_consumer_and_share_groups(broker, unique, exporter_factory, tmp_path):
+def test_classic_consumer_and_share_groups(broker, unique, exporter_factory, tmp_path, request):
     features = finalized_features(broker.bootstrap)
     assert features.get("group.version", 0) >= 1 and features.get("share.version", 0) >= 1, features
     topic = unique("grp-types")
@@ -89,6 +90,7 @@ def test_classic_consumer_and_share_groups(broker, unique, exporter_factory, tmp
                         what="more polls")
         errors = {lbl["cause"]: v for lbl, v in exp.metrics().select("txnwatch_poll_errors_total") if v}
         assert not [c for c in errors if "group" in c], errors
+        compat.record(request.config, "features", "4.x", "Group types", "classic, consumer, share")
     finally:
         member.kill()
         member.wait(10)

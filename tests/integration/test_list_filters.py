@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import Producer
 
+from tests import compat
 from tests.integration.conftest import cluster_config
 from txnwatch.devtools.kafka import kafka_release
 from txnwatch.devtools.net import wait_for
@@ -30,7 +31,7 @@ def open_transaction(bootstrap: str, tid: str, topic: str) -> Producer:
 
 
 @pytest.mark.parametrize("line", ["4.x", "3.9"])
-def test_duration_and_id_pattern_filters(line, broker, own_broker, exporter_factory, unique):
+def test_duration_and_id_pattern_filters(line, broker, own_broker, exporter_factory, unique, request):
     b = broker if line == "4.x" else own_broker(release=kafka_release("3.9"))
     topic = unique("filters")
     create_topics(b.bootstrap, [topic])
@@ -55,6 +56,11 @@ def test_duration_and_id_pattern_filters(line, broker, own_broker, exporter_fact
                             what="the included app's old transaction")
         for app in (f"{other}-old", f"{other}-young"):
             assert m.get_value("kafka_transaction_open", app=app) is None, app
+        row = f"{line}"
+        compat.record(request.config, "features", row, "Release run", b.release.version)
+        compat.record(request.config, "features", row, "ListTransactions duration filter (KIP-994)", "in the broker")
+        compat.record(request.config, "features", row, "ListTransactions id pattern (KIP-1152)",
+                      "in the broker" if api.id_pattern_filter else "in txnwatch")
     finally:
         api.close()
         for p in old + young:

@@ -2,9 +2,8 @@
 mutual TLS, rejected credentials and certificates, and missing ACLs as findings that
 name the ACL and the kafka-acls.sh command (run here as printed, and the finding clears).
 
-One secured broker for the whole module (ZooKeeper mode: Kafka 3.1's KRaft mode has no
-SCRAM credentials and no authorizer; see txnwatch/devtools/secure_broker.py), with the
-AclAuthorizer on. Every exporter principal gets exactly the ACLs docs/configuration.md
+One secured KRaft broker of the release under test for the whole module
+(txnwatch/devtools/kafka/secure.py), with the StandardAuthorizer on. Every exporter principal gets exactly the ACLs docs/configuration.md
 lists, minus the one a test is about.
 """
 
@@ -22,6 +21,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
+from tests import compat
 from txnwatch.devtools.exporter_proc import ExporterProcess
 from txnwatch.devtools.kafka import kafka_tool
 from txnwatch.devtools.net import wait_for
@@ -265,7 +265,7 @@ def test_secrets_never_in_logs_metrics_or_page_even_at_debug(secure, exporter):
 
 
 # ------------------------------------------------------------------ missing ACLs
-def test_missing_describe_on_transactional_id(secure, exporter_factory, tmp_path):
+def test_missing_describe_on_transactional_id(secure, exporter_factory, tmp_path, request):
     k = secure.kafka
     # txnwatch check (no tap): producer state shows an open transaction ListTransactions omits
     code, result, text = run_check(tmp_path, [cluster(k, "notxn", "SASL", scram(secure, "notxn"), tap=False)])
@@ -294,6 +294,8 @@ def test_missing_describe_on_transactional_id(secure, exporter_factory, tmp_path
     grant_as_printed(secure, msg, tmp_path / "tools")
     wait_for(lambda: finding() is None and open_txn_row("notxn", "sec-open") in page(exp), 60,
              what="the finding to clear and sec-open to show once DESCRIBE is granted")
+    compat.record(request.config, "features", "4.x", "SASL/SCRAM, PLAIN, TLS and ACLs on KRaft",
+                  "missing ACLs named")
 
 
 def test_missing_read_on_transaction_state(secure, exporter_factory, tmp_path):

@@ -20,6 +20,7 @@ import time
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from tests import compat
 from tests.integration.conftest import cluster_config
 from txnwatch.devtools.faults import restart_streams
 from txnwatch.devtools.kafka import transaction_version
@@ -63,7 +64,7 @@ def last_balances(bootstrap: str, topic: str, partitions: int) -> dict[str, floa
     return out
 
 
-def test_rocksdb_app_restarts_on_its_state_directory(broker, unique, tmp_path, exporter_factory):
+def test_rocksdb_app_restarts_on_its_state_directory(broker, unique, tmp_path, exporter_factory, request):
     assert transaction_version(broker.bootstrap) == 2
     payments, balances, alerts = unique("rocks-pay"), unique("rocks-bal"), unique("rocks-alerts")
     create_topics(broker.bootstrap, [payments, balances, alerts], partitions=3)
@@ -103,5 +104,7 @@ def test_rocksdb_app_restarts_on_its_state_directory(broker, unique, tmp_path, e
         sums = {a: sums.get(a, 0) + more.get(a, 0) for a in set(sums) | set(more)}
         wait_for(lambda: last_balances(broker.bootstrap, balances, 3) == sums, 90, interval=1,
                  what="exactly-once balances after the kill")
+        compat.record(request.config, "features", "4.x", "Kafka Streams EOS-v2 with RocksDB",
+                      "restart fences its own transaction")
     finally:
         app.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests import compat
 from txnwatch.devtools.exporter_proc import ExporterProcess
 from txnwatch.devtools.kafka import kafka_release, transaction_version
 from txnwatch.devtools.rawkafka import init_producer_id_until
@@ -27,8 +28,11 @@ LINES = [
 ]
 
 
+ROWS = {("4", "java"): "4.x TV2 client", ("4", "librdkafka"): "4.x TV0 client", ("3.9", "librdkafka"): "3.9"}
+
+
 @pytest.mark.parametrize("kafka_version,client", LINES)
-def test_the_scenario_counts_equal_the_brokers_view(kafka_version, client, tmp_path):
+def test_the_scenario_counts_equal_the_brokers_view(kafka_version, client, tmp_path, request):
     result = run_scenario(kafka_version, client, tmp_path)
     print(result.table())
     if kafka_version is None:
@@ -38,9 +42,18 @@ def test_the_scenario_counts_equal_the_brokers_view(kafka_version, client, tmp_p
     assert not result.problems(), result.table()
     for step in result.steps:
         assert result.txnwatch[step] == result.broker[step] == EXPECTED[step], step
+    row = ROWS[(kafka_version or "4", client)]
+    for column, value in (("Release run", result.release), ("transaction.version", result.transaction_version),
+                          ("Client", client), ("Commits, client aborts", "counted"),
+                          ("Fenced by a new instance (open and idle)", "counted"),
+                          ("Coordinator timeout", "counted"), ("Idle id expiry", "counted"),
+                          ("forceTerminateTransaction",
+                           "counted as operator" if "operator" in result.steps else "not in the release"),
+                          ("Hanging transaction (KAFKA-9144)", "found, ended by abort")):
+        compat.record(request.config, "scenario", row, column, value)
 
 
-def test_an_exhausted_epoch_moves_to_a_new_producer_id_and_is_no_fence(own_broker, tmp_path):
+def test_an_exhausted_epoch_moves_to_a_new_producer_id_and_is_no_fence(own_broker, tmp_path, request):
     broker = own_broker()
     assert transaction_version(broker.bootstrap) == 2
     create_topics(broker.bootstrap, ["exh-data"])
@@ -75,6 +88,7 @@ def test_an_exhausted_epoch_moves_to_a_new_producer_id_and_is_no_fence(own_broke
         assert m.get_value("kafka_transactional_ids", app="exh-orders") == 1
         apps = {lbl["app"] for lbl, _ in m.select("kafka_transactional_ids")}
         assert apps <= {"exh-orders", "txnwatch-canary"}, apps
+        compat.record(request.config, "scenario", "4.x TV2 client", "Epoch exhaustion", "no fence, same app")
     finally:
         client.close()
         exporter.stop()

@@ -17,9 +17,10 @@ import time
 
 import pytest
 
+from tests import compat
 from tests.integration.conftest import cluster_config
 from txnwatch.devtools.net import wait_for
-from txnwatch.devtools.rawkafka import TwoPhaseTransaction
+from txnwatch.devtools.rawkafka import RawTransaction
 from txnwatch.devtools.workload import create_topics
 
 pytestmark = [pytest.mark.integration]
@@ -28,12 +29,12 @@ TWO_PC_BROKER = {"unstable.api.versions.enable": "true", "transaction.two.phase.
                  "transaction.max.timeout.ms": 4000}
 
 
-def test_a_two_phase_commit_transaction_is_told_apart(own_broker, exporter_factory):
+def test_a_two_phase_commit_transaction_is_told_apart(own_broker, exporter_factory, request):
     b = own_broker(properties=TWO_PC_BROKER)
     create_topics(b.bootstrap, ["xa-orders"])
     exp = exporter_factory(cluster_config(b.bootstrap, ["xa-orders"], transaction_log_tap=True,
                                           two_phase_commit_max_age_seconds=3))
-    txn = TwoPhaseTransaction(b.bootstrap, "xa-ledger-0").open("xa-orders", 0)
+    txn = RawTransaction(b.bootstrap, "xa-ledger-0", two_phase=True).open("xa-orders", 0)
     opened = time.monotonic()
 
     def shown(m) -> bool:
@@ -57,3 +58,4 @@ def test_a_two_phase_commit_transaction_is_told_apart(own_broker, exporter_facto
     m = exp.wait_metric(lambda m: m.get_value("kafka_transactions_total", app="xa-ledger", outcome="committed") == 1,
                         30, what="the commit in the tap")
     assert not m.get_value("kafka_transaction_two_phase_open", app="xa-ledger")
+    compat.record(request.config, "features", "4.x", "Two-phase-commit transactions (KIP-939)", "told apart")

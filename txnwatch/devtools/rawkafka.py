@@ -98,23 +98,29 @@ def init_producer_id_until(bootstrap: str, transactional_id: str, epoch: int,
                 return r.producer_id, r.producer_epoch
 
 
-class TwoPhaseTransaction:
-    """A KIP-939 two-phase-commit transaction, opened the way a 2PC client will: InitProducerId
-    v6 with Enable2Pc (the coordinator then gives it the timeout Integer.MAX_VALUE and never
-    aborts it), AddPartitionsToTxn and a transactional write; ended by EndTxn, as the external
-    transaction manager's decision would. Kafka 4.4's Java client has the setting
+class RawTransaction:
+    """A transaction opened request by request, without a client library: InitProducerId,
+    AddPartitionsToTxn, one transactional write; ended by EndTxn. Cheap enough to hold
+    hundreds open from one process (benchmarks).
+
+    `two_phase=True` opens a KIP-939 two-phase-commit transaction the way a 2PC client will:
+    InitProducerId v6 with Enable2Pc (the coordinator then gives it the timeout
+    Integer.MAX_VALUE and never aborts it), ended by EndTxn as the external transaction
+    manager's decision would. Kafka 4.4's Java client has the setting
     (transaction.two.phase.commit.enable) but does not send the flag yet, and the broker
     answers InitProducerId v6 only with unstable.api.versions.enable=true and
     transaction.two.phase.commit.enable=true."""
 
-    def __init__(self, bootstrap: str, transactional_id: str) -> None:
+    def __init__(self, bootstrap: str, transactional_id: str, *, two_phase: bool = False,
+                 timeout_ms: int = 60_000) -> None:
         self.bootstrap, self.transactional_id = bootstrap, transactional_id
+        self.two_phase, self.timeout_ms = two_phase, timeout_ms
         self.producer_id = self.producer_epoch = -1
 
     def _coordinator(self) -> Connection:
         return Connection(*transaction_coordinator(self.bootstrap, self.transactional_id))
 
-    def open(self, topic: str, partition: int, value: bytes = b"prepared") -> TwoPhaseTransaction:
+    def open(self, topic: str, partition: int, value: bytes = b"open") -> RawTransaction:
         from kafka.protocol.metadata import MetadataRequest, MetadataResponse
         from kafka.protocol.producer import (
             AddPartitionsToTxnRequest,
@@ -129,11 +135,16 @@ class TwoPhaseTransaction:
         tid = self.transactional_id
         with self._coordinator() as conn:
             def init():
-                r = conn.call(InitProducerIdRequest(transactional_id=tid, transaction_timeout_ms=60_000,
-                                                    producer_id=-1, producer_epoch=-1, enable2_pc=True,
-                                                    keep_prepared_txn=False), InitProducerIdResponse, 6)
+                if self.two_phase:
+                    req, version = InitProducerIdRequest(
+                        transactional_id=tid, transaction_timeout_ms=self.timeout_ms, producer_id=-1,
+                        producer_epoch=-1, enable2_pc=True, keep_prepared_txn=False), 6
+                else:
+                    req, version = InitProducerIdRequest(transactional_id=tid,
+                                                         transaction_timeout_ms=self.timeout_ms), 1
+                r = conn.call(req, InitProducerIdResponse, version)
                 return r, r.error_code
-            r = retry("InitProducerId (2PC)", init)
+            r = retry("InitProducerId", init)
             self.producer_id, self.producer_epoch = r.producer_id, r.producer_epoch
 
             def add():
@@ -162,7 +173,7 @@ class TwoPhaseTransaction:
         with Connection(host, port) as conn:
             part = conn.call(req, ProduceResponse, 3).responses[0].partition_responses[0]
         if part.error_code != 0:
-            raise RuntimeError(f"the 2PC transaction's write to {topic}-{partition} failed: "
+            raise RuntimeError(f"the transaction's write to {topic}-{partition} failed: "
                                f"{error_name(part.error_code)}")
         return self
 

@@ -24,7 +24,7 @@ class KafkaCluster:
     def __init__(self, size: int = 3, workdir: str | os.PathLike | None = None,
                  properties: Mapping[str, object] | None = None, host: str = "127.0.0.1",
                  heap: str = "512m", release: KafkaRelease | None = None,
-                 features: Mapping[str, int] | None = None) -> None:
+                 features: Mapping[str, int] | None = None, request_log: bool = False) -> None:
         self.release = release or kafka_release()
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="txnwatch-kafka-cluster-"))
         rf = min(3, size)
@@ -33,7 +33,7 @@ class KafkaCluster:
                  **(properties or {})}
         cid = new_cluster_id()
         common = dict(host=host, properties=props, cluster_id=cid, release=self.release, heap=heap,
-                      features=features)
+                      features=features, request_log=request_log)
         first = KafkaBroker(workdir=self.workdir / "node-1", node_id=1, **common)
         self.nodes = [first] + [
             KafkaBroker(workdir=self.workdir / f"node-{i}", node_id=i, roles="broker",

@@ -121,8 +121,10 @@ class KafkaBroker:
                  roles: str = "broker,controller", controller: tuple[int, int] | None = None,
                  cluster_id: str | None = None, extra_listeners: list[Listener] | None = None,
                  jvm_args: Iterable[str] = (), heap: str = "512m", release: KafkaRelease | None = None,
-                 features: Mapping[str, int] | None = None, scram: Iterable[str] = ()) -> None:
+                 features: Mapping[str, int] | None = None, scram: Iterable[str] = (),
+                 request_log: bool = False) -> None:
         self.release = release or kafka_release()
+        self.request_log = request_log   # every request in logs/kafka-request.log (benchmarks)
         self.host = host
         self.port = port or free_port(host)
         self.advertised_port = advertised_port or self.port
@@ -240,8 +242,9 @@ class KafkaBroker:
         self.format()
         config = self._write_config()
         self._ready_offset = len(self.server_log())
-        log_args = self.release.log_config(self.workdir / "log-config.properties",
-                                           to_file=self.log_dir / "server.log")
+        log_args = self.release.log_config(
+            self.workdir / "log-config.properties", to_file=self.log_dir / "server.log",
+            request_log=self.log_dir / "kafka-request.log" if self.request_log else None)
         cmd = [self.release.java, f"-Xmx{self.heap}", "-Xms64m", *JVM_FLAGS, *log_args,
                f"-Dkafka.logs.dir={self.log_dir}", *self.jvm_args,
                "-cp", self.release.classpath("server"), "kafka.Kafka", str(config)]

@@ -211,15 +211,17 @@ class KafkaRelease:
 
     # -- logging
     def log_config(self, path: str | os.PathLike, *, to_file: str | os.PathLike | None = None,
-                   level: str = "INFO") -> list[str]:
+                   level: str = "INFO", request_log: str | os.PathLike | None = None) -> list[str]:
         """Write the project's log configuration for this release's binding to `path` and
         return the JVM arguments that select it. `to_file`: everything at `level` goes to that
-        file (the broker's server.log); else WARN and above to stderr (tools, apps)."""
+        file (the broker's server.log); else WARN and above to stderr (tools, apps).
+        `request_log`: every request the broker completes, one line each (kafka.request.logger
+        at DEBUG), to that file instead (benchmarks count requests with it)."""
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
         pattern = "[%d] %p %m (%c)%n"
-        quiet = ("kafka.request.logger", "state.change.logger", "kafka.controller", "org.apache.kafka.controller",
-                 "kafka.log.LogCleaner", "org.apache.zookeeper")
+        quiet = ("state.change.logger", "kafka.controller", "org.apache.kafka.controller",
+                 "kafka.log.LogCleaner", "org.apache.zookeeper") + (() if request_log else ("kafka.request.logger",))
         if self.log4j2:
             if to_file:
                 lines = ["appender.main.type = File", "appender.main.name = main", f"appender.main.fileName = {to_file}"]
@@ -230,6 +232,11 @@ class KafkaRelease:
                       f"rootLogger.level = {level}", "rootLogger.appenderRef.main.ref = main"]
             for i, name in enumerate(quiet):
                 lines += [f"logger.q{i}.name = {name}", f"logger.q{i}.level = WARN"]
+            if request_log:
+                lines += ["appender.req.type = File", "appender.req.name = req", f"appender.req.fileName = {request_log}",
+                          "appender.req.layout.type = PatternLayout", f"appender.req.layout.pattern = {pattern}",
+                          "logger.req.name = kafka.request.logger", "logger.req.level = DEBUG",
+                          "logger.req.additivity = false", "logger.req.appenderRef.req.ref = req"]
             p.write_text("\n".join(lines) + "\n")
             return [f"-Dlog4j2.configurationFile={p}"]
         if to_file:
@@ -241,6 +248,11 @@ class KafkaRelease:
         lines = head + ["log4j.appender.main.layout=org.apache.log4j.PatternLayout",
                         f"log4j.appender.main.layout.ConversionPattern={pattern}"]
         lines += [f"log4j.logger.{name}=WARN" for name in quiet]
+        if request_log:
+            lines += ["log4j.appender.req=org.apache.log4j.FileAppender", f"log4j.appender.req.File={request_log}",
+                      "log4j.appender.req.layout=org.apache.log4j.PatternLayout",
+                      f"log4j.appender.req.layout.ConversionPattern={pattern}",
+                      "log4j.logger.kafka.request.logger=DEBUG, req", "log4j.additivity.kafka.request.logger=false"]
         p.write_text("\n".join(lines) + "\n")
         return [f"-Dlog4j.configuration=file:{p}"]
 
