@@ -322,7 +322,7 @@ class KafkaIO:
 
     def configs(self, broker_ids: list[int], topics: Iterable[str]) -> ClusterFacts:
         """Broker configs that matter to transactions and topic retention.ms, where the broker
-        returns values (some brokers, e.g. Tansu, return none)."""
+        returns values (some brokers and proxies return none)."""
         deadline = time.monotonic() + self.timeout
         values: dict[str, int] = {}
         if broker_ids:
