@@ -110,6 +110,10 @@ CATALOG: dict[str, MetricSpec] = {s.name: s for s in [
     _m("kafka_consumergroup_committed_offset", "gauge", "Committed offset of a consumer group.",
        ("cluster", "group", "topic", "partition")),
     _m("kafka_brokers", "gauge", "Live brokers in the cluster metadata.", C),
+    _m("kafka_cluster_feature_level", "gauge",
+       "The cluster's finalized feature levels (ApiVersions), e.g. feature=\"transaction.version\": 2 when "
+       "4.x clients bump the epoch at every commit (KIP-890), group.version, share.version.",
+       ("cluster", "feature")),
     _m("kafka_groups", "gauge",
        "Groups the brokers list, by type (ListGroups v5, refreshed with the broker configs): classic and "
        "consumer (KIP-848) groups have committed-offset and lag series; share groups (KIP-932) have no "
@@ -255,8 +259,9 @@ CATALOG: dict[str, MetricSpec] = {s.name: s for s in [
        ("cluster",), source="self"),
     _m("txnwatch_capability", "gauge",
        "1 when the cluster supports the API: the KIP-664 calls (list_transactions, describe_transactions, "
-       "describe_producers) and offset_fetch_batched (committed offsets of many groups per OffsetFetch v8, "
-       "KIP-709; 0: one request per group).",
+       "describe_producers), their filters list_transactions_duration_filter (KIP-994, 3.8+) and "
+       "list_transactions_id_pattern (KIP-1152, 4.1+), and offset_fetch_batched (committed offsets of many "
+       "groups per OffsetFetch v8, KIP-709; 0: one request per group).",
        ("cluster", "api"), source="self"),
     _m("txnwatch_series_dropped", "counter",
        "Series folded into transactional_id=\"__other__\" by the per-id cap, or dropped as invalid.",

@@ -80,6 +80,8 @@ def test_classic_consumer_and_share_groups(broker, unique, exporter_factory, tmp
         m = exp.wait_metric(lambda m: (m.get_value("kafka_groups", type="share") or 0) >= 1, 60,
                             what="the share group counted")
         assert (m.get_value("kafka_groups", type="consumer") or 0) >= 1
+        assert m.get_value("kafka_cluster_feature_level", feature="transaction.version") == 2
+        assert m.get_value("kafka_cluster_feature_level", feature="share.version") == features["share.version"]
         assert (m.get_value("kafka_groups", type="classic") or 0) >= 1
         assert m.get_value("kafka_consumergroup_committed_offset", group=share, topic=topic, partition=0) is None
         page = html.unescape(exp.get("/")[1])

@@ -56,6 +56,8 @@ def test_duration_and_id_pattern_filters(line, broker, own_broker, exporter_fact
                             what="the included app's old transaction")
         for app in (f"{other}-old", f"{other}-young"):
             assert m.get_value("kafka_transaction_open", app=app) is None, app
+        assert m.get_value("txnwatch_capability", api="list_transactions_duration_filter") == 1
+        assert m.get_value("txnwatch_capability", api="list_transactions_id_pattern") == (1 if line == "4.x" else 0)
         row = f"{line}"
         compat.record(request.config, "features", row, "Release run", b.release.version)
         compat.record(request.config, "features", row, "ListTransactions duration filter (KIP-994)", "in the broker")

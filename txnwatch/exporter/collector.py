@@ -50,6 +50,8 @@ def _render_cluster_facts(w: FamilyWriter, snap: ClusterSnapshot) -> None:
         w.add("txnwatch_capability", {"cluster": c, "api": api}, 1 if ok else 0)
     for group_type, names in snap.group_types.items():
         w.add("kafka_groups", {"cluster": c, "type": group_type}, len(names))
+    for feature, level in snap.features.items():
+        w.add("kafka_cluster_feature_level", {"cluster": c, "feature": feature}, level)
 
 
 def _render_partitions_and_transactions(w: FamilyWriter, snap: ClusterSnapshot, granularity: str, id_cap: int,

@@ -206,6 +206,22 @@ class TransactionAPI:
         self.id_pattern_filter = list_transactions_version(versions) >= 2
         return self.capabilities
 
+    def filter_capabilities(self) -> dict[str, bool]:
+        """The ListTransactions filters the broker has, once detect() ran."""
+        if self.capabilities is None:
+            return {}
+        return {"list_transactions_duration_filter": self.duration_filter,
+                "list_transactions_id_pattern": self.id_pattern_filter}
+
+    def finalized_features(self) -> dict[str, int]:
+        """The cluster's finalized feature levels (ApiVersions v3+): transaction.version,
+        group.version, ... ({} on a broker without features)."""
+        out = {}
+        for name, f in self._call("describe_features").items():
+            if "finalized" in f:
+                out[str(name)] = int(f["finalized"][1])
+        return out
+
     @property
     def available(self) -> bool:
         return bool(self.capabilities) and all(self.capabilities.values())

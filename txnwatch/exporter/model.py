@@ -121,3 +121,4 @@ class ClusterSnapshot:
     # group type (classic, consumer, share, streams) -> selected groups of that type; empty
     # where the broker has no group types (ListGroups < v5) or KIP-664's client is unusable
     group_types: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    features: Mapping[str, int] = field(default_factory=dict)   # finalized feature -> level

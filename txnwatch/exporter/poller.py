@@ -57,6 +57,7 @@ class ClusterPoller:
         self._epoch_bumps: dict[str, int] = {}
         self._capabilities: dict[str, bool] = {}
         self._group_types: dict[str, tuple[str, ...]] = {}
+        self._features: dict[str, int] = {}
         self._kip664_error: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -87,7 +88,7 @@ class ClusterPoller:
                 self.health.count_error("describe_configs_" + classify(exc))
                 log.info("cluster %s: DescribeConfigs failed (%s); keeping the last values",
                          cfg.name, one_line(exc))
-            self._refresh_group_types()
+            self._refresh_group_facts()
         facts = dataclasses.replace(self._facts, brokers=brokers)
 
         open_txns, hanging, method = self._transactions(partitions, facts, now)
@@ -111,15 +112,19 @@ class ClusterPoller:
             open_transactions=None if open_txns is None else tuple(open_txns),
             hanging=tuple(hanging), hanging_method=method,
             epoch_bumps=MappingProxyType(dict(self._epoch_bumps)),
-            capabilities=MappingProxyType({**self._capabilities, **self.io.capabilities}),
-            findings=tuple(findings), group_types=MappingProxyType(dict(self._group_types)))
+            capabilities=MappingProxyType({**self._capabilities, **self.txn_api.filter_capabilities(),
+                                           **self.io.capabilities}),
+            findings=tuple(findings), group_types=MappingProxyType(dict(self._group_types)),
+            features=MappingProxyType(dict(self._features)))
 
-    def _refresh_group_types(self) -> None:
-        """Groups by type, with the broker configs' cadence: share groups (KIP-932) and other
-        non-consumer groups are named apart instead of having offsets fetched."""
+    def _refresh_group_facts(self) -> None:
+        """Groups by type and the finalized features, with the broker configs' cadence: share
+        groups (KIP-932) and other non-consumer groups are named apart instead of having
+        offsets fetched; transaction.version says how the cluster ends transactions."""
         try:
             listed = self.txn_api.groups_by_type()
-        except Exception as exc:  # noqa: BLE001 - a fact for the page; the lag series do not need it
+            self._features = self.txn_api.finalized_features()
+        except Exception as exc:  # noqa: BLE001 - facts for the page; the lag series do not need them
             self.health.count_error("list_groups_" + classify(exc))
             return
         self._group_types = {t: tuple(g for g in names if self.cfg.groups(g)) for t, names in listed.items()}
