@@ -63,11 +63,13 @@ def secure(tmp_path_factory):
     from txnwatch.devtools.kafka.secure import SecureKafka
 
     work = tmp_path_factory.mktemp("secure-kafka")
-    kafka = SecureKafka(work / "kafka", plain_users={"txnwatch-plain": PLAIN_PW})
+    # SCRAM both ways KRaft has: the admin at storage format, the rest through AlterUserScramCredentials
+    kafka = SecureKafka(work / "kafka", plain_users={"txnwatch-plain": PLAIN_PW}, scram_users={"admin": ADMIN_PW})
     producers = []
     try:
         kafka.start()
-        kafka.add_scram_users({"admin": ADMIN_PW, **{u: SCRAM_PW for u in USERS}})
+        kafka.wait_can_authenticate("admin", ADMIN_PW)
+        kafka.add_scram_users({u: SCRAM_PW for u in USERS})
         kafka.grant("User:txnwatch", exporter_acls())
         kafka.grant("User:txnwatch-plain", exporter_acls())
         kafka.grant(kafka.tls.client_principal, exporter_acls())
