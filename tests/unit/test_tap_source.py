@@ -424,3 +424,38 @@ def _following_tap(metadata_interval: float) -> TransactionLogTap:
 
 def _wait(cond, timeout=10.0):
     wait_for(cond, timeout, interval=0.01)
+
+
+def test_a_refused_tls_handshake_stays_the_reported_cause_of_later_transport_failures(monkeypatch):
+    """Seen on Kafka 4.4: librdkafka reports a failed TLS handshake once, through error_cb, and
+    the tap's later metadata calls fail with a bare _TRANSPORT. The page must keep saying what
+    to fix (the TLS cause and its advice), not the consequence, until the tap succeeds again."""
+    import confluent_kafka
+
+    refused = threading.Event()
+
+    class Client(ReplaceableClient):
+        made = []
+
+        def list_topics(self, topic=None, timeout=None):
+            if refused.is_set() and not getattr(self, "told", False):
+                self.told = True
+                self.error_cb(confluent_kafka.KafkaError(confluent_kafka.KafkaError._SSL,
+                                                         "SSL handshake failed: certificate verify failed"))
+            if refused.is_set():
+                raise confluent_kafka.KafkaException(confluent_kafka.KafkaError(confluent_kafka.KafkaError._TRANSPORT))
+            return super().list_topics(topic, timeout)
+
+    monkeypatch.setattr(confluent_kafka, "Consumer", Client)
+    tap = _following_tap(metadata_interval=0.02)
+    try:
+        refused.set()
+        _wait(lambda: tap.health().errors.get("transport", 0) + tap.health().errors.get("tls", 0) >= 4)
+        h = tap.health()
+        assert not h.up and "TLS handshake failed" in h.last_error, h
+        assert h.errors.get("tls", 0) >= 2 and not h.errors.get("transport"), h.errors
+        refused.clear()
+        _wait(lambda: tap.health().up)
+        assert tap._refusal is None
+    finally:
+        tap.stop()

@@ -109,6 +109,9 @@ class TransactionLogTap:
         self._idle_cost = 0.0
         self._errors_logged: set[str] = set()
         self._poll_error: str | None = None
+        # The last refused login or TLS handshake (cause, message) since the last success: a
+        # metadata or consume failure meanwhile is its consequence, and is reported as it
+        self._refusal: tuple[str, str] | None = None
         self._down = False   # the client reported all brokers down / transport errors
         # partitions whose last fetch was refused (ACLs): librdkafka reports it once and then
         # fetches nothing, so the tap is down until a record or the end of the log arrives
@@ -193,6 +196,8 @@ class TransactionLogTap:
         else:
             message = f"kafka client: {detail}"
         self._poll_error = name
+        if name in ("auth", "tls"):
+            self._refusal = (name, message)
         if name in ("all_brokers_down", "transport", "resolve", "timed_out", "auth", "tls"):
             self._down = True
         if name == "all_brokers_down":
@@ -251,6 +256,7 @@ class TransactionLogTap:
                     if msgs:
                         self._down = False
                     if self._poll_error is None and not self._down and not self._denied:
+                        self._refusal = None
                         self._health.success(time.monotonic() - t0)
                     if time.monotonic() >= next_view:
                         self._publish(consumer)
@@ -277,7 +283,10 @@ class TransactionLogTap:
                             consumer.poll(0)
                         except Exception:  # noqa: BLE001
                             pass
-                    if self._poll_error not in ("auth", "tls"):
+                    if self._refusal is not None:
+                        if self._poll_error not in ("auth", "tls"):   # not reported by error_cb just now
+                            self._health.failure(*self._refusal)
+                    else:
                         self._health.failure(cause, f"{type(exc).__name__}: {exc}")
                     if cause in LOST_CLUSTER_CAUSES:
                         self._mark_lost()
@@ -344,6 +353,7 @@ class TransactionLogTap:
                 if self._absent_since_ms is None:
                     self._absent_since_ms = int(time.time() * 1000)
                 self._rebuilt = True   # nothing to rebuild (yet)
+                self._refusal = None
                 self._health.success(0.0)
                 return
             self._health.failure("topic_not_found", f"topic {self.topic} disappeared")
