@@ -1,8 +1,9 @@
 """Jars from Maven Central through the machine's `mvn` (checksums checked): the Apache
 Kafka releases of the development harness and Spark's Kafka connector.
 
-    classpath(pom, ["-P", "server", ...])           # a POM's runtime classpath
-    newest("org.apache.kafka", "kafka_2.13", "[4.0.0,5.0.0)")   # newest listed version in a range
+    classpath(pom, ["-P", "server", ...])                     # a POM's runtime classpath
+    releases("org.apache.kafka", "kafka_2.13", "4.0.0", "4.9999.9999")   # newest first
+    newest_resolving(group, artifact, low, high, resolve)     # newest whose resolve() works
 
 Nothing here is on the exporter's path: it runs only where a harness or a Spark job
 starts.
