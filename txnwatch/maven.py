@@ -95,15 +95,19 @@ def releases(group: str, artifact: str, low: str, high: str) -> list[str]:
     """The releases (x.y.z, no qualifiers such as -preview1) of group:artifact that Maven
     Central lists with low <= version <= high, newest first. Maven fetches its metadata
     (a range resolution of the jar alone); the list is read from that metadata."""
-    classpath(dependency_pom([(group, artifact, f"[{low},{high}]")], exclude_transitive=True),
-              what=f"{group}:{artifact}:[{low},{high}]", timeout=300)
+    try:
+        classpath(dependency_pom([(group, artifact, f"[{low},{high}]")], exclude_transitive=True),
+                  what=f"{group}:{artifact}:[{low},{high}]", timeout=300)
+    except MavenUnavailable:
+        pass   # the range may pick a pre-release whose POM does not resolve: the metadata came anyway
     folder = local_repository() / Path(*group.split(".")) / artifact
     found: set[str] = set()
     for meta in folder.glob("maven-metadata*.xml"):
         found.update(re.findall(r"<version>([^<]+)</version>", meta.read_text()))
     chosen = [v for v in found if _RELEASE.match(v) and _key(low) <= _key(v) <= _key(high)]
     if not chosen:
-        raise MavenUnavailable(f"Maven Central lists no release of {group}:{artifact} from {low} to {high}")
+        raise MavenUnavailable(f"Maven Central lists no release of {group}:{artifact} from {low} to {high} "
+                               f"(or Maven could not reach it: see `mvn dependency:get -Dartifact={group}:{artifact}:{low}`)")
     return sorted(chosen, key=_key, reverse=True)
 
 
