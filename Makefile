@@ -9,6 +9,12 @@ test: bootstrap
 	.venv/bin/ruff check --quiet .
 	.venv/bin/python -m pytest -q tests/unit
 	.venv/bin/python -m pytest -q --durations=15 tests/integration
+	.venv-spark-oldest/bin/python -m pytest -q $(OLDEST_SPARK_TESTS)
+
+# The Spark tests of the listener's parsing and of the sink, on the oldest PySpark
+# pyproject.toml claims (.venv-spark-oldest, made by bootstrap).
+OLDEST_SPARK_TESTS = tests/integration/test_spark_listener.py tests/integration/test_sink.py \
+	tests/integration/test_spark_kafka.py
 
 unit: bootstrap
 	.venv/bin/python -m pytest -q tests/unit
@@ -23,4 +29,4 @@ demo: bootstrap
 	.venv/bin/python -m txnwatch.devtools.demo $(DEMO_ARGS)
 
 clean:
-	rm -rf .venv .pytest_cache .demo
+	rm -rf .venv .venv-spark-oldest .pytest_cache .demo

@@ -13,7 +13,21 @@ stamp=.venv/.txnwatch-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ constraints-dev.txt -nt "$stamp" ]; then
   .venv/bin/pip install -q --upgrade pip
   .venv/bin/pip install -q -e ".[dev,spark,dashboards]" -c constraints-dev.txt
+  .venv/bin/pip install -q --upgrade pyspark -c constraints-dev.txt   # PySpark as pip installs it: the newest
   touch "$stamp"
+fi
+
+# The oldest PySpark pyproject.toml claims, in a venv of its own: `make test` runs the Spark
+# tests of the listener's parsing and of the sink there too.
+floor=$(sed -n 's/.*"pyspark>=\([0-9][0-9.]*\)".*/\1/p' pyproject.toml | head -n 1)
+oldest=.venv-spark-oldest
+ostamp="$oldest/.txnwatch-installed-pyspark-$floor"
+if [ ! -f "$ostamp" ] || [ pyproject.toml -nt "$ostamp" ]; then
+  [ -x "$oldest/bin/python" ] || "$PY" -m venv "$oldest"
+  "$oldest/bin/pip" install -q --upgrade pip
+  "$oldest/bin/pip" install -q -e ".[dev]" "pyspark~=${floor}.0" "pyarrow>=15" "pandas>=2,<3"
+  rm -f "$oldest"/.txnwatch-installed-pyspark-*
+  touch "$ostamp"
 fi
 
 # apt packages: only what is missing; never start packaged services.

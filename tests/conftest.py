@@ -32,7 +32,16 @@ def broker_line() -> str:
         release = kafka_release()
     except BrokerUnavailable as exc:
         raise pytest.UsageError(f"no Kafka broker can run here: {exc}") from None
-    return f"broker: {release.describe()}, KRaft, java {release.java}"
+    line = f"broker: {release.describe()}, KRaft, java {release.java}"
+    try:
+        import pyspark
+
+        from txnwatch.spark_connector import connector_source
+
+        line += f"\nspark: PySpark {pyspark.__version__}, Kafka connector {connector_source()[1]}"
+    except ImportError:
+        pass
+    return line
 
 
 _session_broker = None

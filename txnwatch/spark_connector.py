@@ -10,8 +10,9 @@ one way, and `connector_source()` says which:
    into its local repository, and the connector's runtime jars that Spark does not ship
    itself passed as `spark.jars` (machines whose Spark resolver cannot reach Maven Central,
    such as this project's: it tries repo1.maven.org). When Maven Central does not serve the
-   running Spark's patch release whole, the newest of the same minor line below it that
-   resolves is used;
+   running Spark's release whole, the newest release below it (same major version) that
+   resolves is used, and `connector_source()` names it: Maven Central serves no 4.3 connector
+   (PySpark 4.3.0 runs with 4.2.0's, tested), no 4.0.x but 4.0.0;
 3. otherwise `spark.jars.packages` with the coordinates, for Spark to resolve.
 """
 
@@ -82,7 +83,7 @@ def _from_maven(spark_version: str, scala: str) -> tuple[tuple[Path, ...], str]:
     from txnwatch import maven
 
     base = _base(spark_version)
-    major, minor, _patch = (base.split(".") + ["0", "0"])[:3]
+    major = base.split(".")[0]
     artifact = f"spark-sql-kafka-0-10_{scala}"
     stored = CACHE / f"{base}-{scala}.classpath"
     if stored.exists():
@@ -95,7 +96,7 @@ def _from_maven(spark_version: str, scala: str) -> tuple[tuple[Path, ...], str]:
                                what=f"org.apache.spark:{artifact}:{version}")
 
     try:
-        version, jars = maven.newest_resolving("org.apache.spark", artifact, f"{major}.{minor}.0", base, resolve)
+        version, jars = maven.newest_resolving("org.apache.spark", artifact, f"{major}.0.0", base, resolve)
     except maven.MavenUnavailable as exc:
         raise ConnectorNotFound(f"no {artifact} for Spark {base} resolves from Maven Central: {exc}") from None
     shipped = {artifact_name(j) for j in (_spark_jars_dir() or Path("/nonexistent")).glob("*.jar")}
@@ -122,8 +123,10 @@ def connector_source(spark_version: str | None = None) -> tuple[dict[str, str], 
     scala = scala_suffix()
     if shutil.which("mvn"):
         jars, version = _from_maven(spark_version, scala)
+        older = "" if version == _base(spark_version) else (
+            f"; Maven Central serves no {_base(spark_version)} connector: {version}'s is the newest that resolves")
         return ({"spark.jars": ",".join(str(j) for j in jars)},
-                f"org.apache.spark:spark-sql-kafka-0-10_{scala}:{version} resolved by mvn")
+                f"org.apache.spark:spark-sql-kafka-0-10_{scala}:{version} resolved by mvn{older}")
     coords = package_coordinates(spark_version, scala)
     return {"spark.jars.packages": coords}, f"{coords} (spark.jars.packages)"
 
