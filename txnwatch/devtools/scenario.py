@@ -341,6 +341,11 @@ class Scenario:
     # -- run
     def run(self) -> ScenarioResult:
         create_topics(self.broker.bootstrap, [TOPIC], partitions=len(STEPS))
+        # The tap counts what happens once it follows the log: a log it finds already written
+        # (the canary's first InitProducerId creates it) is rebuilt as history, not counted.
+        self.exporter.wait_metric(lambda m: m.get_value("txnwatch_tap_rebuilt") == 1
+                                  and m.get_value("txnwatch_up", source="tap") == 1, 60,
+                                  what="the transaction-log tap following the log")
         self.make_hanging()
         try:
             for step in self.steps:
@@ -400,6 +405,9 @@ class Scenario:
             r.checks["the instrumented producer's commits equal the coordinator's"] = (
                 True if all(r.client_view[s]["committed"] == r.txnwatch[s].committed for s in self.steps)
                 else f"client {r.client_view} vs tap {r.txnwatch}")
+            r.checks["the fenced instances report their fencing error"] = (
+                True if all(r.client_view[s]["fenced"] >= 1 for s in ("fence-open", "fence-idle"))
+                else f"client {r.client_view}")
         rounds = {o: int(m.get_value("txnwatch_canary_rounds_total", outcome=o) or 0) for o in ("committed", "aborted")}
         r.checks["canary commits and aborts, nothing aborted visible"] = (
             True if rounds["committed"] >= 2 and rounds["aborted"] >= 1
