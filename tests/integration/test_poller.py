@@ -156,10 +156,11 @@ def test_coordinator_timeout_and_fence_show_as_epoch_bumps(broker, producers, un
     p.kill()
     exp.wait_metric(lambda m: m.get_value("kafka_transaction_timeout_headroom_seconds",
                                           transactional_id=timed_out) is not None, what="the open transaction")
-    m = exp.wait_metric(lambda m: m.get_value("kafka_transaction_epoch_bumps_total", app="timed-out-writer") == 1,
-                        timeout=60, what="the coordinator's timeout abort (an epoch bump)")
-    # the abort marker ended the transaction: the LSO caught up
-    assert m.get_value("kafka_partition_lso_lag_messages", topic=topic, partition=0) == 0
+    # The coordinator bumps the epoch at PrepareAbort and writes the abort markers after it: a
+    # poll can see the bump while the LSO still waits for the marker, so both are waited for.
+    m = exp.wait_metric(lambda m: m.get_value("kafka_transaction_epoch_bumps_total", app="timed-out-writer") == 1
+                        and m.get_value("kafka_partition_lso_lag_messages", topic=topic, partition=0) == 0,
+                        timeout=60, what="the coordinator's timeout abort (an epoch bump) and the LSO caught up")
     assert m.get_value("kafka_transaction_timeout_headroom_seconds", transactional_id=timed_out) is None
     assert m.get_value("kafka_transaction_hanging", topic=topic, partition=0) == 0
 
