@@ -146,6 +146,13 @@ CATALOG: dict[str, MetricSpec] = {s.name: s for s in [
     _m("spark_streaming_query_active", "gauge", "1 while the query runs, 0 after it terminated.", Q,
        source="spark"),
     _m("spark_streaming_batch_id", "gauge", "Last completed micro-batch id.", Q, source="spark"),
+    _m("spark_streaming_query_trigger_info", "gauge",
+       "1 for the query's trigger mode (ProcessingTime, AvailableNow, Once, Continuous, RealTime; "
+       "another name is a mode txnwatch does not know), looked up by the listener once per run.",
+       Q + ("trigger",), source="spark"),
+    _m("spark_streaming_trigger_interval_seconds", "gauge",
+       "The query's trigger interval (RealTime: its batch duration, which is also how often it "
+       "reports progress).", Q, source="spark"),
     _m("spark_streaming_batch_duration_seconds", "histogram", "Micro-batch duration (batchDuration).", Q,
        BATCH_BUCKETS, "spark"),
     _m("spark_streaming_batch_phase_seconds", "histogram",

@@ -127,6 +127,11 @@ def test_stateful_watermark_query_served_from_the_driver(spark, unique):
         # the watermark trails the progress timestamp by at least the 1 s delay threshold
         assert value(smp, "spark_streaming_watermark_delay_seconds", name) >= 1.0
         assert value(smp, "spark_streaming_last_progress_timestamp_seconds", name) > 1.7e9
+        # the listener looked the trigger up in the JVM (its own thread, once per run)
+        smp = wait_for(lambda: (s := scrape(url)) and value(s, "spark_streaming_trigger_interval_seconds", name)
+                       is not None and s, 30, what="the query's trigger")
+        assert value(smp, "spark_streaming_query_trigger_info", name, trigger="ProcessingTime") == 1
+        assert value(smp, "spark_streaming_trigger_interval_seconds", name) == pytest.approx(0.3)
         ids = {dict(lb)["query_id"] for (_, lb) in for_query(smp, name)}
         assert ids == {str(query.id)}
         assert all("runId" not in dict(lb) and "batchId" not in dict(lb) for (_, lb) in smp)

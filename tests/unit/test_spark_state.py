@@ -320,6 +320,8 @@ def test_every_rendered_series_is_in_the_catalogue_with_its_labels():
     for f in ("kafka_progress.json", "rate_progress.json", "stateful_progress.json", "spark34_progress.json"):
         st.apply(progress_event(load(f)))
     st.apply({"type": "idle", "query_id": KAFKA_ID, "timestamp": 1.0})
+    st.apply({"type": "trigger", "query_id": KAFKA_ID, "timestamp": 1.5, "trigger": "RealTime",
+              "interval_seconds": 300.0})
     st.apply({"type": "terminated", "query_id": KAFKA_ID, "timestamp": 2.0, "error_class": "X"})
     st.apply({"type": "producer_transactions", "app": "a", "records": [
         {"transactional_id": "t", "outcome": "aborted", "duration_seconds": 1, "commit_seconds": 0.1,

@@ -30,6 +30,7 @@ import yaml
 
 from txnwatch.dashboards import ids
 from txnwatch.dashboards.ids import DashboardRef
+from txnwatch.spark_listener.trigger import LONG_BATCH_MODES
 
 QUANTILES = ("0.5", "0.95", "0.99")
 FENCING_ERRORS = "PRODUCER_FENCED|_FENCED|INVALID_PRODUCER_EPOCH"
@@ -496,7 +497,12 @@ def spark_alerts(cfg: AlertConfig) -> list[Alert]:
         )
         and on (query, query_id) (max by (query, query_id) (spark_streaming_query_active{sel(s)}) == 1)
         unless on (query, query_id)
-        (sum by (query, query_id) (increase(spark_streaming_idle_events_total{sel(s)}[{cfg.spark_idle_window}])) > 0)""")
+        (sum by (query, query_id) (increase(spark_streaming_idle_events_total{sel(s)}[{cfg.spark_idle_window}])) > 0)
+        unless on (query, query_id)
+        (
+          time() - max by (query, query_id) (spark_streaming_last_progress_timestamp_seconds{sel(s)})
+          < 2 * max by (query, query_id) (spark_streaming_trigger_interval_seconds{sel(s)})
+        )""")
 
     def mean_batch(extra: str) -> str:
         w = cfg.spark_behind_window
@@ -512,6 +518,11 @@ def spark_alerts(cfg: AlertConfig) -> list[Alert]:
         f'label_replace(\n  ({mean_batch(m)})\n  > {_num(secs * cfg.spark_behind_factor)},\n'
         f'  "trigger_interval_seconds", "{_num(secs)}", "__name__", ".*"\n)'
         for m, secs in branches)
+    # A real-time or continuous query's batch lasts its whole trigger by design: its batch
+    # duration says nothing about falling behind.
+    long_batch = sel(s, 'trigger=~"' + "|".join(LONG_BATCH_MODES) + '"')
+    behind = (f"(\n{textwrap.indent(behind, '  ')}\n)\nunless on (query, query_id)\n"
+              f"max by (query, query_id) (spark_streaming_query_trigger_info{long_batch})")
 
     # The exporter emits spark_streaming_source_blocked_seconds only for a partition the query
     # has read up to its LSO while the LSO is stalled below the HWM (the listener's events

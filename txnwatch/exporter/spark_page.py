@@ -7,6 +7,7 @@ import time
 from html import escape
 
 from ..spark_listener.state import QueryCard, SourcePosition
+from ..spark_listener.trigger import KNOWN_MODES, LONG_BATCH_MODES
 from .spark_blocked import BEHIND, BLOCKED, SparkPartitionStatus
 
 MAX_ROWS = 100
@@ -47,6 +48,20 @@ def _status(card: QueryCard, statuses: list[SparkPartitionStatus]) -> str:
             "matched at the next poll)</span>")
 
 
+def _trigger(card: QueryCard) -> str:
+    if card.trigger is None:
+        return "<span class=muted>not known yet</span>"
+    every = "" if card.trigger_interval is None else f" {card.trigger_interval:g}s"
+    text = escape(card.trigger) + every
+    if card.trigger not in KNOWN_MODES:
+        return (f"<span class=warn>{text}: a trigger mode txnwatch does not know; its batch-duration "
+                "and stall alerts may not fit it</span>")
+    if card.trigger in LONG_BATCH_MODES:
+        return (f"{text} <span class=muted>(batches last the whole trigger by design; progress comes once "
+                "per batch)</span>")
+    return text
+
+
 def spark_section(cards: list[QueryCard], statuses: list[SparkPartitionStatus],
                   ambiguous: list[SourcePosition], now: float | None = None) -> str:
     now = time.time() if now is None else now
@@ -55,7 +70,7 @@ def spark_section(cards: list[QueryCard], statuses: list[SparkPartitionStatus],
         age = "" if c.last_progress_ts is None else f"{max(now - c.last_progress_ts, 0):.0f}s ago"
         rows.append(
             f"<tr><td>{escape(c.query)}<br><span class=muted>{escape(c.query_id)}</span></td>"
-            f"<td class=num>{_n(c.batch_id)}</td><td class=num>{_n(c.last_batch_seconds, '{:.2f}s')}</td>"
+            f"<td>{_trigger(c)}</td><td class=num>{_n(c.batch_id)}</td><td class=num>{_n(c.last_batch_seconds, '{:.2f}s')}</td>"
             f"<td class=num>{_n(c.input_rate, '{:.1f}')}</td><td class=num>{_n(c.processed_rate, '{:.1f}')}</td>"
             f"<td class=num>{_n(c.offsets_behind)}</td><td>{escape(age)}</td><td>{_status(c, statuses)}</td></tr>")
     note = ""
@@ -64,7 +79,7 @@ def spark_section(cards: list[QueryCard], statuses: list[SparkPartitionStatus],
         note = (f"<p class=warn>Topic(s) {escape(', '.join(topics[:10]))} exist on several watched clusters: "
                 "their queries are not matched to a partition's LSO.</p>")
     more = f"<p class=muted>{len(cards) - MAX_ROWS} more queries not shown.</p>" if len(cards) > MAX_ROWS else ""
-    return ("<section><h2>Spark queries (from the listener)</h2><table><tr><th>query</th><th>batch</th>"
+    return ("<section><h2>Spark queries (from the listener)</h2><table><tr><th>query</th><th>trigger</th><th>batch</th>"
             "<th>last batch</th><th>input rows/s</th><th>processed rows/s</th><th>offsets behind latest</th>"
             "<th>last progress</th><th>Kafka source</th></tr>" + "".join(rows) + "</table>" + note + more
             + "</section>")

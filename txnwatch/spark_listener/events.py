@@ -10,6 +10,8 @@ Event schema (every event is a JSON object)::
     {"type": "idle",       "query_id": str, "query": str, "timestamp": float}
     {"type": "terminated", "query_id": str, "query": str, "timestamp": float,
      "error_class": str | null, "exception": str | null}
+    {"type": "trigger",    "query_id": str, "query": str, "timestamp": float,
+     "trigger": str, "interval_seconds": float | null}
     {"type": "producer_transactions", "app": str, "timestamp": float?,
      "records": [{"transactional_id": str, "outcome": "committed" | "aborted" | null,
                   "duration_seconds": float, "commit_seconds": float | null,
@@ -21,7 +23,8 @@ the raw StreamingQueryProgress as a dict (its JSON form); `SparkQueryState` tole
 missing keys and odd values inside it, so validation only checks that it is an object.
 
 `from_started/from_progress/from_idle/from_terminated` convert PySpark listener
-events (Spark 3.4 to 4.x shapes). `validate_event` checks an untrusted dict and returns
+events (Spark 3.4 to 4.x shapes); `from_trigger` the trigger the listener looked up
+(`trigger.py`: `trigger` is Spark's mode name, e.g. `ProcessingTime` or `RealTime`). `validate_event` checks an untrusted dict and returns
 the normalised event or raises `EventValidationError(field, message)`.
 """
 
@@ -37,14 +40,15 @@ from typing import Any
 
 Event = dict[str, Any]
 
-EVENT_TYPES = ("started", "progress", "idle", "terminated", "producer_transactions")
-QUERY_EVENT_TYPES = ("started", "progress", "idle", "terminated")
+EVENT_TYPES = ("started", "progress", "idle", "terminated", "trigger", "producer_transactions")
+QUERY_EVENT_TYPES = ("started", "progress", "idle", "terminated", "trigger")
 OUTCOMES = ("committed", "aborted")
 
 MAX_ID_CHARS = 200          # query ids, names, apps, transactional ids, error names
 MAX_EXCEPTION_CHARS = 2000  # the exception text kept on a terminated event
 MAX_RECORDS = 10_000        # records per producer_transactions event
 MAX_DEPTH = 32              # nesting inside a progress object
+MAX_TRIGGER_CHARS = 64      # a trigger mode name
 
 
 class EventValidationError(ValueError):
@@ -213,6 +217,14 @@ def from_terminated(event: Any, name: str | None = None, now: float | None = Non
             "exception": exc[:MAX_EXCEPTION_CHARS] if exc else None}
 
 
+def from_trigger(query_id: str, mode: str, interval_seconds: float | None, name: str | None = None,
+                 now: float | None = None) -> Event:
+    qid = _name(query_id) or ""
+    return {"type": "trigger", "query_id": qid, "query": _query_label(qid, name),
+            "timestamp": time.time() if now is None else now,
+            "trigger": _name(mode) or "unknown", "interval_seconds": interval_seconds}
+
+
 # --------------------------------------------------------------------------- validation
 
 def _req_str(obj: Mapping, field: str, max_chars: int = MAX_ID_CHARS) -> str:
@@ -316,6 +328,9 @@ def validate_event(obj: Any) -> Event:
         if exc is not None and not isinstance(exc, str):
             raise EventValidationError("exception", f"must be a string, got {type(exc).__name__}")
         out["exception"] = exc[:MAX_EXCEPTION_CHARS] if exc else None
+    elif etype == "trigger":
+        out["trigger"] = _req_str(obj, "trigger", MAX_TRIGGER_CHARS)
+        out["interval_seconds"] = _num(obj.get("interval_seconds"), "interval_seconds", nullable=True)
     return out
 
 

@@ -21,6 +21,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 from . import events as ev
 from .forwarder import Forwarder
 from .state import SparkQueryState
+from .trigger import TriggerInfo, TriggerProbe, jvm_trigger_text
 
 log = logging.getLogger(__name__)
 
@@ -33,11 +34,15 @@ class TxnWatchListener(StreamingQueryListener):
 
     `sinks` are extra callables receiving every event dict (their failures are counted
     too). `callback_seconds` accumulates the time spent in callbacks (for the benchmark).
+    With `spark` (attach passes it) each run's trigger mode is looked up on a thread of
+    its own (`trigger.py`) and sent as a `trigger` event.
     """
 
     def __init__(self, state: SparkQueryState | None = None, forwarder: Forwarder | None = None,
-                 sinks: list[Sink] | None = None) -> None:
+                 sinks: list[Sink] | None = None, spark: Any = None) -> None:
         super().__init__()
+        self._probe = (TriggerProbe(lambda qid: jvm_trigger_text(spark, qid), self._emit_trigger,
+                                    self._count_error) if spark is not None else None)
         self.state = state
         self.forwarder = forwarder
         self.sinks = list(sinks or [])
@@ -91,13 +96,21 @@ class TxnWatchListener(StreamingQueryListener):
             while len(self._names) > _MAX_NAMES:
                 self._names.popitem(last=False)
 
+    def _emit_trigger(self, query_id: str, info: TriggerInfo) -> None:
+        self.emit(ev.from_trigger(query_id, info.mode, info.interval_seconds, name=self._name_of(query_id)))
+
     def _convert(self, kind: str, event: Any) -> dict[str, Any]:
         if kind == "started":
             out = ev.from_started(event)
             self._remember(out["query_id"], out["query"])
+            if self._probe is not None:
+                self._probe.request(out["query_id"], out.get("run_id"))
         elif kind == "progress":
             out = ev.from_progress(event)
             self._remember(out["query_id"], out["query"])
+            if self._probe is not None:       # a query started before the listener was attached
+                run_id = out["progress"].get("runId")
+                self._probe.request(out["query_id"], str(run_id) if run_id else None)
         elif kind == "idle":
             qid = str(getattr(event, "id", "") or "")
             out = ev.from_idle(event, name=self._name_of(qid))
@@ -139,6 +152,8 @@ class TxnWatchListener(StreamingQueryListener):
 
     def close(self, timeout: float = 5.0) -> None:
         """Flush and stop the forwarder and the metrics server attached by `attach`."""
+        if self._probe is not None:
+            self._probe.close()
         if self.forwarder is not None:
             self.forwarder.close(timeout)
         if self.server is not None:
@@ -170,7 +185,7 @@ def attach(spark: Any, serve_port: int | None = None, forward_url: str | None = 
             opts.setdefault("on_drop", lambda reason, n: state.count_dropped(reason, n))
             opts.setdefault("on_error", lambda stage, exc: state.count_error(stage, exc))
         forwarder = Forwarder(forward_url, token, **opts)
-    listener = TxnWatchListener(state=state, forwarder=forwarder, sinks=sinks)
+    listener = TxnWatchListener(state=state, forwarder=forwarder, sinks=sinks, spark=spark)
     if serve_port is not None:
         from .serve import serve
 

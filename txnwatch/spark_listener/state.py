@@ -204,6 +204,8 @@ class QueryCard:
     offsets_behind: float | None
     last_progress_ts: float | None
     terminated_with: str | None
+    trigger: str | None = None
+    trigger_interval: float | None = None
 
 
 @dataclass
@@ -232,6 +234,8 @@ class _Query:
     observed: dict[tuple[str, str], float] = field(default_factory=dict)
     idle_events: int = 0
     terminations: dict[str, int] = field(default_factory=dict)
+    trigger: str | None = None
+    trigger_interval: float | None = None
 
 
 @dataclass
@@ -322,7 +326,7 @@ class SparkQueryState:
                     behind = [v for (_, _, stat), v in q.lag.items() if stat == "total"]
                 out.append(QueryCard(q.query, q.query_id, q.active, q.batch_id, q.last_batch_seconds,
                                      q.input_rate, q.processed_rate, sum(behind) if behind else None,
-                                     q.last_progress_ts, q.last_termination))
+                                     q.last_progress_ts, q.last_termination, q.trigger, q.trigger_interval))
             return out
 
     # ----------------------------------------------------------------- apply
@@ -335,7 +339,7 @@ class SparkQueryState:
                 etype = event.get("type")
                 if etype == "producer_transactions":
                     return self._apply_producer(event, now)
-                if etype not in ("started", "progress", "idle", "terminated"):
+                if etype not in ("started", "progress", "idle", "terminated", "trigger"):
                     self._dropped["unknown_type"] = self._dropped.get("unknown_type", 0) + 1
                     return False
                 q = self._query(event, now)
@@ -350,6 +354,8 @@ class SparkQueryState:
                 elif etype == "idle":
                     q.active = True
                     q.idle_events += 1
+                elif etype == "trigger":
+                    self._apply_trigger(q, event)
                 else:
                     q.active = False
                     ec = error_class_of(event.get("error_class"), event.get("exception"))
@@ -376,6 +382,15 @@ class SparkQueryState:
             q.query = _label(name)
         q.last_seen = now
         return q
+
+    def _apply_trigger(self, q: _Query, event: Mapping[str, Any]) -> None:
+        mode = event.get("trigger")
+        if not isinstance(mode, str) or not mode.strip():
+            self._errors["trigger_shape"] = self._errors.get("trigger_shape", 0) + 1
+            return
+        q.trigger = _label(mode.strip())[:64]
+        interval = num(event.get("interval_seconds"))
+        q.trigger_interval = interval if interval is not None and interval > 0 else None
 
     def _apply_progress(self, q: _Query, p: Any) -> None:
         if not isinstance(p, Mapping):
@@ -581,6 +596,9 @@ class SparkQueryState:
             lb = {"query": q.query, "query_id": q.query_id}
             w.add("spark_streaming_query_active", lb, 1 if q.active else 0)
             w.add("spark_streaming_batch_id", lb, q.batch_id)
+            if q.trigger is not None:
+                w.add("spark_streaming_query_trigger_info", {**lb, "trigger": q.trigger}, 1)
+            w.add("spark_streaming_trigger_interval_seconds", lb, q.trigger_interval)
             w.histogram("spark_streaming_batch_duration_seconds", lb, q.batch.counts, q.batch.sum)
             for phase, h in sorted(q.phases.items()):
                 w.histogram("spark_streaming_batch_phase_seconds", {**lb, "phase": phase}, h.counts, h.sum)
