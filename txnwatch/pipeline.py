@@ -45,6 +45,7 @@ class Settings:
     name: str = "txnwatch-pipeline"
     sink: str = "eos"                 # eos | at-least-once | spark-kafka (Spark's writer, at-least-once)
     num_tasks: int = 2
+    sink_partitioning: str = "key"    # eos: key (shuffle on key) | input (the batch's own partitions)
     trigger_seconds: float = 1.0
     max_records_per_batch: int | None = 50_000
     starting_offsets: str = "earliest"
@@ -95,7 +96,8 @@ def make_sink(s: Settings, metrics: Any = None) -> Any:
         return ExactlyOnceKafkaSink(
             s.name, s.bootstrap, s.output_topic, num_tasks=s.num_tasks, progress_topic=s.progress_topic,
             transaction_timeout_ms=s.transaction_timeout_ms, trigger_interval_seconds=s.trigger_seconds,
-            broker_max_timeout_ms=s.broker_max_timeout_ms, metrics=metrics, faults=s.faults)
+            broker_max_timeout_ms=s.broker_max_timeout_ms, metrics=metrics, faults=s.faults,
+            partitioning=s.sink_partitioning)
     if s.sink == "at-least-once":
         return AtLeastOnceKafkaSink(s.name, s.bootstrap, s.output_topic, num_tasks=s.num_tasks)
     raise ValueError(f"unknown sink {s.sink!r} (eos|at-least-once|spark-kafka)")
@@ -183,6 +185,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="eos: txnwatch's exactly-once sink; spark-kafka: Spark's own Kafka sink "
                         "(at least once); at-least-once: a plain producer per task")
     p.add_argument("--num-tasks", type=int, default=2, help="output tasks = transactional ids")
+    p.add_argument("--sink-partitioning", choices=["key", "input"], default="key",
+                   help="eos: key = shuffle each batch on key into --num-tasks tasks; input = write the "
+                        "batch's own partitions (no shuffle; see docs/spark-sink.md)")
     p.add_argument("--trigger-seconds", type=float, default=1.0, help="0: as fast as possible")
     p.add_argument("--max-records-per-batch", type=int, default=50_000, help="0: no limit")
     p.add_argument("--starting-offsets", default="earliest")
@@ -216,7 +221,8 @@ def settings_from(a: argparse.Namespace) -> Settings:
         faults[k] = json.loads(v)
     return Settings(bootstrap=a.bootstrap, input_topic=a.input_topic, output_topic=a.output_topic,
                     checkpoint=a.checkpoint, name=a.name, sink=a.sink,
-                    num_tasks=a.num_tasks, trigger_seconds=a.trigger_seconds,
+                    num_tasks=a.num_tasks, sink_partitioning=a.sink_partitioning,
+                    trigger_seconds=a.trigger_seconds,
                     max_records_per_batch=a.max_records_per_batch or None,
                     starting_offsets=a.starting_offsets, window=a.window, watermark=a.watermark,
                     output_mode=a.output_mode, transaction_timeout_ms=a.transaction_timeout_ms,

@@ -189,8 +189,15 @@ def test_normal_run_writes_each_window_once(spark, broker, unique, tmp_path):
     assert not any(n == "kafka_producer_transaction_errors_total" for n, _ in smp)
 
 
-def test_task_failure_mid_transaction_then_restart(spark, broker, unique, tmp_path):
+PARTITIONINGS = pytest.mark.parametrize("partitioning", ["key", "input"])
+
+
+@PARTITIONINGS
+def test_task_failure_mid_transaction_then_restart(spark, broker, unique, tmp_path, partitioning):
+    """With partitioning="input" the sink writes the aggregation's own shuffle partitions
+    (no shuffle of its own): the replay gets the same partitions, so it stays exactly once."""
     s, expected = prepare(broker, unique, tmp_path)
+    s.sink_partitioning = partitioning
     flag = tmp_path / "failed-once"
     s.faults = {"fail_after_produce": {"batch": 3, "task": 1, "once_file": str(flag), "wait_others": True}}
     state = SparkQueryState(ttl_seconds=None)
@@ -211,6 +218,7 @@ def test_task_failure_mid_transaction_then_restart(spark, broker, unique, tmp_pa
     records = assert_exactly_once(broker.bootstrap, s.output_topic, expected)
     # Task 0 had committed batch 3 before task 1 failed: the replay recognised it.
     assert sink.stats.get("tasks_replayed") == 1, sink.stats
+    assert sink.partitioning == partitioning and "layout_fallback" not in sink.stats, sink.stats
     # The failed attempt's rows were written (read_uncommitted sees them) and aborted: their
     # header names one attempt that never committed; every visible row's attempt committed.
     attempts = committed_attempts(broker.bootstrap, s.name)
@@ -247,7 +255,8 @@ def tap(broker):
     t.stop()
 
 
-def test_driver_killed_with_two_transactions_open_then_restart(spark, broker, unique, tmp_path, tap):
+@PARTITIONINGS
+def test_driver_killed_with_two_transactions_open_then_restart(spark, broker, unique, tmp_path, tap, partitioning):
     """Both output tasks of batch 2 stop mid-transaction: task 0 before its commit (its
     progress marker written), task 1 after writing its rows but before its marker reached
     the broker. The driver (a child process) is SIGKILLed; a new one (this process's
@@ -260,8 +269,9 @@ def test_driver_killed_with_two_transactions_open_then_restart(spark, broker, un
     signals = [tmp_path / "paused-0", tmp_path / "paused-1"]
     f0 = {"batch": 2, "task": 0, "signal_file": str(signals[0]), "seconds": 600}
     f1 = {"batch": 2, "task": 1, "signal_file": str(signals[1]), "seconds": 600}
+    s.sink_partitioning = partitioning
     child = run_child(s, tmp_path, "killed", "--fault", f"pause_before_commit={json.dumps(f0)}",
-                      "--fault", f"pause_before_marker={json.dumps(f1)}")
+                      "--fault", f"pause_before_marker={json.dumps(f1)}", "--sink-partitioning", partitioning)
     tids = [f"txnwatch.{s.name}.0", f"txnwatch.{s.name}.1"]
     try:
         wait_for(lambda: all(f.exists() for f in signals) or child.poll() is not None, 180,
@@ -280,13 +290,14 @@ def test_driver_killed_with_two_transactions_open_then_restart(spark, broker, un
     state = SparkQueryState(ttl_seconds=None)
     listener = attach(spark, state=state)
     try:
-        query, _ = start_query(spark, s, metrics=state)      # the new driver, same checkpoint
+        query, sink = start_query(spark, s, metrics=state)      # the new driver, same checkpoint
         try:
             assert run_until_idle(query, 3, 180) == "idle", query.exception()
         finally:
             query.stop()
     finally:
         detach(spark, listener)
+    assert sink.partitioning == partitioning and "layout_fallback" not in sink.stats, sink.stats
     records = assert_exactly_once(broker.bootstrap, s.output_topic, expected)
     # Both zombies' rows were written and aborted: read_uncommitted sees two attempts that
     # never committed; read_committed saw only committed attempts.

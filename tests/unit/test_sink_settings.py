@@ -86,3 +86,35 @@ def test_ids_follow_the_app_rule():
             assert resolve(transactional_id(name, task)) == name
     assert progress_group("orders") == "txnwatch.orders"
     assert default_progress_topic("orders") == "txnwatch-progress.orders"
+
+
+def test_an_unknown_partitioning_is_refused_before_any_broker_call():
+    from txnwatch.spark_listener.sink import ExactlyOnceKafkaSink, UnsafeSinkSettings
+
+    with pytest.raises(UnsafeSinkSettings, match="partitioning must be one of key, input"):
+        ExactlyOnceKafkaSink("s", "127.0.0.1:1", "out", partitioning="round-robin")
+
+
+def test_input_partitions_reads_the_jvm_count_and_says_none_without_one():
+    from txnwatch.spark_listener.sink import input_partitions
+
+    class JRdd:
+        def getNumPartitions(self):
+            return 3
+
+    class JDf:
+        def rdd(self):
+            return JRdd()
+
+    class Df:
+        _jdf = JDf()
+
+    class Broken:
+        class _jdf:  # noqa: N801 - shaped like py4j's handle
+            @staticmethod
+            def rdd():
+                raise RuntimeError("py4j gone")
+
+    assert input_partitions(Df()) == 3
+    assert input_partitions(object()) is None       # Spark Connect: no JVM handle
+    assert input_partitions(Broken()) is None

@@ -64,6 +64,7 @@ MIN_TRANSACTION_TIMEOUT_MS = 10_000       # floor: GC pauses, scheduling, slow c
 TRIGGER_FACTOR = 2                        # timeout >= 2 x trigger interval
 DEFAULT_BROKER_MAX_TIMEOUT_MS = 900_000   # Kafka's transaction.max.timeout.ms default
 DISCOVER = "discover"
+PARTITIONINGS = ("key", "input")
 RESULT_SCHEMA = "task INT, status STRING, rows LONG, records STRING, attempt STRING, seconds DOUBLE"
 
 _REJECTED_PRODUCER_KEYS = {
@@ -82,6 +83,19 @@ class SinkLayoutError(RuntimeError):
 
 class InjectedFailure(RuntimeError):
     """Raised by the test-only fault hooks."""
+
+
+def input_partitions(df: Any) -> int | None:
+    """How many partitions a batch DataFrame has, without running a job (None when the
+    session cannot say: Spark Connect has no JVM handle)."""
+    jdf = getattr(df, "_jdf", None)
+    if jdf is None:
+        return None
+    try:
+        return int(jdf.rdd().getNumPartitions())
+    except Exception:  # noqa: BLE001 - "key" partitioning is always possible
+        log.warning("could not read the batch's partition count", exc_info=True)
+        return None
 
 
 def transactional_id(name: str, task: int) -> str:
@@ -897,13 +911,16 @@ class _Sink:
         self.stats[key] = self.stats.get(key, 0) + n
 
     @staticmethod
-    def _prepare(df: Any, num_tasks: int) -> Any:
+    def _columns(df: Any) -> list[str]:
         cols = df.columns
         if "value" not in cols:
             raise ValueError(f"the batch needs a `value` column (and optionally `key`); got {cols}")
-        if "key" in cols:
-            return df.select("key", "value").repartition(num_tasks, "key")
-        return df.select("value").repartition(num_tasks, "value")
+        return ["key", "value"] if "key" in cols else ["value"]
+
+    @classmethod
+    def _prepare(cls, df: Any, num_tasks: int) -> Any:
+        cols = cls._columns(df)
+        return df.select(*cols).repartition(num_tasks, cols[0])
 
 
 class ExactlyOnceKafkaSink(_Sink):
@@ -923,6 +940,15 @@ class ExactlyOnceKafkaSink(_Sink):
       `producer_transactions` event of every batch.
     - producer_config / client_config: extra librdkafka settings (client_config is also
       used by the progress consumer: security settings go there).
+    - partitioning: "key" (default) hashes each batch on `key` into num_tasks output
+      tasks (a shuffle); "input" writes the batch's own partitions as they are, task i =
+      partition i, with no shuffle, when the batch has at most num_tasks partitions (else
+      it falls back to "key" for that batch, counted in stats["layout_fallback"]). "input"
+      is exactly once only while a replayed batch gets the partitioning its first attempt
+      had: true of a stateful query's shuffle partitions (fixed by the checkpoint) and of
+      Spark's Kafka source without minPartitions (one partition per topic-partition
+      range, from the offset log); not across a change of the query's plan while a
+      batch is pending. See docs/spark-sink.md.
     """
 
     def __init__(self, name: str, bootstrap_servers: str, topic: str, *, num_tasks: int = 2,
@@ -932,8 +958,12 @@ class ExactlyOnceKafkaSink(_Sink):
                  broker_max_timeout_ms: int | str | None = DISCOVER,
                  producer_config: dict | None = None, client_config: dict | None = None,
                  metrics: MetricsTarget | None = None, commit_timeout_seconds: float = 60.0,
-                 create_progress_topic: bool = True, faults: dict | None = None) -> None:
+                 create_progress_topic: bool = True, faults: dict | None = None,
+                 partitioning: str = "key") -> None:
         super().__init__(name, bootstrap_servers, topic, num_tasks)
+        if partitioning not in PARTITIONINGS:
+            raise UnsafeSinkSettings(f"partitioning must be one of {', '.join(PARTITIONINGS)}, got {partitioning!r}")
+        self.partitioning = partitioning
         if broker_max_timeout_ms == DISCOVER:
             broker_max_timeout_ms = discover_broker_max_timeout_ms(bootstrap_servers,
                                                                    admin_config=client_config)
@@ -991,12 +1021,22 @@ class ExactlyOnceKafkaSink(_Sink):
         from functools import partial
 
         fn = partial(write_partition, self.config, int(batch_id))
-        rows = self._prepare(df, self.num_tasks).mapInArrow(fn, RESULT_SCHEMA).collect()
-        self._handle(batch_id, [r.asDict() for r in rows])
+        prepared, tasks = self._layout(df)
+        rows = prepared.mapInArrow(fn, RESULT_SCHEMA).collect()
+        self._handle(batch_id, [r.asDict() for r in rows], tasks)
 
-    def _handle(self, batch_id: int, results: list[dict]) -> None:
+    def _layout(self, df: Any) -> tuple[Any, int]:
+        """The batch as the write tasks get it, and how many tasks that is."""
+        if self.partitioning == "input":
+            n = input_partitions(df)
+            if n is not None and 1 <= n <= self.num_tasks:
+                return df.select(*self._columns(df)), n
+            self._count("layout_fallback")
+        return self._prepare(df, self.num_tasks), self.num_tasks
+
+    def _handle(self, batch_id: int, results: list[dict], expected_tasks: int | None = None) -> None:
         tasks = sorted(r["task"] for r in results)
-        if tasks != list(range(self.num_tasks)):
+        if tasks != list(range(self.num_tasks if expected_tasks is None else expected_tasks)):
             # Output already committed stays exactly once; this says the layout assumption broke.
             log.error("sink %s batch %s: results from tasks %s, expected 0..%d", self.name, batch_id,
                       tasks, self.num_tasks - 1)
