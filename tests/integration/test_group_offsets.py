@@ -8,12 +8,10 @@ from __future__ import annotations
 import time
 
 import pytest
-from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
-from confluent_kafka.admin import AdminClient
 
 from txnwatch.devtools.kafka import KafkaCluster
 from txnwatch.devtools.net import wait_for
-from txnwatch.devtools.workload import create_topics
+from txnwatch.devtools.workload import commit_group_offsets, create_topics
 from txnwatch.exporter import group_offsets
 from txnwatch.exporter.kafka_io import KafkaIO
 
@@ -23,26 +21,9 @@ GROUPS = 60
 
 
 def commit_offsets(bootstrap: str, offsets: dict[str, list[tuple[str, int, int]]]) -> None:
-    """Commit each group's offsets (AlterConsumerGroupOffsets: an empty group, no member)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    pending = dict(offsets)
-
-    def commit_all() -> bool:
-        futures = {}
-        for g, tps in pending.items():
-            futures.update(admin.alter_consumer_group_offsets(
-                [ConsumerGroupTopicPartitions(g, [TopicPartition(t, p, o) for t, p, o in tps])], request_timeout=30))
-        for g, f in futures.items():
-            try:
-                res = f.result()
-            except Exception:  # noqa: BLE001 - a coordinator still loading: try again
-                continue
-            # per-partition errors come in the result (NOT_COORDINATOR while __consumer_offsets loads)
-            if all(tp.error is None for tp in res.topic_partitions):
-                pending.pop(g)
-        return not pending
-
-    wait_for(commit_all, 60, interval=0.5, what="the groups' offsets to be committed")
+    """Commit each group's offsets (an empty group: a consumer's commit, no member)."""
+    for g, tps in offsets.items():
+        commit_group_offsets(bootstrap, g, tps)
 
 
 def workload(bootstrap: str, prefix: str, groups: int = GROUPS, replication_factor: int = 1):

@@ -103,18 +103,28 @@ class ProducerProcess:
         kill_group(self.proc)
 
 
-def commit_group_offset(bootstrap: str, group: str, topic: str, partition: int, offset: int) -> None:
+def commit_group_offset(bootstrap: str, group: str, topic: str, partition: int, offset: int,
+                        config: dict | None = None) -> None:
     """Commit `offset` for a consumer group, as a read_committed consumer of it would."""
+    commit_group_offsets(bootstrap, group, [(topic, partition, offset)], config)
+
+
+def commit_group_offsets(bootstrap: str, group: str, offsets: Iterable[tuple[str, int, int]],
+                         config: dict | None = None) -> None:
+    """Commit (topic, partition, offset)s for a consumer group through a consumer's commit.
+    (Not the admin API's AlterConsumerGroupOffsets: librdkafka can abort the process when a
+    coordinator moves under it, confluentinc/librdkafka#3663.)"""
     from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
     loading = (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
                KafkaError.COORDINATOR_NOT_AVAILABLE)
+    tps = [TopicPartition(t, p, o) for t, p, o in offsets]
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
-                  "isolation.level": "read_committed"})
+                  "isolation.level": "read_committed", **(config or {})})
 
     def commit() -> bool:
         try:
-            c.commit(offsets=[TopicPartition(topic, partition, offset)], asynchronous=False)
+            c.commit(offsets=tps, asynchronous=False)
             return True
         except KafkaException as exc:
             # NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS on a broker that just started:
