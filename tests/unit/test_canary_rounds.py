@@ -92,3 +92,15 @@ def test_a_round_whose_consumer_is_not_reading_its_partitions_is_a_counted_failu
         raise AssertionError("no failure")
     v = probe.view()
     assert dict(v.failures) == {("produce", "CONSUMER_NOT_READY"): 1} and v.last_failure_at == 50.0
+
+
+def test_an_init_that_timed_out_or_met_a_loading_coordinator_is_resumed_not_replaced():
+    from confluent_kafka import KafkaError, KafkaException
+
+    from txnwatch.canary.probe import init_resumable
+
+    assert init_resumable(KafkaException(KafkaError(KafkaError._TIMED_OUT, "init timed out")))
+    assert init_resumable(KafkaException(KafkaError(KafkaError.COORDINATOR_LOAD_IN_PROGRESS, retriable=True)))
+    assert not init_resumable(KafkaException(KafkaError(KafkaError.INVALID_TRANSACTION_TIMEOUT)))
+    assert not init_resumable(KafkaException(KafkaError(KafkaError._FENCED, fatal=True)))
+    assert not init_resumable(RuntimeError("not a Kafka error"))

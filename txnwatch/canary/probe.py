@@ -49,6 +49,19 @@ def error_name(exc: BaseException) -> str:
     return type(exc).__name__
 
 
+def init_resumable(exc: BaseException) -> bool:
+    """Whether init_transactions failed in a way librdkafka resumes when it is called again on
+    the same producer (a timeout, a coordinator loading or moving), not a fatal error."""
+    err = exc.args[0] if getattr(exc, "args", None) else None
+    for attr in ("fatal", "retriable"):
+        if not callable(getattr(err, attr, None)):
+            return False
+    try:
+        return not err.fatal() and (err.retriable() or error_name(exc) == "TIMED_OUT")
+    except Exception:  # noqa: BLE001
+        return False
+
+
 def fetch_wait_ms(interval_seconds: float) -> int:
     """The canary consumer's fetch.wait.max.ms: half the interval, within 0.5-5 s (a partition
     newly assigned on a broker waits for that broker's fetch in flight at most this long)."""
@@ -73,6 +86,7 @@ class CanaryProbe:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._producer = None
+        self._initialising = None        # a producer whose init_transactions timed out, resumed next round
         self._admin = None
         self._partitions: list[int] = []
         self._round = 0
@@ -250,12 +264,14 @@ class CanaryProbe:
             return self._producer
         from confluent_kafka import Producer
 
-        props = {**self.props, "transactional.id": self.tid, "linger.ms": 0,
-                 # a canary transaction open past its interval has failed anyway; a longer timeout
-                 # could exceed the broker's transaction.max.timeout.ms (INVALID_TRANSACTION_TIMEOUT)
-                 "transaction.timeout.ms": int(max(1.0, self.cfg.interval_seconds) * 1000),
-                 "logger": logging.getLogger("txnwatch.librdkafka")}
-        producer = Producer(props)
+        producer, self._initialising = self._initialising, None
+        if producer is None:
+            props = {**self.props, "transactional.id": self.tid, "linger.ms": 0,
+                     # a canary transaction open past its interval has failed anyway; a longer timeout
+                     # could exceed the broker's transaction.max.timeout.ms (INVALID_TRANSACTION_TIMEOUT)
+                     "transaction.timeout.ms": int(max(1.0, self.cfg.interval_seconds) * 1000),
+                     "logger": logging.getLogger("txnwatch.librdkafka")}
+            producer = Producer(props)
         t = time.monotonic()
         try:
             producer.init_transactions(timeout)
@@ -263,7 +279,14 @@ class CanaryProbe:
             with self._lock:
                 self.stats.init(time.monotonic() - t)
                 self.stats.failed("init", error_name(exc), str(exc), self.clock())
-            _release(producer)
+            if init_resumable(exc):
+                # librdkafka carries on with the InitProducerId it started: the next round
+                # resumes it on this producer. A new producer would race it, and whichever
+                # init finished second would fence the other (a fresh cluster loading
+                # __transaction_state made the canary fence itself that way).
+                self._initialising = producer
+            else:
+                _release(producer)
             raise StepFailed("init", error_name(exc), str(exc)) from None
         with self._lock:
             self.stats.init(time.monotonic() - t)
@@ -274,6 +297,9 @@ class CanaryProbe:
         if self._producer is not None:
             _release(self._producer)
             self._producer = None
+        if self._initialising is not None:
+            _release(self._initialising)
+            self._initialising = None
 
     def _ensure_topic(self, timeout: float) -> list[int]:
         from confluent_kafka.admin import AdminClient, NewTopic
