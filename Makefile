@@ -29,4 +29,4 @@ demo: bootstrap
 	.venv/bin/python -m txnwatch.devtools.demo $(DEMO_ARGS)
 
 clean:
-	rm -rf .venv .venv-spark-oldest .pytest_cache .demo
+	rm -rf .venv .venv-spark-oldest .venv-flink .pytest_cache .demo

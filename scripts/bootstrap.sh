@@ -62,3 +62,7 @@ fi
 # by mvn (checksums checked) into ~/.m2; their classpaths are kept in ~/.cache/txnwatch/kafka.
 # Without Java or Maven this fails, saying what to install: nothing falls back to another broker.
 .venv/bin/python -m txnwatch.devtools.kafka "${KAFKA_VERSION:-4}" 3.9
+
+# PyFlink (its own .venv-flink: apache-flink's pins clash with PySpark's) and Flink's Kafka
+# connector from Maven Central, for the Flink job's tests and the demo.
+bash scripts/bootstrap-flink.sh

@@ -44,6 +44,13 @@ BUILTIN_RULES: tuple[AppRule, ...] = (
     AppRule(re.compile(r"^(?P<app>.+)-\d+-\d+$"), r"\g<app>", "flink-kafkasink"),
 )
 
+# Schemes whose runtime initialises its own known ids again by design: Flink's KafkaSink
+# probes <prefix>-<subtask>-<n> at start-up (aborting what a failed run left open) and, with
+# the POOLING naming of connector 4.x/5.x, re-initialises a pooled id at every checkpoint.
+# An InitProducerId of a known id of these is not a zombie fence.
+REINITIALISING_SCHEMES = frozenset({"flink-kafkasink"})
+KNOWN_SCHEMES = frozenset(r.name for r in BUILTIN_RULES)
+
 # Fallback: strip trailing numeric parts (orders-producer-3 -> orders-producer).
 _TRAILING_NUMBERS = re.compile(r"([-_.]\d+)+$")
 
@@ -58,21 +65,35 @@ class AppResolver:
     def __init__(self, rules: Sequence[AppRule] = (), builtins: bool = True,
                  cache_size: int = 200_000) -> None:
         self.rules: tuple[AppRule, ...] = tuple(rules) + (BUILTIN_RULES if builtins else ())
-        self._cache: dict[str, str] = {}
+        self._cache: dict[str, tuple[str, str]] = {}
         self._cache_size = cache_size
 
     def __call__(self, transactional_id: str | None) -> str:
+        return self.resolve(transactional_id)[0]
+
+    def scheme(self, transactional_id: str | None) -> str:
+        """The name of the rule that named the id's app (`flink-kafkasink`, `kafka-streams-eos-v2`,
+        a user rule's name...), "" for the fallback."""
+        return self.resolve(transactional_id)[1]
+
+    def resolve(self, transactional_id: str | None) -> tuple[str, str]:
+        """(app, scheme) of an id."""
         if not transactional_id:
-            return "unknown"
+            return "unknown", ""
         hit = self._cache.get(transactional_id)
         if hit is not None:
             return hit
-        app = next((a for a in (r.apply(transactional_id) for r in self.rules) if a),
-                   None) or fallback_app(transactional_id)
+        found = ("", "")
+        for r in self.rules:
+            a = r.apply(transactional_id)
+            if a:
+                found = (a, r.name)
+                break
+        out = found if found[0] else (fallback_app(transactional_id), "")
         if len(self._cache) >= self._cache_size:
             self._cache.clear()  # ids churn; a bounded cache is enough
-        self._cache[transactional_id] = app
-        return app
+        self._cache[transactional_id] = out
+        return out
 
 
 def fold_ids(items: Iterable[tuple[str, str, float]], cap: int) -> tuple[list[tuple[str, str, float]], int]:

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from .apps import AppRule
+from .apps import KNOWN_SCHEMES, AppRule
 
 DEFAULT_PORT = 10129  # 9100-9999 (Prometheus's exporter range) is fully allocated.
 SECRET_KEY_RE = re.compile(r"(password|secret|token|credential|\.key$|key\.pem|sasl\.jaas)", re.I)
@@ -267,7 +267,7 @@ class _Parser:
         rules = []
         for i, item in enumerate(value):
             k = f"{key}[{i}]"
-            item = self.mapping(k, item, {"match", "app"})
+            item = self.mapping(k, item, {"match", "app", "scheme"})
             if "match" not in item or "app" not in item:
                 raise self.err(k, "needs both `match` (regex) and `app` (name or template like \\1)")
             pattern = self.regex(f"{k}.match", item["match"])
@@ -276,7 +276,11 @@ class _Parser:
                 _check_template(pattern, app)
             except (re.error, IndexError) as exc:
                 raise self.err(f"{k}.app", f"bad template {app!r}: {exc}") from None
-            rules.append(AppRule(pattern, app, f"user[{i}]"))
+            scheme = item.get("scheme")
+            if scheme is not None and scheme not in KNOWN_SCHEMES:
+                raise self.err(f"{k}.scheme", f"unknown scheme {scheme!r}: one of {', '.join(sorted(KNOWN_SCHEMES))} "
+                                              "(the id scheme of the framework that writes these ids)")
+            rules.append(AppRule(pattern, app, scheme or f"user[{i}]"))
         return tuple(rules)
 
     def client(self, key: str, value: Any) -> dict[str, str]:

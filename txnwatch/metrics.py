@@ -79,7 +79,9 @@ CATALOG: dict[str, MetricSpec] = {s.name: s for s in [
        "Producers fenced, from the coordinator's log: reason=timeout (the coordinator aborted a "
        "transaction past its transaction.timeout.ms), new_instance (another InitProducerId for the "
        "transactional.id: a restart or a second instance), operator (Admin.fenceProducers / "
-       "kafka-transactions.sh forceTerminateTransaction, told apart by its 30 s timeout).",
+       "kafka-transactions.sh forceTerminateTransaction, told apart by its 30 s timeout), "
+       "startup_abort (a Flink KafkaSink starting up aborted a transaction its failed run left open; "
+       "for ids of that scheme, other re-initialisations are by design and not counted).",
        CA + ("reason",), source="tap"),
     _m("kafka_transaction_timeouts", "counter",
        "Transactions the coordinator aborted because start + timeout had passed.", CA, source="tap"),

@@ -85,6 +85,8 @@ def test_defaults():
      "clusters[0].app_rules[0].match"),
     ("clusters: [{name: a, bootstrap_servers: x, app_rules: [{match: 'a', app: '\\\\2'}]}]",
      "clusters[0].app_rules[0].app"),
+    ("clusters: [{name: a, bootstrap_servers: x, app_rules: [{match: 'a', app: b, scheme: flink}]}]",
+     "clusters[0].app_rules[0].scheme"),
     ("clusters: [{name: a, bootstrap_servers: x, topics: {include: ['[']}}]", "clusters[0].topics.include[0]"),
     ("clusters: [{name: a, bootstrap_servers: x, granularity: broker}]", "clusters[0].granularity"),
     ("clusters: [{name: a, bootstrap_servers: x, transaction_log_tap: maybe}]", "clusters[0].transaction_log_tap"),

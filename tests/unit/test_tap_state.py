@@ -417,3 +417,81 @@ def test_ids_outside_the_configured_filter_are_not_followed():
     assert sample(ms, "kafka_transactions_total", app="keep", outcome="committed") == 1
     assert sample(ms, "kafka_transactions_total", app="drop", outcome="committed") is None
     assert "drop-1" not in st
+
+
+# ---------------------------------------------------------------- Flink's KafkaSink (a re-initialising scheme)
+# Shapes from a real PyFlink job (flink-connector-kafka 5.0.0-2.2, kafka-clients 4.2: TV2) on
+# Kafka 4.4: INCREMENTING naming writes a new id <prefix>-<subtask>-<checkpoint> per checkpoint;
+# POOLING re-initialises <prefix>-<subtask>-<n> at every checkpoint; a start-up probes (or
+# lists) ids a failed run may have left open and initialises them, aborting what is open.
+
+def flink_reasons(st, app="orders-sink"):
+    ms, _ = metrics(st, T0 + 120_000)
+    return {r: sample(ms, "kafka_transaction_fencing_events_total", app=app, reason=r)
+            for r in ("new_instance", "timeout", "operator", "startup_abort")}
+
+
+def test_flink_incrementing_ids_and_pooled_reinits_are_no_fences():
+    st = new_state()
+    for ckpt in (1, 2, 3):   # INCREMENTING: one new id per checkpoint, committed (TV2 bump)
+        play(st, f"orders-sink-0-{ckpt}", commit_history(epoch=0, start=T0 + ckpt * 2000, tv=2))
+    # POOLING: the same id initialised again at every checkpoint, idle or after a commit
+    pooled = [v(E, 0, last=T0, tv=2)]
+    for i in range(3):
+        t = T0 + 10_000 * (i + 1)
+        e = pooled[-1].producer_epoch + 1
+        pooled += [v(E, e, last=t, tv=2), v(ON, e, start=t + 5, last=t + 5, tv=2),
+                   v(PC, e + 1, start=t + 5, last=t + 900, tv=2), v(CC, e + 1, start=t + 5, last=t + 910, tv=2)]
+    play(st, "orders-sink-1-0", pooled)
+    # a start-up probe of an id the last run had committed
+    play(st, "orders-sink-0-3", [v(E, 2, last=T0 + 50_000, tv=2)])
+    assert flink_reasons(st) == {"new_instance": 0, "timeout": 0, "operator": 0, "startup_abort": 0}
+    ms, _ = metrics(st, T0 + 120_000)
+    assert sample(ms, "kafka_transactions_total", app="orders-sink", outcome="committed") == 6
+
+
+def test_flink_startup_abort_of_a_transaction_left_open_is_its_own_reason():
+    st = new_state()
+    play(st, "orders-sink-0-7", [v(E, 0, last=T0, tv=2), v(ON, 0, start=T0, last=T0, tv=2),
+                                 # the job was killed; its restart (20 s later) probes the id
+                                 v(PA, 1, start=T0, last=T0 + 20_000, tv=2),
+                                 v(CA, 1, start=T0, last=T0 + 20_012, tv=2),
+                                 v(E, 2, last=T0 + 20_015, tv=2)])
+    assert flink_reasons(st) == {"new_instance": 0, "timeout": 0, "operator": 0, "startup_abort": 1}
+    ms, _ = metrics(st, T0 + 120_000)
+    assert sample(ms, "kafka_transactions_total", app="orders-sink", outcome="aborted") == 1
+    # the same records for a plain producer's id: a fence by a new instance
+    st = new_state()
+    play(st, "orders-producer", [v(E, 0, last=T0, tv=2), v(ON, 0, start=T0, last=T0, tv=2),
+                                 v(PA, 1, start=T0, last=T0 + 20_000, tv=2),
+                                 v(CA, 1, start=T0, last=T0 + 20_012, tv=2), v(E, 2, last=T0 + 20_015, tv=2)])
+    assert flink_reasons(st, "orders-producer")["new_instance"] == 1
+
+
+def test_flink_timeout_then_restart_is_a_timeout_and_a_client_abort_then_reinit_is_nothing():
+    st = new_state()
+    # open past its 60 s timeout: the coordinator aborts it; the restart's probe comes later
+    play(st, "orders-sink-0-8", [v(E, 0, last=T0, tv=2), v(ON, 0, start=T0, last=T0, tv=2),
+                                 v(PA, 1, start=T0, last=T0 + 61_000, tv=2),
+                                 v(CA, 1, start=T0, last=T0 + 61_010, tv=2), v(E, 2, last=T0 + 90_000, tv=2)])
+    # the job aborted its own transaction (a failed checkpoint), pooled id re-initialised 30 s later
+    play(st, "orders-sink-1-1", [v(E, 0, last=T0, tv=2), v(ON, 0, start=T0, last=T0, tv=2),
+                                 v(PA, 1, start=T0, last=T0 + 1_000, tv=2),
+                                 v(CA, 1, start=T0, last=T0 + 1_010, tv=2), v(E, 2, last=T0 + 31_010, tv=2)])
+    assert flink_reasons(st) == {"new_instance": 0, "timeout": 1, "operator": 0, "startup_abort": 0}
+
+
+def test_a_user_rule_can_name_the_flink_scheme():
+    import re
+
+    from txnwatch.apps import AppRule
+
+    resolver = AppResolver([AppRule(re.compile(r"^etl\.(?P<job>\w+)\.\d+\.\d+$"), r"\g<job>", "flink-kafkasink")])
+    assert resolver.resolve("etl.orders.0.12") == ("orders", "flink-kafkasink")
+    assert resolver.resolve("orders-sink-0-12") == ("orders-sink", "flink-kafkasink")
+    assert resolver.resolve("plain") == ("plain", "")
+    st = TxnLogState(resolver)
+    play(st, "etl.orders.0.12", [v(E, 0, last=T0, tv=2), v(ON, 0, start=T0, last=T0, tv=2),
+                                 v(PA, 1, start=T0, last=T0 + 5_000, tv=2),
+                                 v(CA, 1, start=T0, last=T0 + 5_010, tv=2), v(E, 2, last=T0 + 5_020, tv=2)])
+    assert flink_reasons(st, "orders")["startup_abort"] == 1

@@ -368,7 +368,7 @@ def transaction_alerts(cfg: AlertConfig) -> list[Alert]:
     fpm = _num(cfg.fencing_per_minute)
     out.append(Alert(
         "KafkaTransactionFencingPersistent", _expr(f"""
-            cluster_app_reason:kafka_transaction_fencing_events:rate15m{{reason!="operator"}} * 60 > {fpm}
+            cluster_app_reason:kafka_transaction_fencing_events:rate15m{{reason!~"operator|startup_abort"}} * 60 > {fpm}
             or
             app:kafka_producer_transaction_fencing_errors:rate15m * 60 > {fpm}"""),
         cfg.fencing_for, "warning",

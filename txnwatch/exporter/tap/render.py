@@ -12,7 +12,7 @@ import time
 from ...apps import fold_ids
 from ...metrics import FamilyWriter
 from ..model import is_two_phase
-from .state import ABORTED, COMMITTED, NEW_INSTANCE, OPERATOR, TIMEOUT, TapView
+from .state import ABORTED, COMMITTED, NEW_INSTANCE, OPERATOR, STARTUP_ABORT, TIMEOUT, TapView
 
 OTHER = "__other__"
 
@@ -84,7 +84,9 @@ def render_tap(writer: FamilyWriter, cluster: str, view: TapView, now: float | N
 
     # fencing, timeouts, expirations (zeros for every app with ids, so increase() sees the first)
     for app in apps:
-        for reason in (TIMEOUT, NEW_INSTANCE, OPERATOR):
+        reasons = (TIMEOUT, NEW_INSTANCE, OPERATOR, STARTUP_ABORT) if app in view.reinit_apps else \
+            (TIMEOUT, NEW_INSTANCE, OPERATOR)
+        for reason in reasons:
             if (app, reason) not in view.fencing:
                 writer.add("kafka_transaction_fencing_events", {**c, "app": app, "reason": reason}, 0)
     for (app, reason), n in view.fencing.items():

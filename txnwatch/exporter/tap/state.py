@@ -72,6 +72,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from ...apps import REINITIALISING_SCHEMES
 from ...metrics import CATALOG, Histogram
 from .decoder import TxnLogKey, TxnLogValue, TxnStatus
 
@@ -87,6 +88,10 @@ _COMPLETION_BUCKETS = CATALOG["kafka_transaction_completion_seconds"].buckets
 
 COMMITTED, ABORTED = "committed", "aborted"
 TIMEOUT, NEW_INSTANCE, OPERATOR = "timeout", "new_instance", "operator"
+# A Flink KafkaSink start-up that aborted a transaction its failed run left open (probing or
+# listing): counted instead of new_instance for ids of a re-initialising scheme.
+STARTUP_ABORT = "startup_abort"
+STARTUP_ABORT_WINDOW_MS = 10_000
 # The transaction timeout Admin.fenceProducers (forceTerminateTransaction) sends: the admin
 # client's default request.timeout.ms.
 FENCE_PRODUCERS_TIMEOUT_MS = 30_000
@@ -126,6 +131,7 @@ class TapView:
     duration: Mapping[tuple[str, str], Histogram] = field(default_factory=dict)
     completion: Mapping[tuple[str, str], Histogram] = field(default_factory=dict)
     fencing: Mapping[tuple[str, str], int] = field(default_factory=dict)       # (app, reason)
+    reinit_apps: frozenset[str] = frozenset()   # apps of a re-initialising scheme (Flink's sink)
     timeouts: Mapping[str, int] = field(default_factory=dict)
     expirations: Mapping[str, int] = field(default_factory=dict)
     idle: IdleSummary = IdleSummary()
@@ -165,7 +171,9 @@ class TxnLogState:
         self._pid = array("q")
         self._start = array("q")
         self._last = array("q")
+        self._bumped_abort = array("b")    # 1 while the id's abort came from an epoch bump of an open txn
         self._apps: list[str] = []
+        self._app_reinit: list[bool] = []  # the app's ids are of a scheme that re-initialises them
         self._app_index: dict[str, int] = {}
         self._ids_per_app: list[int] = []
         self._open: dict[int, None] = {}
@@ -213,13 +221,15 @@ class TxnLogState:
         self._skipped[reason] = self._skipped.get(reason, 0) + 1
 
     def _app_of(self, tid: str) -> int:
-        name = self.resolver(tid)
+        resolve = getattr(self.resolver, "resolve", None)
+        name, scheme = resolve(tid) if resolve is not None else (self.resolver(tid), "")
         idx = self._app_index.get(name)
         if idx is None:
             idx = len(self._apps)
             self._apps.append(name)
             self._app_index[name] = idx
             self._ids_per_app.append(0)
+            self._app_reinit.append(scheme in REINITIALISING_SCHEMES)
         return idx
 
     def _alloc(self, tid: str) -> int:
@@ -229,11 +239,12 @@ class TxnLogState:
             s = self._free.pop()
             self._tids[s] = tid
             self._app[s] = app
+            self._bumped_abort[s] = 0
         else:
             s = len(self._tids)
             self._tids.append(tid)
             for col in (self._status, self._tv, self._epoch, self._timeout, self._pid,
-                        self._start, self._last):
+                        self._start, self._last, self._bumped_abort):
                 col.append(0)
             self._app.append(app)
         self._slots[tid] = s
@@ -294,9 +305,20 @@ class TxnLogState:
             self._timeouts[app] = self._timeouts.get(app, 0) + 1
 
     def _derive(self, s: int, prev: int, value: TxnLogValue, status: int) -> None:
+        bumped = self._bumped_abort[s]
+        if status != COMPLETE_ABORT:      # kept from the PrepareAbort through its completion
+            self._bumped_abort[s] = 0
         if status == EMPTY:
             if value.producer_epoch != self._epoch[s] or value.producer_id != self._pid[s]:
                 # an InitProducerId after the registration: someone took the id over
+                if self._app_reinit[self._app[s]]:
+                    # Flink's sink initialises its own ids again by design: only one that
+                    # aborted a transaction left open (the abort completed just before this
+                    # init, in the same request) is worth counting, as a start-up abort
+                    if prev == COMPLETE_ABORT and bumped and \
+                            value.last_update_ms - self._last[s] <= STARTUP_ABORT_WINDOW_MS:
+                        self._count_fence(s, STARTUP_ABORT)
+                    return
                 operator = value.timeout_ms == FENCE_PRODUCERS_TIMEOUT_MS != self._timeout[s]
                 self._count_fence(s, OPERATOR if operator else NEW_INSTANCE)
             return
@@ -305,6 +327,8 @@ class TxnLogState:
                 start, timeout = self._start[s], self._timeout[s]
                 if start >= 0 and start + timeout < value.last_update_ms:
                     self._count_fence(s, TIMEOUT)
+                else:
+                    self._bumped_abort[s] = 1
             return
         if status == COMPLETE_COMMIT or status == COMPLETE_ABORT:
             if prev == status and self._start[s] == value.start_ms:
@@ -371,6 +395,7 @@ class TxnLogState:
             duration=MappingProxyType({k: h.copy() for k, h in self._duration.items()}),
             completion=MappingProxyType({k: h.copy() for k, h in self._completion.items()}),
             fencing=_freeze(self._fencing),
+            reinit_apps=frozenset(a for i, a in enumerate(self._apps) if self._app_reinit[i]),
             timeouts=_freeze(self._timeouts),
             expirations=_freeze(self._expirations),
             idle=idle if idle is not None else IdleSummary(),

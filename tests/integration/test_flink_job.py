@@ -1,0 +1,310 @@
+"""A PyFlink job with Flink's exactly-once KafkaSink (flink-connector-kafka 5.0, kafka-clients
+4.2) against the session broker (Kafka 4.x, transaction.version 2): every record of IN
+reaches OUT exactly once, also across a SIGKILL of the job with a sink transaction open and
+a restart from the last retained checkpoint.
+
+The job runs in .venv-flink (scripts/bootstrap-flink.sh); without it the test fails, it
+does not skip.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+import threading
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+
+from tests.integration.conftest import cluster_config
+from txnwatch.devtools.kafka import kafka_tool
+from txnwatch.devtools.net import wait_for
+from txnwatch.devtools.workload import create_topics
+
+PARTITIONS = 2
+
+
+def _flink_runtime():
+    from txnwatch.devtools.flink import runtime
+
+    try:
+        runtime.python()
+        runtime.pyflink_home()
+        runtime.connector_jars()
+    except runtime.FlinkUnavailable as exc:
+        pytest.fail(f"PyFlink cannot run: {exc} (make bootstrap runs scripts/bootstrap-flink.sh)")
+    return runtime
+
+
+@pytest.fixture
+def flink_job(tmp_path):
+    runtime = _flink_runtime()
+    job = runtime.FlinkJob(tmp_path / "flink")
+    yield job
+    job.kill()
+
+
+def _consumer(bootstrap: str, isolation: str = "read_committed", group: str | None = None) -> Consumer:
+    return Consumer({"bootstrap.servers": bootstrap, "group.id": group or f"flink-test-{uuid.uuid4().hex[:8]}",
+                     "isolation.level": isolation, "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+
+
+def _ends(bootstrap: str, topic: str, isolation: str) -> dict[int, int]:
+    """partition -> LSO (read_committed) or high watermark (read_uncommitted)."""
+    c = _consumer(bootstrap, isolation)
+    try:
+        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(PARTITIONS)}
+    finally:
+        c.close()
+
+
+def _read(bootstrap: str, topic: str, timeout: float = 30.0) -> list[tuple[int, int, str]]:
+    """(partition, offset, value) of every record a read_committed consumer sees, until it
+    reaches the end (its LSO) of every partition."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"flink-test-{uuid.uuid4().hex[:8]}",
+                  "isolation.level": "read_committed", "enable.partition.eof": True, "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    records: list[tuple[int, int, str]] = []
+    at_end: set[int] = set()
+    deadline = time.monotonic() + timeout
+    try:
+        while len(at_end) < PARTITIONS:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"reading {topic} to its end took over {timeout:.0f}s")
+            msg = c.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error():
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    at_end.add(msg.partition())
+                continue
+            records.append((msg.partition(), msg.offset(), msg.value().decode()))
+        return records
+    finally:
+        c.close()
+
+
+class Ends:
+    """LSO and high watermark of each partition of a topic, from two consumers kept open (so
+    that polling them often is cheap)."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.topic = topic
+        self.consumers = [_consumer(bootstrap, "read_committed"), _consumer(bootstrap, "read_uncommitted")]
+
+    def __call__(self) -> tuple[dict[int, int], dict[int, int]]:
+        lso, hwm = ({p: c.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10)[1]
+                     for p in range(PARTITIONS)} for c in self.consumers)
+        return lso, hwm
+
+    def open(self) -> bool:
+        """A transaction is open on some partition (its LSO is below its high watermark)."""
+        lso, hwm = self()
+        return any(lso[p] < hwm[p] for p in lso)
+
+    def close(self) -> None:
+        for c in self.consumers:
+            c.close()
+
+
+def read_committed(bootstrap: str, topic: str) -> list[str]:
+    return [value for _p, _o, value in _read(bootstrap, topic)]
+
+
+def next_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    """partition -> the offset after its last committed record: what a consumer that has read
+    everything commits (the transaction marker after it is not counted)."""
+    out = {p: 0 for p in range(PARTITIONS)}
+    for p, offset, _value in _read(bootstrap, topic):
+        out[p] = max(out[p], offset + 1)
+    return out
+
+
+def group_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
+    c = _consumer(bootstrap, group=group)
+    try:
+        return {tp.partition: tp.offset for tp in c.committed([TopicPartition(topic, p) for p in range(PARTITIONS)],
+                                                              timeout=10)}
+    finally:
+        c.close()
+
+
+class Feeder:
+    """Committed transactions of 20 records each into IN, every 50 ms, until stopped."""
+
+    def __init__(self, bootstrap: str, topic: str, first: int) -> None:
+        self.bootstrap, self.topic, self.next = bootstrap, topic, first
+        self.sent: list[str] = []
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        try:
+            p = Producer({"bootstrap.servers": self.bootstrap, "transactional.id": f"feeder-{uuid.uuid4().hex[:8]}",
+                          "linger.ms": 5})
+            p.init_transactions(30)
+            while not self._stop.is_set():
+                batch = [f"rec-{i:06d}" for i in range(self.next, self.next + 20)]
+                p.begin_transaction()
+                for v in batch:
+                    p.produce(self.topic, v.encode())
+                p.commit_transaction(30)
+                self.sent.extend(batch)
+                self.next += len(batch)
+                time.sleep(0.05)
+        except BaseException as exc:  # noqa: BLE001 - reported by stop()
+            self.error = exc
+
+    def start(self) -> Feeder:
+        self._thread.start()
+        return self
+
+    def stop(self) -> list[str]:
+        self._stop.set()
+        self._thread.join(60)
+        assert self.error is None, f"the feeder failed: {self.error!r}"
+        return self.sent
+
+
+def produce_committed(bootstrap: str, topic: str, values: list[str]) -> None:
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"flink-test-src-{uuid.uuid4().hex[:8]}"})
+    p.init_transactions(30)
+    for i in range(0, len(values), 100):
+        p.begin_transaction()
+        for v in values[i:i + 100]:
+            p.produce(topic, v.encode())
+        p.commit_transaction(30)
+
+
+def settled(bootstrap: str, topic_in: str, topic_out: str, group: str, want: int) -> bool:
+    """The job has read all of IN through a completed checkpoint (the source commits its
+    offsets to the group on checkpoint completion), no sink transaction is open on OUT, and OUT
+    holds at least `want` committed records: nothing more is coming."""
+    if group_offsets(bootstrap, group, topic_in) != next_offsets(bootstrap, topic_in):
+        return False
+    if _ends(bootstrap, topic_out, "read_committed") != _ends(bootstrap, topic_out, "read_uncommitted"):
+        return False
+    return len(read_committed(bootstrap, topic_out)) >= want
+
+
+def exactly_once(out: list[str], sent: list[str]) -> str:
+    """'' when OUT holds each sent value (upper-cased) exactly once, else what differs."""
+    counts = collections.Counter(out)
+    want = {v.upper() for v in sent}
+    dups = {v: n for v, n in counts.items() if n > 1}
+    missing, extra = want - set(counts), set(counts) - want
+    if not (dups or missing or extra):
+        return ""
+    return (f"{len(out)} records for {len(sent)} sent: {len(dups)} duplicated (e.g. {sorted(dups)[:3]}), "
+            f"{len(missing)} missing (e.g. {sorted(missing)[:3]}), {len(extra)} unexpected")
+
+
+ID_SERIES_CAP = 3
+
+
+def reasons(m, app: str) -> dict[str, float]:
+    return {lb["reason"]: v for lb, v in m.select("kafka_transaction_fencing_events_total", app=app)}
+
+
+def per_id_series(m, app: str) -> set[str]:
+    return {lb["transactional_id"] for name in ("kafka_transaction_timeout_headroom_seconds",
+                                                "kafka_transactional_id_expiration_headroom_seconds")
+            for lb, _v in m.select(name, app=app)}
+
+
+def test_exactly_once_across_sigkill_and_restore(broker, flink_job, unique, tmp_path, exporter_factory):
+    """...and txnwatch (poller and transaction-log tap) watching it: the sink's ids under one
+    app named after its prefix, no fence while it runs, per-id series capped however many
+    checkpoints pass, the open transactions' headroom, and the restart's abort of the
+    transaction the killed run left open counted as a start-up abort, not as a fence."""
+    bootstrap = broker.bootstrap
+    topic_in, topic_out = unique("flink-in"), unique("flink-out")
+    prefix, group = unique("flink-txn"), unique("flink-group")
+    create_topics(bootstrap, [topic_in, topic_out], partitions=PARTITIONS)
+    job_args = dict(checkpoint_ms=1000, timeout_ms=60000, parallelism=2, group=group)
+    exp = exporter_factory(cluster_config(bootstrap, [topic_in, topic_out], transaction_log_tap=True,
+                                          transactional_ids={"include": [re.escape(prefix) + "-.*"]},
+                                          max_transactional_id_series=ID_SERIES_CAP))
+    exp.wait_metric(lambda m: m.get_value("txnwatch_tap_rebuilt") == 1 and m.get_value("txnwatch_up", source="tap") == 1
+                    and m.get_value("txnwatch_up", source="poller") == 1, 60, what="the exporter following the log")
+
+    # 1. a first batch, committed before the job starts
+    first = [f"rec-{i:06d}" for i in range(500)]
+    produce_committed(bootstrap, topic_in, first)
+    flink_job.start(bootstrap, topic_in, topic_out, prefix, **job_args)
+    wait_for(lambda: settled(bootstrap, topic_in, topic_out, group, len(first)), 120,
+             what=f"the job to copy {len(first)} records to {topic_out}; job log:\n{flink_job.tail()}")
+    problem = exactly_once(read_committed(bootstrap, topic_out), first)
+    assert not problem, problem
+    # txnwatch: one app, the prefix; commits; the start-up's probes of fresh ids and the
+    # per-checkpoint ids are no fences
+    m = exp.wait_metric(lambda m: (m.get_value("kafka_transactions_total", app=prefix, outcome="committed") or 0) >= 2,
+                        60, what="the tap counting the sink's commits")
+    assert {lb["app"] for lb, _v in m.select("kafka_transactional_ids")} == {prefix}
+    assert reasons(m, prefix) == {"new_instance": 0, "timeout": 0, "operator": 0, "startup_abort": 0}
+
+    # 2. records keep coming; SIGKILL while a sink transaction is open on OUT. The sink's
+    # transactions stay open from the first write after a checkpoint to the next one: when
+    # the checkpoint commits between the look and the kill, resume and try again.
+    feeder = Feeder(bootstrap, topic_in, len(first)).start()
+    # open for a checkpoint interval by design: the poller sees them, with their headroom
+    m = exp.wait_metric(lambda m: any(0 < v <= 60 for _lb, v in m.select("kafka_transaction_timeout_headroom_seconds",
+                                                                          app=prefix)), 60,
+                        what="the headroom of an open sink transaction")
+    ends = Ends(bootstrap, topic_out)
+    try:
+        for _attempt in range(3):
+            wait_for(lambda: len(feeder.sent) >= len(first) + 200 and ends.open(), 60, interval=0.02,
+                     what=f"a sink transaction open on {topic_out}; job log:\n{flink_job.tail()}")
+            flink_job.kill()
+            lso, hwm = ends()
+            if any(lso[p] < hwm[p] for p in lso):
+                break
+            flink_job.start(bootstrap, topic_in, topic_out, prefix, restore=flink_job.latest_checkpoint(),
+                            **job_args)
+        else:
+            pytest.fail(f"3 SIGKILLs of the job, none while a sink transaction was open: LSO {lso}, HWM {hwm}")
+    finally:
+        ends.close()
+    checkpoint = flink_job.latest_checkpoint()
+    assert checkpoint is not None, f"no retained checkpoint in {flink_job.checkpoint_dir}"
+
+    # 3. a new process, same prefix and group, resumed from the last retained checkpoint: it
+    # commits or aborts what the dead one left open (the LSO moves past it) and goes on
+    flink_job.start(bootstrap, topic_in, topic_out, prefix, restore=checkpoint, **job_args)
+    wait_for(lambda: all(_ends(bootstrap, topic_out, "read_committed")[p] >= hwm[p] for p in hwm), 90,
+             what=f"the LSO of {topic_out} to pass the killed job's open transaction (HWM {hwm})")
+    restored_in = flink_job.log()
+    wait_for(lambda: len(feeder.sent) >= len(first) + 1000, 60, what="1000 more records into IN")
+    sent = first + feeder.stop()
+    wait_for(lambda: settled(bootstrap, topic_in, topic_out, group, len(sent)), 120,
+             what=f"the restored job to copy all {len(sent)} records; job log:\n{flink_job.tail()}")
+    problem = exactly_once(read_committed(bootstrap, topic_out), sent)
+    assert not problem, f"after SIGKILL and restore from {checkpoint.name}: {problem}"
+    assert "Traceback" not in restored_in, restored_in
+    # the restart aborted what the killed run left open: a start-up abort, not a fence by a
+    # new instance nor a coordinator timeout (60 s were not reached)
+    m = exp.wait_metric(lambda m: (reasons(m, prefix).get("startup_abort") or 0) >= 1, 60,
+                        what="the tap counting the restart's abort of the open transaction")
+    assert reasons(m, prefix)["new_instance"] == 0 and reasons(m, prefix)["timeout"] == 0, reasons(m, prefix)
+    assert (m.get_value("kafka_transactions_total", app=prefix, outcome="aborted") or 0) >= 1
+    # however many ids the checkpoints made, per-id series stay under the cap (+ __other__)
+    assert (m.get_value("kafka_transactional_ids", app=prefix) or 0) > ID_SERIES_CAP
+    ids = per_id_series(m, prefix)
+    assert len(ids - {"__other__"}) <= ID_SERIES_CAP and "__other__" in ids, ids
+
+    # 4. the sink's transactional ids: <prefix>-<subtask>-<n> (INCREMENTING: n follows the
+    # checkpoint id). Transactions come from subtasks 0 and 1 only; the abort of lingering
+    # transactions at each start (PROBING) also makes ids of subtasks 2 and 3 (in case the
+    # job ran with more before), which stay Empty.
+    listed = kafka_tool("kafka-transactions", "--bootstrap-server", bootstrap, "list",
+                        log_dir=tmp_path / "tools").stdout
+    rows = [line.split() for line in listed.splitlines()[1:] if line.startswith(prefix + "-")]
+    pattern = re.compile(rf"^{re.escape(prefix)}-(\d+)-(\d+)$")
+    states = {(int(m.group(1)), int(m.group(2))): row[3] for row in rows if (m := pattern.match(row[0]))}
+    assert len(states) == len(rows), f"ids not named <prefix>-<subtask>-<n>: {[r[0] for r in rows]}"
+    assert {sub for (sub, _n), state in states.items() if state != "Empty"} <= {0, 1}, states
+    assert {sub for sub, _n in states} <= {0, 1, 2, 3}, states
