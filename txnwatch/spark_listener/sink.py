@@ -39,6 +39,7 @@ import json
 import logging
 import os
 import re
+import threading
 import time
 import uuid
 from collections import OrderedDict
@@ -199,6 +200,7 @@ class SinkConfig:
     client_config: tuple = ()            # shared by producer and consumers (security, ...)
     commit_timeout_seconds: float = 60.0
     faults: tuple = ()                   # test-only hooks: ((name, json), ...)
+    warm_spares: bool = True             # a connected spare producer per id a worker wrote
 
     def producer_conf(self, task: int) -> dict:
         conf = {"bootstrap.servers": self.bootstrap_servers, "linger.ms": 5,
@@ -609,14 +611,66 @@ def prior_transaction(cfg: SinkConfig, task: int) -> PriorTransaction | None:
     return prior_from(d, producers, (cfg.progress_topic, task))
 
 
+# Spare producers: per Python worker, for each task id it has written, one producer
+# connected (bootstrap and metadata done) but not initialised. Spark runs a batch's task on
+# whichever Python worker is idle, so a task id moves between workers; the worker taking
+# it over must init_transactions (fencing the other's idle producer), and a cold producer's
+# first init costs its connections too (about 55 ms against 7 ms warm, on loopback).
+# A spare has no effect on the broker until its init.
+_SPARES: OrderedDict[str, TransactionalProducer] = OrderedDict()
+_WARMING: set[str] = set()
+_SPARES_LOCK = threading.Lock()
+MAX_SPARES = 16      # per Python worker; the least recently written ids' spares go first
+
+
+def _take_spare(tid: str) -> TransactionalProducer | None:
+    with _SPARES_LOCK:
+        return _SPARES.pop(tid, None)
+
+
+def _warm_spare(cfg: SinkConfig, task: int) -> None:
+    """Make (on a thread of its own, never in the task's way) this id's spare if it has none."""
+    if not cfg.warm_spares:
+        return
+    tid = transactional_id(cfg.name, task)
+    with _SPARES_LOCK:
+        if tid in _SPARES:
+            _SPARES.move_to_end(tid)
+            return
+        if tid in _WARMING:
+            return
+        _WARMING.add(tid)
+
+    def make() -> None:
+        spare = None
+        try:
+            spare = TransactionalProducer(cfg.producer_conf(task))
+            spare.producer.list_topics(cfg.topic, timeout=10)
+        except Exception:  # noqa: BLE001 - no spare: the next takeover starts cold
+            log.debug("sink %s: no spare producer for %s", cfg.name, tid, exc_info=True)
+            spare = None
+        dropped = []
+        with _SPARES_LOCK:
+            _WARMING.discard(tid)
+            if spare is not None:
+                _SPARES[tid] = spare
+                while len(_SPARES) > MAX_SPARES:
+                    dropped.append(_SPARES.popitem(last=False)[1])
+        for d in dropped:
+            d.close(0)
+
+    threading.Thread(target=make, name=f"txnwatch-spare-{tid}", daemon=True).start()
+
+
 def _producer(cfg: SinkConfig, task: int) -> tuple[TransactionalProducer, bool]:
-    """The worker's cached producer for this task's id (created and initialised when
-    missing; the transaction its init found is kept in `prior` for the first write to report)."""
+    """The worker's cached producer for this task's id (initialised when missing: from the
+    id's spare when there is one; the transaction its init found is kept in `prior` for the
+    first write to report)."""
     tid = transactional_id(cfg.name, task)
     p = _PRODUCERS.get(tid)
     if p is not None and p.broken is None:
         return p, False
-    p = TransactionalProducer(cfg.producer_conf(task))
+    p = _take_spare(tid) or TransactionalProducer(cfg.producer_conf(task))
     prior = prior_transaction(cfg, task)
     p.init_transactions(cfg.commit_timeout_seconds)
     p.prior = None if prior is None else dataclasses.replace(prior, fenced_at=time.time())
@@ -682,6 +736,7 @@ def write_partition(cfg: SinkConfig, batch_id: int, batches: Iterator) -> Iterat
         producer, fresh = _producer(cfg, task)
         try:
             status, rows, records, attempt = _write(cfg, task, batch_id, data, producer, fresh)
+            _warm_spare(cfg, task)        # for when this worker takes the id over again
             yield _result(task, status, rows, records, attempt, time.perf_counter() - t0)
             return
         except _StaleProducer:
@@ -949,6 +1004,10 @@ class ExactlyOnceKafkaSink(_Sink):
       Spark's Kafka source without minPartitions (one partition per topic-partition
       range, from the offset log); not across a change of the query's plan while a
       batch is pending. See docs/spark-sink.md.
+    - warm_spares: each Python worker keeps, for every task id it has written, a spare
+      producer connected to the cluster but not initialised, so that taking the id over
+      from another worker (Spark runs a task on whichever worker is idle) costs an
+      InitProducerId, not a new client's connections too. False to save the connections.
     """
 
     def __init__(self, name: str, bootstrap_servers: str, topic: str, *, num_tasks: int = 2,
@@ -959,7 +1018,7 @@ class ExactlyOnceKafkaSink(_Sink):
                  producer_config: dict | None = None, client_config: dict | None = None,
                  metrics: MetricsTarget | None = None, commit_timeout_seconds: float = 60.0,
                  create_progress_topic: bool = True, faults: dict | None = None,
-                 partitioning: str = "key") -> None:
+                 partitioning: str = "key", warm_spares: bool = True) -> None:
         super().__init__(name, bootstrap_servers, topic, num_tasks)
         if partitioning not in PARTITIONINGS:
             raise UnsafeSinkSettings(f"partitioning must be one of {', '.join(PARTITIONINGS)}, got {partitioning!r}")
@@ -979,7 +1038,8 @@ class ExactlyOnceKafkaSink(_Sink):
             producer_config=tuple(sorted((producer_config or {}).items())),
             client_config=tuple(sorted((client_config or {}).items())),
             commit_timeout_seconds=commit_timeout_seconds,
-            faults=tuple(sorted((k, json.dumps(v)) for k, v in (faults or {}).items())))
+            faults=tuple(sorted((k, json.dumps(v)) for k, v in (faults or {}).items())),
+            warm_spares=bool(warm_spares))
         if create_progress_topic:
             ensure_progress_topic(bootstrap_servers, self.progress_topic, num_tasks, client_config)
         self._emit = _emitter(metrics)
