@@ -66,6 +66,7 @@ class AppResolver:
                  cache_size: int = 200_000) -> None:
         self.rules: tuple[AppRule, ...] = tuple(rules) + (BUILTIN_RULES if builtins else ())
         self._cache: dict[str, tuple[str, str]] = {}
+        self._pairs: dict[tuple[str, str], tuple[str, str]] = {}
         self._cache_size = cache_size
 
     def __call__(self, transactional_id: str | None) -> str:
@@ -90,8 +91,10 @@ class AppResolver:
                 found = (a, r.name)
                 break
         out = found if found[0] else (fallback_app(transactional_id), "")
+        out = self._pairs.setdefault(out, out)   # one tuple per (app, scheme): ids share it
         if len(self._cache) >= self._cache_size:
             self._cache.clear()  # ids churn; a bounded cache is enough
+            self._pairs.clear()
         self._cache[transactional_id] = out
         return out
 
