@@ -46,6 +46,7 @@ class Settings:
     sink: str = "eos"                 # eos | at-least-once | spark-kafka (Spark's writer, at-least-once)
     num_tasks: int = 2
     sink_partitioning: str = "key"    # eos: key (shuffle on key) | input (the batch's own partitions)
+    sink_warm_spares: bool = True     # eos: a connected spare producer per id in each Python worker
     trigger_seconds: float = 1.0
     max_records_per_batch: int | None = 50_000
     starting_offsets: str = "earliest"
@@ -97,7 +98,7 @@ def make_sink(s: Settings, metrics: Any = None) -> Any:
             s.name, s.bootstrap, s.output_topic, num_tasks=s.num_tasks, progress_topic=s.progress_topic,
             transaction_timeout_ms=s.transaction_timeout_ms, trigger_interval_seconds=s.trigger_seconds,
             broker_max_timeout_ms=s.broker_max_timeout_ms, metrics=metrics, faults=s.faults,
-            partitioning=s.sink_partitioning)
+            partitioning=s.sink_partitioning, warm_spares=s.sink_warm_spares)
     if s.sink == "at-least-once":
         return AtLeastOnceKafkaSink(s.name, s.bootstrap, s.output_topic, num_tasks=s.num_tasks)
     raise ValueError(f"unknown sink {s.sink!r} (eos|at-least-once|spark-kafka)")
