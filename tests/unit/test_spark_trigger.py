@@ -11,7 +11,7 @@ from txnwatch.exporter.spark_page import spark_section
 from txnwatch.spark_listener.events import EventValidationError, from_trigger, validate_event
 from txnwatch.spark_listener.serve import render_text
 from txnwatch.spark_listener.state import SparkQueryState
-from txnwatch.spark_listener.trigger import TriggerProbe, parse_trigger
+from txnwatch.spark_listener.trigger import NoJvmSide, TriggerProbe, jvm_trigger_text, parse_trigger
 
 
 @pytest.mark.parametrize(("text", "mode", "interval", "known"), [
@@ -144,3 +144,34 @@ def test_a_full_probe_queue_drops_the_request_and_asks_again_later():
     finally:
         probe.close()
     assert asked == ["a", "b", "c"]
+
+
+def test_a_session_without_a_jvm_is_asked_once_per_run_and_counts_no_error():
+    class ConnectQuery:          # Spark Connect's StreamingQuery: no _jsq
+        pass
+
+    class Streams:
+        def __init__(self):
+            self.asked = 0
+
+        def get(self, qid):
+            self.asked += 1
+            return ConnectQuery() if qid == "q" else None
+
+    class Session:
+        streams = Streams()
+
+    spark = Session()
+    with pytest.raises(NoJvmSide):
+        jvm_trigger_text(spark, "q")
+    assert jvm_trigger_text(spark, "gone") is None
+    errors, emitted = [], []
+    probe = TriggerProbe(lambda qid: jvm_trigger_text(spark, qid), lambda q, i: emitted.append(q),
+                         lambda stage, exc: errors.append(stage))
+    try:
+        for _ in range(3):
+            probe.request("q", "run-1")
+            probe.wait_idle()
+    finally:
+        probe.close()
+    assert spark.streams.asked == 3 and emitted == [] and errors == []   # 2 direct calls + 1 by the probe

@@ -66,15 +66,19 @@ def parse_trigger(text: str) -> TriggerInfo:
     return TriggerInfo(mode, interval, mode in KNOWN_MODES, detail)
 
 
+class NoJvmSide(Exception):
+    """The session has no JVM to ask (Spark Connect): the trigger stays unknown."""
+
+
 def jvm_trigger_text(spark: Any, query_id: str) -> str | None:
-    """The JVM's text of a running query's trigger, or None when the query is gone or the
-    session has no JVM side (Spark Connect)."""
+    """The JVM's text of a running query's trigger; None when the query is not registered
+    (yet, or any more); NoJvmSide when the session cannot say."""
     query = spark.streams.get(query_id)
     if query is None:
         return None
     jsq = getattr(query, "_jsq", None)
     if jsq is None:
-        return None
+        raise NoJvmSide(type(query).__name__)
     return str(jsq.streamingQuery().trigger().toString())
 
 
@@ -125,6 +129,8 @@ class TriggerProbe:
     def _probe(self, query_id: str, key: str) -> None:
         try:
             text = self._lookup(query_id)
+        except NoJvmSide:         # asked once per run, not counted: nothing is wrong
+            return
         except Exception as exc:  # noqa: BLE001 - a lookup failure is counted, never raised
             self._on_error("trigger", exc)
             return
