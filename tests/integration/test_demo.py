@@ -1,6 +1,7 @@
 """`make demo` end to end on the real broker: everything the demo promises shows up in the
 exporter's /metrics and page and in Prometheus's alerts, and Ctrl-C leaves no process
-(JVMs included) and no port behind."""
+(JVMs included) and no port behind. The Flink job needs .venv-flink (`make bootstrap`):
+without it the demo runs without Flink and this test fails, it does not skip."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FENCING = ("PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "_FENCED")
 APP, OUTBOX, GROUP = "balance-app", "alert-outbox", "alert-outbox-sink"
 SPARK_QUERY, SPARK_INPUT = "orders-totals", "demo.orders"      # the demo's reference pipeline
+FLINK_APP, FLINK_OUTPUT = "flink-enrich", "demo.flink-out"     # the demo's Flink job: sink prefix, output
 EOS_V2_ID = re.compile(r"^balance-app-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}-\d+$")
 
 
@@ -68,6 +70,7 @@ class DemoWatch:
         self.exporter, self.prom, self.out_path = exporter, prom, out_path
         self.seen: dict[str, float] = {}    # check -> seconds after the demo started when first seen
         self.headroom: list[float] = []
+        self.flink_fault_commits: float | None = None   # the Flink app's commits when its fault reported
         self.t0 = time.monotonic()
 
     def out(self) -> str:
@@ -123,12 +126,42 @@ class DemoWatch:
                 and re.search(r"canary: committed [1-9]\d* aborted [1-9]\d* failures \d+ aborted seen 0", out)),
             "KafkaTransactionHanging firing in Prometheus": lambda: any(
                 a["labels"].get("topic") == OUTBOX for a in self.prom.firing("KafkaTransactionHanging")),
+            # the KafkaSink's ids <prefix>-<subtask>-<checkpoint> under the app <prefix>
+            "Flink job: its sink's commits under its app in /metrics and the status line": lambda: (
+                s("kafka_transactions_total", app=FLINK_APP, outcome="committed") > 0
+                and re.search(rf"flink {FLINK_APP}: running, checkpoint \d+, commits [1-9]\d*", out)),
+            "Flink job: an open sink transaction under its app on the page": lambda: re.search(
+                rf"<td>{FLINK_APP}</td><td>{FLINK_APP}-\d+-\d+</td>", page),
+            "Flink job failure: SIGKILLed, restarted from its retained checkpoint, the killed run's open "
+            "transaction aborted (startup_abort, no fence), commits after it": lambda: self._flink_failure(m, out),
         }
         for name, fn in checks.items():
             if name not in self.seen and fn():
                 self.seen[name] = time.monotonic() - self.t0
         self.missing = [n for n in checks if n not in self.seen]
         return not self.missing
+
+    def _flink_failure(self, m, out: str) -> bool:
+        """The fault's report (it waits for the tap to count the restart's abort and a commit);
+        then a commit after it: the restored job goes on."""
+        line = re.search(rf"\[fault\] SIGKILLed Flink job {FLINK_APP} with (.*) and restarted it from its retained "
+                         r"checkpoint chk-\d+ \(same prefix and group.*commits resumed \((\d+) -> (\d+)\)", out)
+        if not line:
+            return False
+        reasons = {lbl["reason"]: v for lbl, v in m.select("kafka_transaction_fencing_events_total", app=FLINK_APP)}
+        if reasons.get("new_instance", 0) != 0:   # a restart's abort is no fence
+            return False
+        if line.group(1).startswith(f"a KafkaSink transaction open on {FLINK_OUTPUT}-"):   # else: after a commit
+            # the restart aborts it (a start-up abort); on a machine so loaded that the restart took
+            # longer than the job's 15 s transaction.timeout.ms, the coordinator did (a timeout)
+            by = ("startup_abort" if "the restart aborted it at start-up" in line.group(0) else
+                  "timeout" if "the coordinator's timeout" in line.group(0) else None)
+            if by is None or reasons.get(by, 0) < 1:
+                return False
+        if self.flink_fault_commits is None:
+            self.flink_fault_commits = float(line.group(3))
+        return sum(v for _, v in m.select("kafka_transactions_total", app=FLINK_APP,
+                                          outcome="committed")) > self.flink_fault_commits
 
     def _headroom(self, m, page: str) -> bool:
         vals = [v for _, v in m.select("kafka_transaction_timeout_headroom_seconds", app="settlement-batch")]
@@ -229,8 +262,8 @@ def test_make_demo_on_kafka_shows_everything_and_cleans_up(tmp_path):
     assert all(off < hanging_at for _, part, off in rows if part == hung_partition), (hanging_at, rows)
 
     pids = json.loads((state / "pids.json").read_text())
-    assert set(pids) >= {"kafka", "exporter", "pipeline", "prometheus", "streams", "fault-producers"}, pids
-    assert len(pids["streams"]) >= 2, pids   # restarted by the fault
+    assert set(pids) >= {"kafka", "exporter", "pipeline", "prometheus", "streams", "fault-producers", "flink"}, pids
+    assert len(pids["streams"]) >= 2 and len(pids["flink"]) >= 2, pids   # restarted by the faults
     every = [p for group in pids.values() for p in group]
     wait_for(lambda: not any(_alive(p) for p in every), 30, what=f"demo processes {pids} to exit")
     assert not _in_sessions(set(every) | {proc.pid}), _in_sessions(set(every) | {proc.pid})
@@ -241,3 +274,36 @@ def test_make_demo_on_kafka_shows_everything_and_cleans_up(tmp_path):
         assert not port_open("127.0.0.1", port), f"port {port} still open"
     leftovers = subprocess.run(["pgrep", "-f", str(state)], capture_output=True, text=True).stdout.split()
     assert not leftovers, f"processes still running with {state} in their command line: {leftovers}"
+
+
+class _BrokerReached(Exception):
+    pass
+
+
+def _start_until_the_broker(tmp_path, monkeypatch, *args: str):
+    """Demo.start() up to the broker (stopped there): what it decided about Flink, and what it said."""
+    from txnwatch.devtools import demo
+
+    said: list[str] = []
+    monkeypatch.setattr(demo.Demo, "say", lambda self, msg: said.append(msg))
+    monkeypatch.setattr(demo.Demo, "_start_broker", lambda self: (_ for _ in ()).throw(_BrokerReached()))
+    d = demo.Demo(demo.parse_args(["--state-dir", str(tmp_path / "demo"), "--no-streams", *args]))
+    with pytest.raises(_BrokerReached):
+        d.start()
+    return d, said
+
+
+def test_no_flink_leaves_the_flink_job_out(tmp_path, monkeypatch):
+    from txnwatch.devtools.flink import runtime
+
+    monkeypatch.setattr(runtime, "python", lambda: pytest.fail("--no-flink still looked for PyFlink"))
+    d, said = _start_until_the_broker(tmp_path, monkeypatch, "--no-flink")
+    assert d.flink_runtime is None and d.flink is None and d._flink_state() is None   # no topic, job, fault, status
+    assert not any("flink" in m.lower() for m in said), said
+
+
+def test_without_venv_flink_the_demo_says_so_and_goes_on(tmp_path, monkeypatch):
+    monkeypatch.setenv("TXNWATCH_FLINK_VENV", str(tmp_path / "no-venv-flink"))
+    d, said = _start_until_the_broker(tmp_path, monkeypatch)
+    assert d.flink_runtime is None
+    assert any("no Flink job" in m and "make bootstrap" in m and "--no-flink" in m for m in said), said

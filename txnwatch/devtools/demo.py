@@ -1,7 +1,7 @@
 """`make demo`: the whole txnwatch story on one machine.
 
     python -m txnwatch.devtools.demo [--bootstrap-servers LIST] [--kafka-version 4.x]
-        [--no-spark] [--no-streams] [--no-prometheus] [--fault-interval 10] [--duration S]
+        [--no-spark] [--no-streams] [--no-flink] [--no-prometheus] [--fault-interval 10] [--duration S]
         [--broker-port N] [--exporter-port N] [--prometheus-port N] [--state-dir DIR]
 
 By default it starts a real Apache Kafka (the newest 4.x release from Maven Central, or
@@ -15,17 +15,25 @@ transactions are found within the first minute), and on it:
   outbox), and the outbox sink: a read_committed consumer group (`alert-outbox-sink`)
   applying each alert once to SQLite;
 - the reference exactly-once Spark pipeline with the txnwatch listener;
+- a PyFlink job (`flink-enrich`, in .venv-flink: `make bootstrap` makes it) with Flink's
+  exactly-once KafkaSink: the orders read_committed, upper-cased into `demo.flink-out`, one
+  Kafka transaction per subtask committed at each checkpoint (every 2 s), transactional ids
+  `flink-enrich-<subtask>-<checkpoint>`, which txnwatch groups under the app `flink-enrich`;
 - the exporter (admin poller + transaction-log tap) and a real Prometheus with the
   generated alert rules (demo-short timings);
 - a fault injector: a hanging transaction on an alert-outbox partition (the outbox sink
   stops behind it), a Streams instance killed mid-transaction and restarted on its state
   directory (the same transactional id: its restart fences the old transaction), a producer
   killed mid-transaction (a
-  coordinator timeout), a second instance fencing the first, a burst of aborts and a
-  transaction that eats into its timeout headroom.
+  coordinator timeout), a second instance fencing the first, a burst of aborts, a
+  transaction that eats into its timeout headroom and a Flink job failure: the job SIGKILLed
+  with a sink transaction open and restarted from its latest retained checkpoint (the same
+  prefix and group: its start-up aborts the killed run's transaction, counted as
+  `startup_abort`, and its commits resume; the output holds each record once).
 
 `--bootstrap-servers` points everything at a user's cluster (faults only with
---faults-on-real-cluster). Ctrl-C stops every process it started.
+--faults-on-real-cluster). `--no-spark`, `--no-streams`, `--no-flink` leave those out (without
+.venv-flink the demo says so and runs without Flink). Ctrl-C stops every process it started.
 """
 
 from __future__ import annotations
@@ -52,6 +60,7 @@ from .faults import (
     abort_burst,
     coordinator_timeout,
     fence,
+    flink_failure,
     hanging_transaction,
     restart_streams,
     slow_transaction,
@@ -65,6 +74,12 @@ ROOT = Path(__file__).resolve().parents[2]
 INPUT, OUTPUT = "demo.orders", "demo.order-totals"                 # the Spark pipeline
 PAYMENTS, BALANCES, OUTBOX = "demo.payments", "demo.balances", "alert-outbox"   # the Streams app
 SETTLEMENTS = "demo.settlements"                                   # where the producer faults write
+# The Flink job: the orders (read_committed) -> upper-case -> FLINK_OUTPUT through the KafkaSink.
+FLINK_OUTPUT, FLINK_APP = "demo.flink-out", "flink-enrich"   # FLINK_APP: the sink's transactional-id prefix
+FLINK_GROUP = FLINK_APP + "-source"                          # the KafkaSource's consumer group
+FLINK_CHECKPOINT_MS = 2000     # one sink transaction per subtask, committed at each checkpoint
+FLINK_TIMEOUT_MS = 15_000      # transaction.timeout.ms: at most the broker's 20 s (or InitProducerId fails)
+FLINK_PARALLELISM = 1          # one subtask: the demo shares 2 cores with Kafka, Spark and the Streams JVM
 APPLICATION_ID = "balance-app"
 OUTBOX_GROUP = "alert-outbox-sink"
 TOPIC_FILTER = [r"demo\..*", OUTBOX]
@@ -99,7 +114,17 @@ def outbox_status(m: Metrics, group: str) -> str:
     return f"outbox {group}: lag {sum(v for _, v in rc):.0f} vs LSO, {sum(ru.values()):.0f} vs HWM, {why}"
 
 
-def status_line(m: Metrics, firing: str | None = None, outbox_group: str | None = None) -> str:
+def flink_status(m: Metrics, app: str, state: str, checkpoint: int | None) -> str:
+    """The Flink job's process state, its latest retained checkpoint and what the tap counted
+    under its app: its sink commits one transaction per subtask at each checkpoint."""
+    fences = {lbl["reason"]: v for lbl, v in m.select("kafka_transaction_fencing_events_total", app=app)}
+    return (f"flink {app}: {state}, checkpoint {'-' if checkpoint is None else checkpoint}, "
+            f"commits {_sum(m, 'kafka_transactions_total', app=app, outcome='committed'):.0f}, "
+            f"startup aborts {fences.get('startup_abort', 0):.0f}")
+
+
+def status_line(m: Metrics, firing: str | None = None, outbox_group: str | None = None,
+                flink: tuple[str, str, int | None] | None = None) -> str:
     """One line of what the exporter sees (pure: parsed /metrics in, text out)."""
     up = m.get_value("txnwatch_up", source="poller")
     parts = [f"poller {'up' if up == 1 else 'DOWN'}",
@@ -128,6 +153,8 @@ def status_line(m: Metrics, firing: str | None = None, outbox_group: str | None 
                      f"aborted seen {_sum(m, 'txnwatch_canary_visibility_violations_total'):.0f}")
     if outbox_group:
         parts.append(outbox_status(m, outbox_group))
+    if flink:
+        parts.append(flink_status(m, *flink))
     batch = max((v for _, v in m.select("spark_streaming_batch_id")), default=None)
     spark = f"spark batch {'-' if batch is None else int(batch)}"
     behind = m.select("spark_streaming_source_partition_offsets_behind_latest")
@@ -164,6 +191,10 @@ class Demo:
         self._pid_lock = threading.Lock()
         self._fault_children: list = []
         self.streams_enabled = not args.no_streams
+        self.flink = None                  # runtime.FlinkJob
+        self.flink_runtime = None
+        self._flink_lock = threading.Lock()   # a fault's restart against stop()
+        self._flink_restarting = False
 
     def release(self) -> KafkaRelease:
         """The Apache Kafka release of the embedded broker and the Streams app."""
@@ -198,9 +229,12 @@ class Demo:
                 self.streams = StreamsApp(None, self.state / "streams", application_id=APPLICATION_ID,
                                           input_topic=PAYMENTS, balances_topic=BALANCES, alerts_topic=OUTBOX,
                                           release=release)
+        if not a.no_flink:
+            self.flink_runtime = self._flink_available()
         self.exporter_port = a.exporter_port or 10129
         self._start_broker()
         topics = [INPUT, OUTPUT, SETTLEMENTS] + ([PAYMENTS, BALANCES, OUTBOX] if self.streams_enabled else [])
+        topics += [FLINK_OUTPUT] if self.flink_runtime is not None else []
         create_topics(self.bootstrap, topics, partitions=3)
         self.say(f"created topics {', '.join(topics)}")
 
@@ -234,6 +268,8 @@ class Demo:
             self.say(f"started the load generator: ~{a.rate} orders/s into {INPUT}"
                      + (f" and payments into {PAYMENTS}" if self.streams_enabled else "")
                      + ", one transaction per 0.5 s")
+        if self.flink_runtime is not None:
+            self._start_flink()
         if not a.no_spark and self.pipeline is None:
             self._start_pipeline()
         if not a.no_prometheus:
@@ -345,6 +381,101 @@ class Demo:
                  f"exactly-once sink, listener "
                  f"forwarding to the exporter; log: {self.state}/pipeline.log)")
 
+    def _flink_available(self):
+        """txnwatch.devtools.flink.runtime when PyFlink and its Kafka connector can run here,
+        else None (said plainly: the demo goes on without Flink)."""
+        from .flink import runtime
+
+        try:
+            runtime.python()
+            runtime.pyflink_home()
+            runtime.connector_jars()   # Maven only the first time; the list is cached
+        except Exception as exc:  # noqa: BLE001 - FlinkUnavailable says what to do; anything else too
+            self.say(f"no Flink job: {exc}; running without it (`make bootstrap` makes .venv-flink, "
+                     "`--no-flink` skips it)")
+            return None
+        return runtime
+
+    def _flink_args(self) -> dict:
+        return dict(checkpoint_ms=FLINK_CHECKPOINT_MS, timeout_ms=FLINK_TIMEOUT_MS, parallelism=FLINK_PARALLELISM,
+                    group=FLINK_GROUP)
+
+    def _start_flink(self) -> None:
+        """Spawn the Flink job (its JVM takes ~10-30 s to its first commit: a thread waits for
+        it while the rest starts). Its checkpoints go under the state dir, wiped first: the
+        embedded broker starts empty, so old offsets and transactions mean nothing."""
+        workdir = self.state / "flink"
+        shutil.rmtree(workdir, ignore_errors=True)
+        self.flink = self.flink_runtime.FlinkJob(workdir)
+        try:
+            if not self._launch_flink(None):
+                return
+        except Exception as exc:  # noqa: BLE001 - the demo goes on without Flink
+            self.say(f"could not start the Flink job ({type(exc).__name__}: {exc}); running without it")
+            self.flink = None
+            return
+        self.say(f"starting Flink job {FLINK_APP} (PyFlink {self.flink_runtime.FLINK_VERSION}, KafkaSink "
+                 f"EXACTLY_ONCE): {INPUT} read_committed -> upper-case -> {FLINK_OUTPUT}, one transaction per "
+                 f"subtask ({FLINK_PARALLELISM}) committed at each checkpoint every {FLINK_CHECKPOINT_MS / 1000:g} s, "
+                 f"transactional ids {FLINK_APP}-<subtask>-<checkpoint>, transaction.timeout.ms "
+                 f"{FLINK_TIMEOUT_MS}; checkpoints in {self.flink.checkpoint_dir} (log: {self.flink.log_path})")
+        threading.Thread(target=self._wait_flink, name="demo-flink-start", daemon=True).start()
+
+    def _launch_flink(self, restore) -> bool:
+        """Spawn the job (from `restore`, a retained checkpoint); False once the demo stops."""
+        with self._flink_lock:
+            if self.stopping.is_set():
+                return False
+            self.flink.launch(self.bootstrap, INPUT, FLINK_OUTPUT, FLINK_APP, restore=restore, **self._flink_args())
+            self._record_pid("flink", self.flink.proc.pid)
+            return True
+
+    def _wait_flink(self) -> None:
+        job = self.flink
+        try:
+            job.wait_running(180)   # killed if it does not get there
+        except Exception as exc:  # noqa: BLE001 - the demo goes on without Flink
+            if not self.stopping.is_set():
+                self.say(f"the Flink job did not start ({type(exc).__name__}: {str(exc)[:2000]}); running "
+                         "without it")
+            return
+        try:
+            wait_for(lambda: self.stopping.is_set() or not job.running() or job.latest_checkpoint() is not None,
+                     120, interval=0.5, what="the Flink job's first checkpoint")
+        except TimeoutError:
+            self.say(f"the Flink job runs but made no checkpoint within 120 s (so no commit); its log: {job.log_path}")
+            return
+        if self.stopping.is_set():
+            return
+        if not job.running():
+            self.say(f"the Flink job exited ({job.proc.returncode}) before its first checkpoint; running without "
+                     f"it; {job.log_path}:\n{job.tail()}")
+        else:
+            self.say(f"Flink job {FLINK_APP} running ({job.started_in:.0f} s to start), first checkpoint "
+                     f"{job.latest_checkpoint().name} after {time.monotonic() - job.launched_at:.0f} s: its "
+                     f"commits show in /metrics as kafka_transactions_total{{app=\"{FLINK_APP}\"}}")
+
+    def _flink_failure(self) -> str:
+        self._flink_restarting = True
+        try:
+            return flink_failure(self.flink, self._launch_flink, self.bootstrap, FLINK_OUTPUT, FLINK_APP,
+                                 metrics=self.exporter.metrics, timeout_ms=FLINK_TIMEOUT_MS, stopping=self.stopping)
+        finally:
+            self._flink_restarting = False
+
+    def _flink_state(self) -> tuple[str, str, int | None] | None:
+        job = self.flink
+        if job is None:
+            return None
+        if self._flink_restarting:
+            state = "restarting (fault)" if not job.running() or job.started_in is None else "running"
+        elif job.running():
+            state = "running" if job.started_in is not None else "starting"
+        else:
+            state = f"DOWN (exited {job.proc.returncode if job.proc else '-'}; log {job.log_path})"
+        chk = job.latest_checkpoint()
+        return FLINK_APP, state, int(chk.name.split("-")[1]) if chk is not None else None
+
     def _start_prometheus(self) -> None:
         from ..alerts.rules import AlertConfig, generate_alerts
         from .prometheus import PrometheusProcess
@@ -379,9 +510,11 @@ class Demo:
             faults.append(Fault("streams-restart", self._restart_streams))
         faults.append(Fault("coordinator-timeout", partial(coordinator_timeout, b, SETTLEMENTS, track=self._track)))
         faults += [Fault("fence", partial(fence, b, SETTLEMENTS, self.sink)),
-                   Fault("aborts", partial(abort_burst, b, SETTLEMENTS, self.sink)),
-                   Fault("slow-transaction", partial(slow_transaction, b, SETTLEMENTS, self.sink,
-                                                     stopping=injector.stopping))]
+                   Fault("aborts", partial(abort_burst, b, SETTLEMENTS, self.sink))]
+        if self.flink is not None:   # late in the round: the job has made a checkpoint by then
+            faults.append(Fault("flink-failure", self._flink_failure))
+        faults.append(Fault("slow-transaction", partial(slow_transaction, b, SETTLEMENTS, self.sink,
+                                                        stopping=injector.stopping)))
         injector.faults = faults
         self.faults = injector
         injector.start()
@@ -448,7 +581,7 @@ class Demo:
                                           if al["state"] == "firing"})) or "none"
             except Exception:  # noqa: BLE001
                 firing = "?"
-        line = status_line(m, firing, OUTBOX_GROUP if self.outbox is not None else None)
+        line = status_line(m, firing, OUTBOX_GROUP if self.outbox is not None else None, self._flink_state())
         stopped = [f"{name} stopped: {t.error}" for name, t in (("load generator", self.loadgen),
                                                                 ("outbox sink", self.outbox))
                    if t is not None and t.error]
@@ -484,12 +617,20 @@ class Demo:
                 problems.append(f"{what}: {type(exc).__name__}: {exc}")
 
         pipeline = self.pipeline if self.pipeline is not None and self.pipeline.poll() is None else None
-        if pipeline is not None:   # Spark and the Streams app shut down at the same time
+        if pipeline is not None:   # Spark, Flink and the Streams app shut down at the same time
             step("pipeline", lambda: os.killpg(pipeline.pid, signal.SIGTERM))
+        flink = None
+        if self.flink is not None:
+            with self._flink_lock:   # stopping is set: a fault's restart spawns nothing after this
+                flink = self.flink.proc if self.flink.running() else None
+            if flink is not None:
+                step("flink", lambda: os.killpg(flink.pid, signal.SIGTERM))
         if self.streams is not None:
             step("streams", self.streams.close)   # also keeps a fault from starting it again
         if pipeline is not None:
             step("pipeline", lambda: stop_group(pipeline, 20, sig=None))
+        if flink is not None:
+            step("flink", lambda: stop_group(flink, 20, sig=None))
         for t in threads:
             t.join(15)
         step("fault producers", self._kill_fault_children)
@@ -531,7 +672,7 @@ class Demo:
             admin.close()
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     env = os.environ.get
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--kafka-version", default=env("KAFKA_VERSION"),
@@ -546,6 +687,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="inject faults even with --bootstrap-servers (off by default)")
     p.add_argument("--no-spark", action="store_true", help="skip the Spark pipeline")
     p.add_argument("--no-streams", action="store_true", help="skip the Kafka Streams app and its outbox sink")
+    p.add_argument("--no-flink", action="store_true",
+                   help=f"skip the PyFlink job with the exactly-once KafkaSink ({FLINK_APP}, in .venv-flink)")
     p.add_argument("--no-prometheus", action="store_true", help="skip Prometheus")
     p.add_argument("--fault-interval", type=float, default=10.0, help="seconds between faults (0: none)")
     p.add_argument("--poll-interval", type=float, default=5.0)
@@ -554,8 +697,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rate", type=int, default=200, help="orders per second from the load generator")
     p.add_argument("--state-dir", default=str(ROOT / ".demo"), help="logs, checkpoints, Prometheus data")
     p.add_argument("--duration", type=float, default=None, help="stop by itself after this many seconds")
-    args = p.parse_args(argv)
-    demo = Demo(args)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    demo = Demo(parse_args(argv))
     signal.signal(signal.SIGTERM, lambda *_: demo.stopping.set())
     rc = 0
     try:

@@ -5,7 +5,7 @@ ingest endpoint as `producer_transactions` events, exactly as the Spark sink's a
 Every fault survives the error it provokes and returns one line saying what happened
 (e.g. "second instance of refunds-writer-0 fenced the first: the first met _FENCED in
 produce"); the injector prints it. Faults that need Apache Kafka (the coordinator's
-timeout, KIP-664, Kafka Streams) confirm their effect on the broker before reporting it.
+timeout, KIP-664, Kafka Streams, the Flink job) confirm their effect on the broker before reporting it.
 """
 
 from __future__ import annotations
@@ -366,6 +366,166 @@ def restart_streams(app, bootstrap: str, payments_topic: str, account: str = "ac
            f"the killed instance's transaction was ended by the coordinator's timeout ({timeout_s:g}s) before "
            f"the new instance ran ({running_after:.0f}s after the kill)")
     return head + f"the same transactional id {old_tid}; {how}" + tail
+
+
+def _transaction_ends(bootstrap: str, topic: str) -> Callable[[], tuple[dict[int, int], dict[int, int]]]:
+    """A callable returning ({partition: LSO}, {partition: high watermark}) of `topic`, from a
+    read_committed and a read_uncommitted consumer kept open (closed with `.close()`)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumers = [Consumer({"bootstrap.servers": bootstrap, "group.id": "txnwatch-demo-faults",
+                           "isolation.level": iso, "enable.auto.commit": False, "log_level": 3})
+                 for iso in ("read_committed", "read_uncommitted")]
+    partitions = sorted(consumers[0].list_topics(topic, timeout=10).topics[topic].partitions)
+
+    def ends() -> tuple[dict[int, int], dict[int, int]]:
+        lso, hwm = ({p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions}
+                    for c in consumers)
+        return lso, hwm
+
+    def offsets(isolation: str, parts=None) -> dict[int, int]:
+        c = consumers[isolation == "read_uncommitted"]
+        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts or partitions}
+
+    ends.offsets = offsets   # type: ignore[attr-defined]
+    ends.close = lambda: [c.close() for c in consumers]   # type: ignore[attr-defined]
+    return ends
+
+
+def _tap_counts(metrics: Callable[[], object] | None, app: str) -> dict[str, float] | None:
+    """The tap's committed transactions and fences by reason of `app` (None: no exporter)."""
+    if metrics is None:
+        return None
+    try:
+        m = metrics()
+    except Exception:  # noqa: BLE001 - the exporter is down or restarting: not counted
+        return None
+    out = {"committed": sum(v for _, v in m.select("kafka_transactions_total", app=app, outcome="committed"))}
+    for lbl, v in m.select("kafka_transaction_fencing_events_total", app=app):
+        out[lbl["reason"]] = out.get(lbl["reason"], 0.0) + v
+    return out
+
+
+def flink_failure(job, relaunch: Callable[[object], bool], bootstrap: str, output_topic: str, app: str,
+                  metrics: Callable[[], object] | None = None, timeout_ms: int = 15_000,
+                  stopping: threading.Event | None = None, attempts: int = 3) -> str:
+    """SIGKILL the Flink job (runtime.FlinkJob) while a KafkaSink transaction is open on
+    `output_topic`, then start it again from its latest retained checkpoint with the same
+    transactional-id prefix and consumer group (`relaunch(checkpoint)` spawns it; False: the
+    demo is stopping).
+
+    The new run restores the source's offsets and the sink's state from the checkpoint and, at
+    start-up, aborts the transaction the killed run left open (its ids come from the prefix):
+    the tap counts it under the app as kafka_transaction_fencing_events_total
+    {reason="startup_abort"}, not as a fence by a new instance, unless the coordinator's
+    timeout (`timeout_ms`) ended it first. What the killed run wrote after the checkpoint is
+    aborted and written again by the new run, so read_committed readers of the output see
+    each record once. A kill that lands just after a commit leaves nothing open: the new run
+    is killed again, up to `attempts` kills. The report says which abort happened (from the
+    broker's LSO and the exporter's counts) and whether commits resumed."""
+    stopping = stopping or threading.Event()
+    if not job.running():
+        return f"the Flink job {app} is not running: nothing to kill"
+    # Restored from nothing, the job would read its input from the start again: wait for a checkpoint.
+    wait_for(lambda: job.latest_checkpoint() is not None or stopping.is_set() or not job.running(), 120,
+             interval=0.5, what=f"a retained checkpoint of the Flink job {app}")
+    if stopping.is_set():
+        return "no Flink failure: the demo is stopping"
+    if not job.running():
+        return f"the Flink job {app} exited before its fault: nothing to kill"
+    before = _tap_counts(metrics, app)
+    ends = _transaction_ends(bootstrap, output_topic)
+    kills = 0
+    try:
+        while kills < attempts:
+            kills += 1
+            # The sink's records reach Kafka in a burst just before each checkpoint, and their
+            # transaction commits once the checkpoint completes, a few hundred ms later: the job
+            # is killed as soon as the high watermark moves past the LSO (a commit marker alone
+            # moves both), with the new records' transaction open.
+            last = ends.offsets("read_uncommitted")
+
+            def written() -> bool:
+                nonlocal last
+                now = ends.offsets("read_uncommitted")
+                moved, last = [p for p in now if now[p] > last[p]], now
+                if moved:
+                    lso = ends.offsets("read_committed", moved)
+                    return any(lso[p] < now[p] for p in moved)
+                return stopping.is_set()
+
+            try:
+                wait_for(written, 30, interval=0.005, what=f"the Flink job writing to {output_topic}")
+            except TimeoutError:
+                pass
+            if stopping.is_set():
+                return "no Flink failure: the demo is stopping"
+            job.kill()
+            killed = time.monotonic()
+            lso, hwm = ends()
+            left_open = sorted(p for p in lso if lso[p] < hwm[p])
+            checkpoint = job.latest_checkpoint()
+            if not relaunch(checkpoint):
+                return "killed the Flink job; not restarted: the demo is stopping"
+            job.wait_running(180)
+            running_after = time.monotonic() - killed
+            if left_open:
+                break
+        ended_after = None
+        if left_open:
+            def ended() -> bool:
+                now = ends()[0]
+                return stopping.is_set() or all(now[p] >= hwm[p] for p in left_open)
+
+            try:
+                wait_for(ended, 90, interval=0.25, what=f"the killed run's transaction on {output_topic} to end")
+                ended_after = time.monotonic() - killed
+            except TimeoutError:
+                pass
+    finally:
+        ends.close()
+    after = before
+    if before is not None:
+        def resumed() -> bool:
+            nonlocal after
+            after = _tap_counts(metrics, app) or after
+            aborted = not left_open or any(after.get(r, 0) > before.get(r, 0) for r in ("startup_abort", "timeout"))
+            return stopping.is_set() or (after["committed"] > before["committed"] and aborted)
+
+        try:
+            wait_for(resumed, 60, interval=0.5, what=f"the tap counting {app}'s commits again")
+        except TimeoutError:
+            pass
+    if stopping.is_set():
+        return "restarted the Flink job; the demo stopped before it committed again"
+    where = (f"a KafkaSink transaction open on {', '.join(f'{output_topic}-{p}' for p in left_open)}" if left_open
+             else f"no KafkaSink transaction open on {output_topic} (each kill came right after a commit)")
+    head = (f"SIGKILLed Flink job {app} with {where} and restarted it from its retained checkpoint "
+            f"{checkpoint.name if checkpoint else 'none'} (same prefix and group"
+            + (f"; {kills} kills: the first came right after a commit" if kills > 1 else "")
+            + f"): running {running_after:.0f}s after the kill; ")
+    parts = []
+    if left_open:
+        if ended_after is None:
+            parts.append("the killed run's transaction was still open 90s later")
+        else:
+            parts.append(f"the killed run's transaction ended {ended_after:.0f}s after the kill")
+        if before is not None:
+            d = {r: after.get(r, 0) - before.get(r, 0) for r in ("startup_abort", "timeout", "new_instance")}
+            if d["startup_abort"] > 0:
+                parts.append(f"the restart aborted it at start-up (look for {app}'s startup_abort count: "
+                             f"{after.get('startup_abort', 0):.0f}; no new_instance fence)")
+            elif d["timeout"] > 0:
+                parts.append(f"the coordinator's timeout ({timeout_ms / 1000:g}s) aborted it before the restart "
+                             "did (reason timeout)")
+            else:
+                parts.append("the tap has not counted its abort yet")
+    if before is not None:
+        parts.append(f"commits resumed ({before['committed']:.0f} -> {after['committed']:.0f})"
+                     if after["committed"] > before["committed"] else "no commit counted since the kill yet")
+    parts.append(f"it resumed from the checkpoint's offsets, so read_committed readers of {output_topic} see "
+                 "each record once")
+    return head + "; ".join(parts)
 
 
 # ------------------------------------------------------------------ schedule

@@ -144,6 +144,7 @@ class FlinkJob:
         self.starts = 0
         self.log_path: Path | None = None
         self.started_in: float | None = None   # seconds from spawn to "running"
+        self.launched_at: float | None = None  # time.monotonic() of the last spawn
 
     def command(self, bootstrap: str, input: str, output: str, prefix: str, checkpoint_ms: int = 2000,
                 timeout_ms: int = 60000, parallelism: int = 2, *, group: str | None = None,
@@ -164,6 +165,15 @@ class FlinkJob:
               naming: str = "incrementing", restore: str | os.PathLike | None = None,
               timeout: float = 180.0) -> FlinkJob:
         """Start the job and wait until it prints "running" (submitted to the mini-cluster)."""
+        self.launch(bootstrap, input, output, prefix, checkpoint_ms, timeout_ms, parallelism, group=group,
+                    naming=naming, restore=restore)
+        self.wait_running(timeout)
+        return self
+
+    def launch(self, bootstrap: str, input: str, output: str, prefix: str, checkpoint_ms: int = 2000,
+               timeout_ms: int = 60000, parallelism: int = 2, *, group: str | None = None,
+               naming: str = "incrementing", restore: str | os.PathLike | None = None) -> FlinkJob:
+        """Spawn the job without waiting for it (wait_running next; start() does both)."""
         if self.running():
             raise RuntimeError("the job is running already")
         cmd = self.command(bootstrap, input, output, prefix, checkpoint_ms, timeout_ms, parallelism,
@@ -172,18 +182,18 @@ class FlinkJob:
                "JVM_ARGS": os.environ.get("TXNWATCH_FLINK_JVM_ARGS", JVM_ARGS), "PYTHONUNBUFFERED": "1"}
         self.starts += 1
         self.log_path = self.workdir / f"job-{self.starts}.log"
-        began = time.monotonic()
+        self.started_in = None
+        self.launched_at = time.monotonic()
         with open(self.log_path, "ab") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          env=env, cwd=self.workdir, start_new_session=True)
-        self.wait_running(timeout)
-        self.started_in = time.monotonic() - began
         return self
 
     def wait_running(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if any(line.strip() == READY_LINE for line in self.log().splitlines()):
+                self.started_in = time.monotonic() - self.launched_at
                 return
             if self.proc.poll() is not None:
                 raise RuntimeError(f"the Flink job exited {self.proc.returncode} before running; "
