@@ -163,10 +163,15 @@ class Feeder:
         return self
 
     def stop(self) -> list[str]:
-        self._stop.set()
-        self._thread.join(60)
+        self.halt()
         assert self.error is None, f"the feeder failed: {self.error!r}"
         return self.sent
+
+    def halt(self) -> None:
+        """Stop writing (also when the test failed: a feeder left running would keep writing
+        __transaction_state, and a reader of it to its end never gets there)."""
+        self._stop.set()
+        self._thread.join(60)
 
 
 def produce_committed(bootstrap: str, topic: str, values: list[str]) -> None:
@@ -215,7 +220,21 @@ def per_id_series(m, app: str) -> set[str]:
             for lb, _v in m.select(name, app=app)}
 
 
-def test_exactly_once_across_sigkill_and_restore(broker, flink_job, unique, tmp_path, exporter_factory):
+@pytest.fixture
+def feeders():
+    """Feeders, halted at teardown whatever the test's outcome."""
+    started: list[Feeder] = []
+
+    def start(bootstrap: str, topic: str, first: int) -> Feeder:
+        started.append(Feeder(bootstrap, topic, first).start())
+        return started[-1]
+
+    yield start
+    for f in started:
+        f.halt()
+
+
+def test_exactly_once_across_sigkill_and_restore(broker, flink_job, unique, tmp_path, exporter_factory, feeders):
     """...and txnwatch (poller and transaction-log tap) watching it: the sink's ids under one
     app named after its prefix, no fence while it runs, per-id series capped however many
     checkpoints pass, the open transactions' headroom, and the restart's abort of the
@@ -249,7 +268,7 @@ def test_exactly_once_across_sigkill_and_restore(broker, flink_job, unique, tmp_
     # 2. records keep coming; SIGKILL while a sink transaction is open on OUT. The sink's
     # transactions stay open from the first write after a checkpoint to the next one: when
     # the checkpoint commits between the look and the kill, resume and try again.
-    feeder = Feeder(bootstrap, topic_in, len(first)).start()
+    feeder = feeders(bootstrap, topic_in, len(first))
     # open for a checkpoint interval by design: the poller sees them, with their headroom
     m = exp.wait_metric(lambda m: any(0 < v <= 60 for _lb, v in m.select("kafka_transaction_timeout_headroom_seconds",
                                                                           app=prefix)), 60,

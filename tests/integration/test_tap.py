@@ -501,20 +501,24 @@ def history(bootstrap: str, tid: str) -> list[tuple[str, int, int]]:
                   "enable.auto.commit": False})
     try:
         parts = c.list_topics(TOPIC, timeout=10).topics[TOPIC].partitions
+        # up to each partition's end as of now: other producers may keep writing the log
+        ends = {p: c.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=10)[1] for p in parts}
         c.assign([TopicPartition(TOPIC, p, 0) for p in parts])
-        out, eof = [], set()
+        out, done = [], {p for p, end in ends.items() if end == 0}
         deadline = time.monotonic() + 30
-        while len(eof) < len(parts) and time.monotonic() < deadline:
+        while len(done) < len(parts) and time.monotonic() < deadline:
             m = c.poll(1.0)
             if m is None:
                 continue
             if m.error():
-                eof.add(m.partition())
+                done.add(m.partition())
                 continue
-            if decode_key(m.key()).transactional_id == tid:
+            if m.offset() + 1 >= ends[m.partition()]:
+                done.add(m.partition())
+            if m.offset() < ends[m.partition()] and decode_key(m.key()).transactional_id == tid:
                 v = None if m.value() is None else decode_value(m.value())
                 out.append(("TOMBSTONE", -1, -1) if v is None else (v.status.name, v.producer_epoch, v.version))
-        assert len(eof) == len(parts), "the log was not read to its end"
+        assert len(done) == len(parts), "the log was not read to its end"
         return out
     finally:
         c.close()
