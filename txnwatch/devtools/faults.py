@@ -493,7 +493,7 @@ def flink_failure(job, relaunch: Callable[[object], bool], bootstrap: str, outpu
             return stopping.is_set() or (after["committed"] > before["committed"] and aborted)
 
         try:
-            wait_for(resumed, 60, interval=0.5, what=f"the tap counting {app}'s commits again")
+            wait_for(resumed, 120, interval=0.5, what=f"the tap counting {app}'s commits again")
         except TimeoutError:
             pass
     if stopping.is_set():
