@@ -406,6 +406,15 @@ def _tap_counts(metrics: Callable[[], object] | None, app: str) -> dict[str, flo
     return out
 
 
+def waited(condition: Callable[[], object], timeout: float, interval: float) -> bool:
+    """wait_for that reports a timeout as False: the fault then says what it did not see."""
+    try:
+        wait_for(condition, timeout, interval=interval)
+        return True
+    except TimeoutError:
+        return False
+
+
 def flink_failure(job, relaunch: Callable[[object], bool], bootstrap: str, output_topic: str, app: str,
                   metrics: Callable[[], object] | None = None, timeout_ms: int = 15_000,
                   stopping: threading.Event | None = None, attempts: int = 3) -> str:
@@ -454,10 +463,7 @@ def flink_failure(job, relaunch: Callable[[object], bool], bootstrap: str, outpu
                     return any(lso[p] < now[p] for p in moved)
                 return stopping.is_set()
 
-            try:
-                wait_for(written, 30, interval=0.005, what=f"the Flink job writing to {output_topic}")
-            except TimeoutError:
-                pass
+            waited(written, 30, 0.005)
             if stopping.is_set():
                 return "no Flink failure: the demo is stopping"
             job.kill()
@@ -477,11 +483,8 @@ def flink_failure(job, relaunch: Callable[[object], bool], bootstrap: str, outpu
                 now = ends()[0]
                 return stopping.is_set() or all(now[p] >= hwm[p] for p in left_open)
 
-            try:
-                wait_for(ended, 90, interval=0.25, what=f"the killed run's transaction on {output_topic} to end")
+            if waited(ended, 90, 0.25):
                 ended_after = time.monotonic() - killed
-            except TimeoutError:
-                pass
     finally:
         ends.close()
     after = before
@@ -492,10 +495,7 @@ def flink_failure(job, relaunch: Callable[[object], bool], bootstrap: str, outpu
             aborted = not left_open or any(after.get(r, 0) > before.get(r, 0) for r in ("startup_abort", "timeout"))
             return stopping.is_set() or (after["committed"] > before["committed"] and aborted)
 
-        try:
-            wait_for(resumed, 120, interval=0.5, what=f"the tap counting {app}'s commits again")
-        except TimeoutError:
-            pass
+        waited(resumed, 120, 0.5)
     if stopping.is_set():
         return "restarted the Flink job; the demo stopped before it committed again"
     where = (f"a KafkaSink transaction open on {', '.join(f'{output_topic}-{p}' for p in left_open)}" if left_open
