@@ -21,7 +21,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from tests.integration.conftest import cluster_config
 from txnwatch.devtools.kafka import kafka_tool
 from txnwatch.devtools.net import wait_for
-from txnwatch.devtools.workload import create_topics
+from txnwatch.devtools.workload import TopicEnds, create_topics, watermarks
 
 PARTITIONS = 2
 
@@ -51,15 +51,6 @@ def _consumer(bootstrap: str, isolation: str = "read_committed", group: str | No
                      "isolation.level": isolation, "enable.auto.commit": False, "auto.offset.reset": "earliest"})
 
 
-def _ends(bootstrap: str, topic: str, isolation: str) -> dict[int, int]:
-    """partition -> LSO (read_committed) or high watermark (read_uncommitted)."""
-    c = _consumer(bootstrap, isolation)
-    try:
-        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(PARTITIONS)}
-    finally:
-        c.close()
-
-
 def _read(bootstrap: str, topic: str, timeout: float = 30.0) -> list[tuple[int, int, str]]:
     """(partition, offset, value) of every record a read_committed consumer sees, until it
     reaches the end (its LSO) of every partition."""
@@ -84,29 +75,6 @@ def _read(bootstrap: str, topic: str, timeout: float = 30.0) -> list[tuple[int, 
         return records
     finally:
         c.close()
-
-
-class Ends:
-    """LSO and high watermark of each partition of a topic, from two consumers kept open (so
-    that polling them often is cheap)."""
-
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        self.topic = topic
-        self.consumers = [_consumer(bootstrap, "read_committed"), _consumer(bootstrap, "read_uncommitted")]
-
-    def __call__(self) -> tuple[dict[int, int], dict[int, int]]:
-        lso, hwm = ({p: c.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10)[1]
-                     for p in range(PARTITIONS)} for c in self.consumers)
-        return lso, hwm
-
-    def open(self) -> bool:
-        """A transaction is open on some partition (its LSO is below its high watermark)."""
-        lso, hwm = self()
-        return any(lso[p] < hwm[p] for p in lso)
-
-    def close(self) -> None:
-        for c in self.consumers:
-            c.close()
 
 
 def read_committed(bootstrap: str, topic: str) -> list[str]:
@@ -190,7 +158,7 @@ def settled(bootstrap: str, topic_in: str, topic_out: str, group: str, want: int
     holds at least `want` committed records: nothing more is coming."""
     if group_offsets(bootstrap, group, topic_in) != next_offsets(bootstrap, topic_in):
         return False
-    if _ends(bootstrap, topic_out, "read_committed") != _ends(bootstrap, topic_out, "read_uncommitted"):
+    if any(lso != hwm for lso, hwm in watermarks(bootstrap, topic_out, PARTITIONS).values()):
         return False
     return len(read_committed(bootstrap, topic_out)) >= want
 
@@ -273,10 +241,10 @@ def test_exactly_once_across_sigkill_and_restore(broker, flink_job, unique, tmp_
     m = exp.wait_metric(lambda m: any(0 < v <= 60 for _lb, v in m.select("kafka_transaction_timeout_headroom_seconds",
                                                                           app=prefix)), 60,
                         what="the headroom of an open sink transaction")
-    ends = Ends(bootstrap, topic_out)
+    ends = TopicEnds(bootstrap, topic_out, PARTITIONS)
     try:
         for _attempt in range(3):
-            wait_for(lambda: len(feeder.sent) >= len(first) + 200 and ends.open(), 60, interval=0.02,
+            wait_for(lambda: len(feeder.sent) >= len(first) + 200 and ends.open_partitions(), 60, interval=0.02,
                      what=f"a sink transaction open on {topic_out}; job log:\n{flink_job.tail()}")
             flink_job.kill()
             lso, hwm = ends()
@@ -294,7 +262,7 @@ def test_exactly_once_across_sigkill_and_restore(broker, flink_job, unique, tmp_
     # 3. a new process, same prefix and group, resumed from the last retained checkpoint: it
     # commits or aborts what the dead one left open (the LSO moves past it) and goes on
     flink_job.start(bootstrap, topic_in, topic_out, prefix, restore=checkpoint, **job_args)
-    wait_for(lambda: all(_ends(bootstrap, topic_out, "read_committed")[p] >= hwm[p] for p in hwm), 90,
+    wait_for(lambda: all(watermarks(bootstrap, topic_out, PARTITIONS)[p][0] >= hwm[p] for p in hwm), 90,
              what=f"the LSO of {topic_out} to pass the killed job's open transaction (HWM {hwm})")
     restored_in = flink_job.log()
     wait_for(lambda: len(feeder.sent) >= len(first) + 1000, 60, what="1000 more records into IN")

@@ -45,10 +45,11 @@ from tests.txnlog_encoder import (
 from txnwatch.apps import AppResolver
 from txnwatch.devtools.kafka import SINGLE_NODE_DEFAULTS
 from txnwatch.devtools.net import wait_for
+from txnwatch.devtools.txnlog_dump import read_records
 from txnwatch.devtools.workload import create_topics
 from txnwatch.exporter.tap.decoder import decode_key, decode_value
 from txnwatch.exporter.tap.render import render_tap
-from txnwatch.exporter.tap.source import TOPIC, TransactionLogTap
+from txnwatch.exporter.tap.source import TransactionLogTap
 from txnwatch.metrics import FamilyWriter
 
 pytestmark = [pytest.mark.integration]
@@ -494,34 +495,15 @@ def hist_counts(tap: TransactionLogTap, app: str) -> dict[tuple[str, str], int]:
 
 def history(bootstrap: str, tid: str) -> list[tuple[str, int, int]]:
     """(status, producer epoch, value version) of every record of `tid` in the real
-    __transaction_state, in order; tombstones as ("TOMBSTONE", -1, -1)."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused", "enable.partition.eof": True,
-                  "enable.auto.commit": False})
-    try:
-        parts = c.list_topics(TOPIC, timeout=10).topics[TOPIC].partitions
-        # up to each partition's end as of now: other producers may keep writing the log
-        ends = {p: c.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=10)[1] for p in parts}
-        c.assign([TopicPartition(TOPIC, p, 0) for p in parts])
-        out, done = [], {p for p, end in ends.items() if end == 0}
-        deadline = time.monotonic() + 30
-        while len(done) < len(parts) and time.monotonic() < deadline:
-            m = c.poll(1.0)
-            if m is None:
-                continue
-            if m.error():
-                done.add(m.partition())
-                continue
-            if m.offset() + 1 >= ends[m.partition()]:
-                done.add(m.partition())
-            if m.offset() < ends[m.partition()] and decode_key(m.key()).transactional_id == tid:
-                v = None if m.value() is None else decode_value(m.value())
-                out.append(("TOMBSTONE", -1, -1) if v is None else (v.status.name, v.producer_epoch, v.version))
-        assert len(done) == len(parts), "the log was not read to its end"
-        return out
-    finally:
-        c.close()
+    __transaction_state up to its end as of now (other producers may keep writing it), in
+    order; tombstones as ("TOMBSTONE", -1, -1)."""
+    out = []
+    # one id lives in one partition: its records in offset order
+    for _p, _offset, _ts, key, value in sorted(read_records(bootstrap), key=lambda r: (r[0], r[1])):
+        if decode_key(key).transactional_id == tid:
+            v = None if value is None else decode_value(value)
+            out.append(("TOMBSTONE", -1, -1) if v is None else (v.status.name, v.producer_epoch, v.version))
+    return out
 
 
 def wait_completed(bootstrap: str, tid: str) -> None:

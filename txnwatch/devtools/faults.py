@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from ..apps import AppResolver
 from ..producer import TransactionalProducer, TransactionError, error_name
 from .net import wait_for
-from .workload import ProducerProcess
+from .workload import ProducerProcess, TopicEnds
 
 log = logging.getLogger(__name__)
 _app = AppResolver()
@@ -368,30 +368,6 @@ def restart_streams(app, bootstrap: str, payments_topic: str, account: str = "ac
     return head + f"the same transactional id {old_tid}; {how}" + tail
 
 
-def _transaction_ends(bootstrap: str, topic: str) -> Callable[[], tuple[dict[int, int], dict[int, int]]]:
-    """A callable returning ({partition: LSO}, {partition: high watermark}) of `topic`, from a
-    read_committed and a read_uncommitted consumer kept open (closed with `.close()`)."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumers = [Consumer({"bootstrap.servers": bootstrap, "group.id": "txnwatch-demo-faults",
-                           "isolation.level": iso, "enable.auto.commit": False, "log_level": 3})
-                 for iso in ("read_committed", "read_uncommitted")]
-    partitions = sorted(consumers[0].list_topics(topic, timeout=10).topics[topic].partitions)
-
-    def ends() -> tuple[dict[int, int], dict[int, int]]:
-        lso, hwm = ({p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions}
-                    for c in consumers)
-        return lso, hwm
-
-    def offsets(isolation: str, parts=None) -> dict[int, int]:
-        c = consumers[isolation == "read_uncommitted"]
-        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts or partitions}
-
-    ends.offsets = offsets   # type: ignore[attr-defined]
-    ends.close = lambda: [c.close() for c in consumers]   # type: ignore[attr-defined]
-    return ends
-
-
 def _tap_counts(metrics: Callable[[], object] | None, app: str) -> dict[str, float] | None:
     """The tap's committed transactions and fences by reason of `app` (None: no exporter)."""
     if metrics is None:
@@ -443,7 +419,7 @@ def flink_failure(job, relaunch: Callable[[object], bool], bootstrap: str, outpu
     if not job.running():
         return f"the Flink job {app} exited before its fault: nothing to kill"
     before = _tap_counts(metrics, app)
-    ends = _transaction_ends(bootstrap, output_topic)
+    ends = TopicEnds(bootstrap, output_topic)
     kills = 0
     try:
         while kills < attempts:

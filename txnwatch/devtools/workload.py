@@ -36,18 +36,54 @@ def create_topics(bootstrap: str, topics: Iterable[str], partitions: int = 1,
     wait_for(visible, timeout, what=f"topics {wanted} in metadata")
 
 
+class TopicEnds:
+    """The LSO and high watermark of each partition of a topic, from a read_committed and a
+    read_uncommitted consumer kept open, so that asking often is cheap (close() them, or use
+    it as a context manager). `partitions`: a count, else the topic's from metadata."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int | None = None) -> None:
+        self.topic = topic
+        self._consumers = {iso: Consumer({"bootstrap.servers": bootstrap, "group.id": "txnwatch-watermarks",
+                                          "isolation.level": iso, "enable.auto.commit": False, "log_level": 3})
+                           for iso in ("read_committed", "read_uncommitted")}
+        try:
+            self.partitions = list(range(partitions)) if partitions is not None else sorted(
+                self._consumers["read_committed"].list_topics(topic, timeout=10).topics[topic].partitions)
+        except BaseException:
+            self.close()
+            raise
+
+    def offsets(self, isolation: str, partitions: Iterable[int] | None = None) -> dict[int, int]:
+        """partition -> LSO (read_committed) or high watermark (read_uncommitted)."""
+        c = self._consumers[isolation]
+        return {p: c.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10)[1]
+                for p in (self.partitions if partitions is None else partitions)}
+
+    def __call__(self) -> tuple[dict[int, int], dict[int, int]]:
+        """({partition: LSO}, {partition: high watermark})."""
+        return self.offsets("read_committed"), self.offsets("read_uncommitted")
+
+    def open_partitions(self) -> list[int]:
+        """Partitions with a transaction open (their LSO below their high watermark)."""
+        lso, hwm = self()
+        return sorted(p for p in lso if lso[p] < hwm[p])
+
+    def close(self) -> None:
+        for c in self._consumers.values():
+            c.close()
+
+    def __enter__(self) -> TopicEnds:
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self.close()
+
 
 def watermarks(bootstrap: str, topic: str, partitions: int) -> dict[int, tuple[int, int]]:
     """partition -> (LSO, HWM) as a read_committed / read_uncommitted consumer sees them."""
-    out: dict[int, list[int]] = {}
-    for iso in ("read_committed", "read_uncommitted"):
-        c = Consumer({"bootstrap.servers": bootstrap, "group.id": "txnwatch-watermarks", "isolation.level": iso})
-        try:
-            for p in range(partitions):
-                out.setdefault(p, []).append(c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1])
-        finally:
-            c.close()
-    return {p: (v[0], v[1]) for p, v in out.items()}
+    with TopicEnds(bootstrap, topic, partitions) as ends:
+        lso, hwm = ends()
+    return {p: (lso[p], hwm[p]) for p in lso}
 
 
 class ProducerProcess:
