@@ -1095,11 +1095,13 @@ class ExactlyOnceKafkaSink(_Sink):
         return self._prepare(df, self.num_tasks), self.num_tasks
 
     def _handle(self, batch_id: int, results: list[dict], expected_tasks: int | None = None) -> None:
+        """One batch's task results; `expected_tasks` the tasks its layout made (num_tasks by default)."""
+        expected_tasks = self.num_tasks if expected_tasks is None else expected_tasks
         tasks = sorted(r["task"] for r in results)
-        if tasks != list(range(self.num_tasks if expected_tasks is None else expected_tasks)):
+        if tasks != list(range(expected_tasks)):
             # Output already committed stays exactly once; this says the layout assumption broke.
             log.error("sink %s batch %s: results from tasks %s, expected 0..%d", self.name, batch_id,
-                      tasks, self.num_tasks - 1)
+                      tasks, expected_tasks - 1)
             self._count("layout_mismatch")
         self.last_results = results
         self._count("batches")

@@ -160,24 +160,19 @@ class FlinkJob:
             cmd += ["--restore", str(restore)]
         return cmd
 
-    def start(self, bootstrap: str, input: str, output: str, prefix: str, checkpoint_ms: int = 2000,
-              timeout_ms: int = 60000, parallelism: int = 2, *, group: str | None = None,
-              naming: str = "incrementing", restore: str | os.PathLike | None = None,
-              timeout: float = 180.0) -> FlinkJob:
-        """Start the job and wait until it prints "running" (submitted to the mini-cluster)."""
-        self.launch(bootstrap, input, output, prefix, checkpoint_ms, timeout_ms, parallelism, group=group,
-                    naming=naming, restore=restore)
+    def start(self, *args, timeout: float = 180.0, **kwargs) -> FlinkJob:
+        """Start the job (the arguments of command()) and wait until it prints "running"
+        (submitted to the mini-cluster)."""
+        self.launch(*args, **kwargs)
         self.wait_running(timeout)
         return self
 
-    def launch(self, bootstrap: str, input: str, output: str, prefix: str, checkpoint_ms: int = 2000,
-               timeout_ms: int = 60000, parallelism: int = 2, *, group: str | None = None,
-               naming: str = "incrementing", restore: str | os.PathLike | None = None) -> FlinkJob:
-        """Spawn the job without waiting for it (wait_running next; start() does both)."""
+    def launch(self, *args, **kwargs) -> FlinkJob:
+        """Spawn the job (the arguments of command()) without waiting for it (wait_running
+        next; start() does both)."""
         if self.running():
             raise RuntimeError("the job is running already")
-        cmd = self.command(bootstrap, input, output, prefix, checkpoint_ms, timeout_ms, parallelism,
-                           group=group, naming=naming, restore=restore)
+        cmd = self.command(*args, **kwargs)
         env = {**os.environ, "PYTHONPATH": str(ROOT), "FLINK_LOG_DIR": str(self.workdir / "flink-log"),
                "JVM_ARGS": os.environ.get("TXNWATCH_FLINK_JVM_ARGS", JVM_ARGS), "PYTHONUNBUFFERED": "1"}
         self.starts += 1
