@@ -6,7 +6,7 @@ Prints
 * records decoded and applied per second on one core (decode_key + decode_value +
   TxnLogState.apply with counting, realistic histories, v0 and v1 values mixed);
 * memory per 100,000 tracked transactional ids (tracemalloc, after gc; ids included),
-  with a plain resolver and with AppResolver's own memo cache on top;
+  with a resolver that memoises nothing and with AppResolver's own memo cache on top;
 * the O(ids) idle scan and a view build at that size;
 * churn: 5k / 50k / 500k ids created, committed and expired with a bounded live
   window -- retained memory must not grow with the number churned.
@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.txnlog_encoder import encode_key, encode_value  # noqa: E402
-from txnwatch.apps import AppResolver, fallback_app  # noqa: E402
+from txnwatch.apps import AppResolver  # noqa: E402
 from txnwatch.exporter.tap.decoder import decode_key, decode_value  # noqa: E402
 from txnwatch.exporter.tap.state import TxnLogState  # noqa: E402
 
@@ -103,7 +103,12 @@ def throughput(n_records: int, n_ids: int, tracked: int = 0) -> dict:
             "decode_rate": len(recs) / dec, "committed": sum(st.view().transactions.values())}
 
 
-def memory_per_ids(n_ids: int, resolver) -> dict:
+def unmemoised() -> AppResolver:
+    """A resolver that keeps one id: the state's own memory, without AppResolver's memo."""
+    return AppResolver(builtins=False, cache_size=1)
+
+
+def memory_per_ids(n_ids: int, resolver: AppResolver) -> dict:
     """Traced bytes held by a state tracking `n_ids` ids (each Empty after one commit)."""
     values = [decode_value(v) for _, v in history("x-1", 0, T0, v1=False)]
     gc.collect()
@@ -130,7 +135,7 @@ def memory_per_ids(n_ids: int, resolver) -> dict:
 def churn(n_ids: int, live: int = 1000) -> dict:
     """Create, commit and expire `n_ids` ids, at most `live` alive at a time."""
     values = [decode_value(v) for _, v in history("x-1", 0, T0, v1=True)]
-    st = TxnLogState(fallback_app)
+    st = TxnLogState(unmemoised())
     gc.collect()
     tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]
@@ -272,10 +277,10 @@ def main(argv: list[str] | None = None) -> None:
           f"(decode only {r['decode_rate']:,.0f} records/s; {r['tracked']:,} ids tracked)")
 
     rss0 = rss_kb()
-    m = memory_per_ids(args.ids, fallback_app)
+    m = memory_per_ids(args.ids, unmemoised())
     rss1 = rss_kb()
     print(f"memory: {m['ids']:,} ids hold {m['bytes'] / 1e6:.1f} MB traced = {m['per_id']:.0f} B/id "
-          f"(plain resolver; RSS delta {((rss1 or 0) - (rss0 or 0)) / 1024:.1f} MB)")
+          f"(no memo; RSS delta {((rss1 or 0) - (rss0 or 0)) / 1024:.1f} MB)")
     print(f"        idle scan (cap 500) {m['idle_scan_s'] * 1000:.0f} ms, view build {m['view_s'] * 1000:.1f} ms "
           f"at {m['ids']:,} ids")
     m2 = memory_per_ids(args.ids, AppResolver())

@@ -371,11 +371,9 @@ def test_view_is_a_snapshot():
 
 
 def test_expired_ids_free_memory():
-    """Churn: ids that expire release their memory (slots are reused). The resolver is a
-    plain function here: AppResolver memoises ids itself (a cache bounded by its size)."""
-    from txnwatch.apps import fallback_app
-
-    st = TxnLogState(fallback_app)
+    """Churn: ids that expire release their memory (slots are reused). The resolver keeps
+    one id here: AppResolver memoises ids itself (a cache bounded by its size)."""
+    st = TxnLogState(AppResolver(builtins=False, cache_size=1))
 
     def churn(n, base):
         for i in range(n):

@@ -46,6 +46,7 @@ import time
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
+from ...apps import AppResolver
 from ...malloc import release_free_memory
 from ..health import HealthTracker, SourceHealth
 from .decoder import TxnLogDecodeError, decode_key, decode_value
@@ -65,7 +66,7 @@ class TransactionLogTap:
     """Follows __transaction_state of one cluster. `start()`/`stop()`, `view()`, `health()`."""
 
     def __init__(self, cluster_name: str, client_config: Mapping[str, object],
-                 resolver: Callable[[str], str], cap: int, expiration_ms: int | None = None,
+                 resolver: AppResolver, cap: int, expiration_ms: int | None = None,
                  poll_timeout: float = 1.0, *, topic: str = TOPIC, metadata_interval: float = 10.0,
                  view_interval: float = 0.5, idle_scan_interval: float = 1.0,
                  batch_size: int = 2000, truncation_grace: float = 5.0,

@@ -72,7 +72,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from ...apps import REINITIALISING_SCHEMES
+from ...apps import REINITIALISING_SCHEMES, AppResolver
 from ...metrics import CATALOG, Histogram
 from .decoder import TxnLogKey, TxnLogValue, TxnStatus
 
@@ -154,7 +154,7 @@ def _freeze(d: dict) -> Mapping:
 class TxnLogState:
     """Current state of every transactional id, and the counters derived from changes."""
 
-    def __init__(self, resolver: Callable[[str], str], expiration_ms: int | None = None,
+    def __init__(self, resolver: AppResolver, expiration_ms: int | None = None,
                  id_filter: Callable[[str], bool] | None = None) -> None:
         self.resolver = resolver
         self.id_filter = id_filter      # ids outside it (config transactional_ids) are not followed
@@ -221,8 +221,7 @@ class TxnLogState:
         self._skipped[reason] = self._skipped.get(reason, 0) + 1
 
     def _app_of(self, tid: str) -> int:
-        resolve = getattr(self.resolver, "resolve", None)
-        name, scheme = resolve(tid) if resolve is not None else (self.resolver(tid), "")
+        name, scheme = self.resolver.resolve(tid)
         idx = self._app_index.get(name)
         if idx is None:
             idx = len(self._apps)
