@@ -119,21 +119,19 @@ def test_the_probe_asks_once_per_run_off_the_callers_thread_and_counts_failures(
 
 
 def test_a_full_probe_queue_drops_the_request_and_asks_again_later():
-    release = threading.Event()
+    release, taken = threading.Event(), threading.Event()
     asked = []
 
     def lookup(qid):
         asked.append(qid)
+        taken.set()
         release.wait(10)
         return "ProcessingTimeTrigger(1000)"
 
     probe = TriggerProbe(lookup, lambda qid, info: None, lambda stage, exc: None, max_pending=1)
     try:
         probe.request("a", "r")          # taken by the thread, which blocks in lookup
-        for _ in range(200):
-            if asked:
-                break
-            threading.Event().wait(0.01)
+        assert taken.wait(30), "the probe thread never took the first request"
         probe.request("b", "r")          # queued
         probe.request("c", "r")          # queue full: dropped, not remembered
         assert probe.dropped == 1
