@@ -38,7 +38,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from txnwatch.devtools.kafka import KafkaCluster, make_broker
 from txnwatch.devtools.workload import commit_group_offset
-from txnwatch.exporter.kafka_io import KafkaIO
+from txnwatch.exporter.kafka.admin import KafkaIO
 
 TOPICS, PARTITIONS = 10, 10
 APIS = {"LIST_GROUPS": "ListGroups", "FIND_COORDINATOR": "FindCoordinator", "OFFSET_FETCH": "OffsetFetch"}

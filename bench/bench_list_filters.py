@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from txnwatch.devtools.kafka import KafkaBroker, kafka_release  # noqa: E402
 from txnwatch.devtools.rawkafka import RawTransaction  # noqa: E402
 from txnwatch.devtools.workload import create_topics  # noqa: E402
-from txnwatch.exporter.kip664 import TransactionAPI  # noqa: E402
+from txnwatch.exporter.kafka.kip664 import TransactionAPI  # noqa: E402
 from txnwatch.exporter.model import OPEN_STATES  # noqa: E402
 
 TOPIC = "bench-filters"

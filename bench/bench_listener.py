@@ -63,7 +63,7 @@ class Ingest:
         from waitress.server import create_server
 
         from txnwatch.devtools.net import free_port
-        from txnwatch.exporter.ingest import make_ingest_blueprint
+        from txnwatch.exporter.spark.ingest import make_ingest_blueprint
         from txnwatch.spark_listener.state import SparkQueryState
 
         self.state = SparkQueryState()

@@ -24,8 +24,8 @@ from confluent_kafka import ConsumerGroupTopicPartitions, IsolationLevel, TopicP
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from txnwatch.config import load_config
-from txnwatch.exporter.kafka_io import OFFSETS_CHUNK
-from txnwatch.exporter.poller import ClusterPoller
+from txnwatch.exporter.kafka.admin import OFFSETS_CHUNK
+from txnwatch.exporter.poll.poller import ClusterPoller
 
 
 def setup(bootstrap: str, topics: int, partitions: int, groups: int) -> list[str]:

@@ -5,14 +5,16 @@ Exit status: 0 healthy, 1 warnings, 2 critical findings or a cluster that cannot
 from __future__ import annotations
 
 import json
+import socket
 import time
 from dataclasses import asdict
 
-from .config import Config
-from .exporter.kafka_io import classify, one_line
-from .exporter.kip664 import API_KEYS
+from .canary.probe import CanaryProbe
+from .config import CanaryConfig, Config
+from .exporter.kafka.errors import classify, one_line
+from .exporter.kafka.kip664 import API_KEYS
 from .exporter.model import ClusterSnapshot
-from .exporter.poller import ClusterPoller
+from .exporter.poll.poller import ClusterPoller
 
 EXIT = {"ok": 0, "warning": 1, "critical": 2}
 
@@ -127,11 +129,6 @@ def format_text(results: list[dict]) -> str:
 
 def canary_check(cfg) -> dict:
     """One canary round on the cluster (a transaction written, committed and read back)."""
-    import socket
-
-    from .canary.probe import CanaryProbe
-    from .config import CanaryConfig
-
     canary = cfg.canary if cfg.canary.enabled else CanaryConfig(enabled=True)
     return CanaryProbe(cfg.name, cfg.client_properties(), canary, f"check-{socket.gethostname()}").check_once()
 

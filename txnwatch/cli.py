@@ -74,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(map(str, paths)))
         return 0
     if args.command == "alerts":
-        from .alerts.rules import AlertConfig, generate_alerts
+        from .alerts.config import AlertConfig
+        from .alerts.rules import generate_alerts
 
         cfg = AlertConfig(cluster_selector=args.cluster_selector) if args.cluster_selector else AlertConfig()
         print("\n".join(map(str, generate_alerts(args.out, cfg))))
@@ -103,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         # Scrape threads wait for the GIL while polls parse big responses; a shorter switch
         # interval bounds that wait (costs a little throughput in the poll thread).
         sys.setswitchinterval(0.001)
-        from .exporter.server import serve
+        from .exporter.runtime.service import serve
 
         return serve(config, shard=shard)
     if args.command == "check":

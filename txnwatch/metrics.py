@@ -21,6 +21,8 @@ from prometheus_client.core import (
     Metric,
 )
 
+from .exposition import FamilyChunk, escape_label, format_value
+
 log = logging.getLogger(__name__)
 
 # Commit latency: 1 ms to 60 s. Durations: up to 15 min (the broker's default
@@ -349,8 +351,6 @@ class FamilyWriter:
     # ----------------------------------------------------------------- output
     def chunks(self) -> dict:
         """{family name: FamilyChunk} formatted directly from the stored tuples."""
-        from .exposition import FamilyChunk, escape_label, format_value
-
         out = {}
         for name, samples in self._samples.items():
             spec = self._catalog[name]

@@ -43,6 +43,7 @@ from typing import Any
 
 from txnwatch.apps import AppResolver
 from txnwatch.metrics import FamilyWriter
+from txnwatch.spark_listener.state import SparkQueryState
 
 FENCING_ERRORS = frozenset({"PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "_FENCED"})
 APPLICATION_ERROR = "_APPLICATION"   # librdkafka's name for "application generated error"
@@ -353,8 +354,6 @@ class ProducerMetricsCollector:
 
     def __init__(self, app: str | None = None, ttl_seconds: float | None = None,
                  max_transactional_ids: int = 500) -> None:
-        from txnwatch.spark_listener.state import SparkQueryState
-
         self.app = app
         self.state = SparkQueryState(ttl_seconds=ttl_seconds, max_transactional_ids=max_transactional_ids)
 

@@ -23,6 +23,8 @@ import os
 import re
 from pathlib import Path
 
+from txnwatch import maven
+
 ENV_DIR = "TXNWATCH_SPARK_KAFKA_JARS"
 CONNECTOR_PREFIXES = ("spark-sql-kafka-0-10_", "spark-token-provider-kafka-0-10_", "commons-pool2-", "kafka-clients-")
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "txnwatch" / "spark-kafka"
@@ -80,8 +82,6 @@ def _from_directory(d: Path) -> list[Path] | None:
 @functools.lru_cache(maxsize=8)
 def _from_maven(spark_version: str, scala: str) -> tuple[tuple[Path, ...], str]:
     """The connector's runtime jars that Spark lacks, and the connector version used."""
-    from txnwatch import maven
-
     base = _base(spark_version)
     major = base.split(".")[0]
     artifact = f"spark-sql-kafka-0-10_{scala}"

@@ -15,7 +15,8 @@ import pytest
 from confluent_kafka import KafkaException
 
 from tests.integration.conftest import cluster_config
-from txnwatch.alerts.rules import AlertConfig, generate_alerts
+from txnwatch.alerts.config import AlertConfig
+from txnwatch.alerts.rules import generate_alerts
 from txnwatch.devtools.kafka import KafkaCluster
 from txnwatch.devtools.net import wait_for
 from txnwatch.devtools.prometheus import PrometheusProcess

@@ -45,15 +45,16 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from tests.integration.conftest import cluster_config
-from txnwatch.alerts.rules import AlertConfig, generate_alerts
+from txnwatch.alerts.config import AlertConfig
+from txnwatch.alerts.rules import generate_alerts
 from txnwatch.dashboards import ids
-from txnwatch.dashboards.build import (
+from txnwatch.dashboards.names import metric_names
+from txnwatch.dashboards.queries import (
     CONDITIONAL_PANELS,
     FAULT_ONLY_PANELS,
     dashboard_queries,
     query_requirements,
 )
-from txnwatch.dashboards.names import metric_names
 from txnwatch.devtools.exporter_proc import ExporterProcess
 from txnwatch.devtools.hanging import make_hanging_transaction
 from txnwatch.devtools.kafka import KafkaBroker

@@ -12,8 +12,8 @@ import pytest
 from txnwatch.devtools.kafka import KafkaCluster
 from txnwatch.devtools.net import wait_for
 from txnwatch.devtools.workload import commit_group_offsets, create_topics
-from txnwatch.exporter import group_offsets
-from txnwatch.exporter.kafka_io import KafkaIO
+from txnwatch.exporter.kafka import admin
+from txnwatch.exporter.kafka.admin import KafkaIO
 
 pytestmark = [pytest.mark.integration]
 
@@ -80,7 +80,7 @@ def test_batched_equals_per_group_path_in_one_request_per_coordinator(broker, un
 def test_per_group_path_where_the_broker_lacks_the_batched_versions(broker, unique, monkeypatch):
     prefix = unique("fallback")
     _, want = workload(broker.bootstrap, prefix, groups=8)
-    monkeypatch.setattr(group_offsets, "batched_supported", lambda versions: False)
+    monkeypatch.setattr(admin, "batched_supported", lambda versions: False)   # where KafkaIO calls it
     io = KafkaIO({"bootstrap.servers": broker.bootstrap}, 15)
     try:
         def selected(g: str) -> bool:

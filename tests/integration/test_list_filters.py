@@ -14,7 +14,7 @@ from tests.integration.conftest import cluster_config
 from txnwatch.devtools.kafka import kafka_release
 from txnwatch.devtools.net import wait_for
 from txnwatch.devtools.workload import create_topics
-from txnwatch.exporter.kip664 import TransactionAPI
+from txnwatch.exporter.kafka.kip664 import TransactionAPI
 from txnwatch.exporter.model import OPEN_STATES
 
 pytestmark = [pytest.mark.integration]

@@ -31,7 +31,7 @@ from txnwatch.apps import AppResolver
 from txnwatch.devtools.net import wait_for
 from txnwatch.devtools.scenario import log_counts
 from txnwatch.devtools.workload import create_topics
-from txnwatch.exporter.kip664 import TransactionAPI
+from txnwatch.exporter.kafka.kip664 import TransactionAPI
 from txnwatch.exporter.tap.source import TransactionLogTap
 from txnwatch.pipeline import Settings, run_until_idle, start_query
 from txnwatch.producer import TransactionalProducer

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from txnwatch.alerts import generate_alerts
-from txnwatch.alerts.rules import AlertConfig
+from txnwatch.alerts.config import AlertConfig
 from txnwatch.dashboards import dashboard_queries
 
 pytestmark = pytest.mark.integration

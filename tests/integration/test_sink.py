@@ -24,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.integration.test_pipeline import aborted_records, assert_exactly_once, make_input, samples, total
 from txnwatch.devtools.net import wait_for
 from txnwatch.devtools.workload import create_topics
-from txnwatch.exporter.kip664 import TransactionAPI
+from txnwatch.exporter.kafka.kip664 import TransactionAPI
 from txnwatch.producer import TransactionalProducer, TransactionError
 from txnwatch.spark_listener import attach, detach
 from txnwatch.spark_listener.sink import (

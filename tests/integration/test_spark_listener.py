@@ -16,7 +16,7 @@ from flask import Flask, Response
 from prometheus_client.parser import text_string_to_metric_families
 
 from txnwatch.devtools.net import free_port, wait_for
-from txnwatch.exporter.ingest import make_ingest_blueprint
+from txnwatch.exporter.spark.ingest import make_ingest_blueprint
 from txnwatch.spark_listener import attach, detach
 from txnwatch.spark_listener.serve import render_text
 from txnwatch.spark_listener.state import SparkQueryState

@@ -15,7 +15,8 @@ from tests import compat
 from txnwatch.devtools.exporter_proc import ExporterProcess
 from txnwatch.devtools.kafka import kafka_release, transaction_version
 from txnwatch.devtools.rawkafka import init_producer_id_until
-from txnwatch.devtools.scenario import EXPECTED, exporter_config, log_counts, run_scenario
+from txnwatch.devtools.scenario import exporter_config, log_counts, run_scenario
+from txnwatch.devtools.scenario_steps import EXPECTED
 from txnwatch.devtools.txn_client import TxnClient
 from txnwatch.devtools.workload import create_topics
 

@@ -30,7 +30,7 @@ def children(pid: int) -> list[int]:
                 cmd = (d / "cmdline").read_bytes()
             except OSError:
                 continue
-            if int(fields[1]) == pid and b"txnwatch.exporter.worker" in cmd:
+            if int(fields[1]) == pid and b"txnwatch.exporter.runtime.worker" in cmd:
                 out.append(int(d.name))
     return out
 

@@ -1,11 +1,13 @@
-"""Access findings (txnwatch.exporter.access): principals, kafka-acls.sh commands, the
-evidence rules and the messages for rejected credentials and TLS handshakes."""
+"""Access findings (txnwatch.exporter.access): kafka-acls.sh commands and the evidence rules;
+and principals and the messages for rejected credentials and TLS handshakes
+(txnwatch.exporter.kafka.errors)."""
 
 import shlex
 
 from txnwatch.exporter import access
 from txnwatch.exporter.access import Evidence, TapReadWatch
-from txnwatch.exporter.derive import ActiveProducer
+from txnwatch.exporter.kafka import errors
+from txnwatch.exporter.model import ActiveProducer
 
 SCRAM = {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "txnwatch",
          "sasl.password": "hunter2-secret", "ssl.ca.location": "/etc/ca.pem"}
@@ -17,11 +19,11 @@ def kinds(fs):
 
 
 def test_principal_follows_from_sasl_plain_and_scram_only():
-    assert access.principal_of(SCRAM) == "User:txnwatch"
-    assert access.principal_of({**SCRAM, "sasl.mechanism": None, "sasl.mechanisms": "plain"}) == "User:txnwatch"
-    assert access.principal_of({**SCRAM, "security.protocol": "SSL"}) is None       # no SASL on SSL
-    assert access.principal_of({**SCRAM, "sasl.mechanism": "OAUTHBEARER"}) is None
-    assert access.principal_of({}) is None
+    assert errors.principal_of(SCRAM) == "User:txnwatch"
+    assert errors.principal_of({**SCRAM, "sasl.mechanism": None, "sasl.mechanisms": "plain"}) == "User:txnwatch"
+    assert errors.principal_of({**SCRAM, "security.protocol": "SSL"}) is None       # no SASL on SSL
+    assert errors.principal_of({**SCRAM, "sasl.mechanism": "OAUTHBEARER"}) is None
+    assert errors.principal_of({}) is None
 
 
 def test_acl_command_is_a_valid_shell_line_for_the_principal():
@@ -117,23 +119,23 @@ def test_auth_failure_message_says_what_to_check_never_the_password():
     detail = ("sasl_ssl://k1:9093/bootstrap: SASL authentication error: Authentication failed during "
               "authentication due to invalid credentials with SASL mechanism SCRAM-SHA-512 "
               "(after 312ms in state AUTH_REQ)")
-    msg = access.auth_failure_message(SCRAM, detail)
+    msg = errors.auth_failure_message(SCRAM, detail)
     assert msg.startswith("authentication failed: the broker rejected the SASL/SCRAM-SHA-512 credentials "
                           "of user 'txnwatch'")
     assert "Check sasl.username and sasl.password" in msg
     assert "kafka-configs.sh --describe --entity-type users --entity-name txnwatch" in msg
     assert "after 312ms" not in msg   # stable text, not one per attempt
     assert "hunter2-secret" not in msg
-    plain = access.auth_failure_message({**SCRAM, "sasl.mechanism": "PLAIN"}, "Invalid username or password")
+    plain = errors.auth_failure_message({**SCRAM, "sasl.mechanism": "PLAIN"}, "Invalid username or password")
     assert "JAAS" in plain and "hunter2-secret" not in plain
 
 
 def test_tls_failure_message_names_the_ca_setting():
-    msg = access.tls_failure_message(SCRAM, "SSL handshake failed: certificate verify failed (after 9ms in "
+    msg = errors.tls_failure_message(SCRAM, "SSL handshake failed: certificate verify failed (after 9ms in "
                                             "state SSL_HANDSHAKE)")
     assert msg.startswith("TLS handshake failed (SSL handshake failed: certificate verify failed)")
     assert "ssl.ca.location (/etc/ca.pem)" in msg
-    assert "not set: the system CAs are used" in access.tls_failure_message({}, "x")
+    assert "not set: the system CAs are used" in errors.tls_failure_message({}, "x")
 
 
 def test_cluster_describe_configs_finding():

@@ -11,11 +11,12 @@ import pytest
 import yaml
 
 from txnwatch.alerts import generate_alerts
-from txnwatch.alerts.rules import AlertConfig, alerts, prometheus_rule, rule_groups
+from txnwatch.alerts.config import AlertConfig
+from txnwatch.alerts.rules import alerts, prometheus_rule, rule_groups
 from txnwatch.dashboards import dashboard_json
 from txnwatch.dashboards import ids as dash_ids
-from txnwatch.dashboards.build import iter_panels
 from txnwatch.dashboards.names import metric_names, unknown_names
+from txnwatch.dashboards.queries import iter_panels
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNBOOKS = ROOT / "docs" / "runbooks"

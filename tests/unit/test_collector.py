@@ -1,11 +1,17 @@
 from types import MappingProxyType
 
 from txnwatch.apps import AppResolver, fold_ids
-from txnwatch.devtools.exporter_proc import Metrics, parse_metrics
-from txnwatch.exporter import derive
-from txnwatch.exporter.collector import ExporterCollector, render_snapshot
-from txnwatch.exporter.derive import TxnDescription
-from txnwatch.exporter.model import ClusterFacts, ClusterSnapshot, HangingTransaction, PartitionState
+from txnwatch.devtools.scrape import Metrics, parse_metrics
+from txnwatch.exporter.model import (
+    ClusterFacts,
+    ClusterSnapshot,
+    HangingTransaction,
+    PartitionState,
+    TxnDescription,
+)
+from txnwatch.exporter.poll import derive
+from txnwatch.exporter.poll.render import render_snapshot
+from txnwatch.exporter.serve.collector import ExporterCollector
 
 
 def scrape(parts) -> Metrics:

@@ -17,8 +17,8 @@ from txnwatch.dashboards import (
     generate_dashboards,
     ids,
 )
-from txnwatch.dashboards.build import iter_panels, substitute_variables
 from txnwatch.dashboards.names import exposed_names, metric_names, unknown_names
+from txnwatch.dashboards.queries import iter_panels, substitute_variables
 
 DASHBOARDS = {d.uid: dashboard_json(d) for d in ids.DASHBOARDS}
 PANELS = [(uid, p) for uid, dj in DASHBOARDS.items() for p in iter_panels(dj)]

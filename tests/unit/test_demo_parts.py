@@ -9,13 +9,12 @@ import sqlite3
 
 import pytest
 
-from txnwatch.devtools.demo import outbox_status, status_line
-from txnwatch.devtools.exporter_proc import Metrics, parse_metrics
-from txnwatch.devtools.faults import Fault, fault_schedule, next_payment
-from txnwatch.devtools.java_programs import source_digest
-from txnwatch.devtools.kafka import KafkaRelease
+from txnwatch.devtools.demo_status import outbox_status, status_line
+from txnwatch.devtools.fault_plan import Fault, fault_schedule, next_payment
+from txnwatch.devtools.kafka.release import KafkaRelease, source_digest
 from txnwatch.devtools.outbox import SCHEMA, Alert, apply_alerts, parse_alert
-from txnwatch.devtools.streams_app import process_id_from_output
+from txnwatch.devtools.scrape import Metrics, parse_metrics
+from txnwatch.devtools.streams_output import process_id_from_output, restores_from_output
 from txnwatch.exporter.model import (
     ClusterSnapshot,
     GroupLag,
@@ -23,7 +22,7 @@ from txnwatch.exporter.model import (
     OpenTransaction,
     PartitionState,
 )
-from txnwatch.exporter.page import blocked_by, group_rows
+from txnwatch.exporter.serve.page import blocked_by, group_rows
 
 UUID = "0caabf0e-8f20-4d31-8580-ce4c1bedecb5"
 
@@ -216,8 +215,6 @@ def test_status_line_names_spark_offsets_behind_and_a_blocked_partition():
 
 
 def test_restores_from_the_apps_output():
-    from txnwatch.devtools.streams_app import restores_from_output
-
     out = ("restore balances balance-app-balances-changelog-0 from 1201 to 1202\n"
            "restore balances balance-app-balances-changelog-1 from 0 to 1142\n"
            "restored balances balance-app-balances-changelog-0 records=0\n")

@@ -1,13 +1,14 @@
 from txnwatch.apps import AppResolver
-from txnwatch.exporter import derive
-from txnwatch.exporter.derive import ActiveProducer, TxnDescription
 from txnwatch.exporter.model import (
+    ActiveProducer,
     ClusterFacts,
     GroupLag,
     HangingTransaction,
     PartitionOffsets,
     PartitionState,
+    TxnDescription,
 )
+from txnwatch.exporter.poll import derive
 
 
 def po(t, p, hwm, lso):

@@ -4,7 +4,7 @@ import zlib
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
-from txnwatch.exporter.collector import ExporterCollector, Part
+from txnwatch.exporter.serve.collector import ExporterCollector, Part
 from txnwatch.exposition import accepts_gzip, wants_openmetrics
 
 

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from schemathesis.checks import not_a_server_error
 
 from txnwatch.config import load_config
-from txnwatch.exporter.app import create_app
-from txnwatch.exporter.service import Exporter
+from txnwatch.exporter.runtime.service import Exporter
+from txnwatch.exporter.serve.app import create_app
 
 pytestmark = pytest.mark.faults
 TOKEN = "fuzz-token-123"

@@ -44,10 +44,10 @@ def test_kafka_python_outage_lines_are_one_line_each_and_rate_limited(capsys):
                 logging.getLogger("kafka.net.transport").exception("Error sending request data: attempt %d", i)
             logging.getLogger("kafka.cluster").error("Metadata refresh: failed KafkaConnectionError: 111 ECONNREFUSED")
         for i in range(3):
-            logging.getLogger("txnwatch.exporter.poller").warning("cluster c: poll %d failed", i)
+            logging.getLogger("txnwatch.exporter.poll.poller").warning("cluster c: poll %d failed", i)
         err = capsys.readouterr().err
         assert err.count("Error sending request data") == 1 and "Traceback" not in err
         assert err.count("Metadata refresh") == 1
-        assert err.count("txnwatch.exporter.poller") == 3
+        assert err.count("txnwatch.exporter.poll.poller") == 3
     finally:
         setup_logging("WARNING")

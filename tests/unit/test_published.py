@@ -7,8 +7,8 @@ from types import MappingProxyType
 
 from txnwatch.exporter.health import SourceHealth
 from txnwatch.exporter.model import ClusterSnapshot, HangingTransaction, OpenTransaction, PartitionState
-from txnwatch.exporter.published import PublishedFile, WorkerStatus, digest_of, write_atomic
-from txnwatch.exporter.workers import WorkerRuntime
+from txnwatch.exporter.runtime.published import PublishedFile, WorkerStatus, digest_of, write_atomic
+from txnwatch.exporter.runtime.supervisor import WorkerRuntime
 
 
 def snapshot(n: int = 50) -> ClusterSnapshot:
@@ -74,7 +74,7 @@ def test_counts_of_an_earlier_worker_and_the_exits_are_kept(tmp_path):
     rt = runtime(tmp_path)
     rt.start = None   # never spawned here: statuses are written by hand
     rt.dir = tmp_path
-    from txnwatch.exporter.published import PublishedFile as PF
+    from txnwatch.exporter.runtime.published import PublishedFile as PF
 
     rt._status_file, rt._digest_file, rt._chunk_files = PF(tmp_path / "status"), PF(tmp_path / "digest"), {}
 
@@ -97,7 +97,7 @@ def test_counts_of_an_earlier_worker_and_the_exits_are_kept(tmp_path):
 
 
 def test_a_starting_worker_is_not_called_stalled_before_the_startup_grace(tmp_path, monkeypatch):
-    import txnwatch.exporter.workers as workers
+    import txnwatch.exporter.runtime.supervisor as workers
 
     rt = runtime(tmp_path)
     rt.dir = tmp_path
@@ -136,8 +136,8 @@ def test_a_starting_worker_is_not_called_stalled_before_the_startup_grace(tmp_pa
 def test_canary_summary_and_page_row_say_failing_until_a_round_succeeds_again():
     from txnwatch.canary.rounds import Violation, Visible
     from txnwatch.canary.stats import CanaryStats
-    from txnwatch.exporter.page import canary_section
-    from txnwatch.exporter.published import canary_summary
+    from txnwatch.exporter.runtime.published import canary_summary
+    from txnwatch.exporter.serve.page import canary_section
 
     s = CanaryStats()
     assert not canary_summary(s.view()).failing

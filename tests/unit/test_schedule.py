@@ -2,7 +2,7 @@
 
 import pytest
 
-from txnwatch.exporter.schedule import poll_period, wait_before_next_poll
+from txnwatch.exporter.poll.schedule import poll_period, wait_before_next_poll
 
 
 @pytest.mark.parametrize(("min_interval", "duty", "duration", "period"), [

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from flask import Flask
 
-from txnwatch.exporter.ingest import INGEST_PATH, make_ingest_blueprint
+from txnwatch.exporter.spark.ingest import INGEST_PATH, make_ingest_blueprint
 from txnwatch.spark_listener.events import from_progress
 from txnwatch.spark_listener.serve import render_text
 from txnwatch.spark_listener.state import SparkQueryState
@@ -152,7 +152,7 @@ def test_openapi_document_matches_the_endpoint():
 
     from txnwatch.spark_listener.events import EVENT_TYPES, OUTCOMES
 
-    doc = yaml.safe_load((Path(__file__).resolve().parents[2] / "txnwatch" / "exporter" / "openapi-ingest.yaml").read_text())
+    doc = yaml.safe_load((Path(__file__).resolve().parents[2] / "txnwatch" / "exporter" / "spark" / "openapi-ingest.yaml").read_text())
     op = doc["paths"][INGEST_PATH]["post"]
     schemas = doc["components"]["schemas"]
     assert set(schemas["Event"]["discriminator"]["mapping"]) == set(EVENT_TYPES)

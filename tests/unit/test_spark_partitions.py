@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from txnwatch.exporter.model import ClusterSnapshot, HangingTransaction, OpenTransaction, PartitionState
-from txnwatch.exporter.spark_blocked import BEHIND, BLOCKED, CAUGHT_UP, classify
-from txnwatch.exporter.spark_page import spark_section
+from txnwatch.exporter.spark.blocked import BEHIND, BLOCKED, CAUGHT_UP, classify
+from txnwatch.exporter.spark.page import spark_section
 from txnwatch.metrics import FamilyWriter
 from txnwatch.spark_listener.events import from_progress
 from txnwatch.spark_listener.state import SourcePosition, SparkQueryState, source_partitions

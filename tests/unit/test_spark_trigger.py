@@ -7,7 +7,7 @@ import threading
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from txnwatch.exporter.spark_page import spark_section
+from txnwatch.exporter.spark.page import spark_section
 from txnwatch.spark_listener.events import EventValidationError, from_trigger, validate_event
 from txnwatch.spark_listener.serve import render_text
 from txnwatch.spark_listener.state import SparkQueryState

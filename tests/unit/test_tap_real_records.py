@@ -1,5 +1,5 @@
 """The tap's state machine on records the transaction coordinator really wrote: the
-transaction scenario (txnwatch/devtools/scenario.py) captured from Apache Kafka 4.4 with a
+transaction scenario (txnwatch_dev/scenario.py) captured from Apache Kafka 4.4 with a
 TV2 (Java 4.x) and a TV0 (librdkafka) client and from Kafka 3.9, replayed without I/O.
 
 Every line must give the scenario's expected counts: the per-commit epoch bumps of TV2 are
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from txnwatch.apps import AppResolver
-from txnwatch.devtools.scenario import EXPECTED, STEPS, Counts, app_of
+from txnwatch.devtools.scenario_steps import EXPECTED, STEPS, Counts, app_of
 from txnwatch.exporter.tap.decoder import decode_key, decode_value
 from txnwatch.exporter.tap.state import NEW_INSTANCE, OPERATOR, TIMEOUT, TxnLogState
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from txnwatch.alerts.rules import AlertConfig
+    from txnwatch.alerts.config import AlertConfig
 
 
 def generate_alerts(out_dir: str | Path, config: AlertConfig | None = None) -> list[Path]:

@@ -18,21 +18,18 @@ next to each rule; docs/runbooks/<AlertName>.md says what to do.
 
 from __future__ import annotations
 
-import dataclasses
-import re
 import textwrap
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from txnwatch.alerts.config import QUANTILES, AlertConfig
 from txnwatch.dashboards import ids
 from txnwatch.dashboards.ids import DashboardRef
 from txnwatch.spark_listener.trigger import LONG_BATCH_MODES
 
-QUANTILES = ("0.5", "0.95", "0.99")
 FENCING_ERRORS = "PRODUCER_FENCED|_FENCED|INVALID_PRODUCER_EPOCH"
 ABORTED = 'outcome="aborted"'
 COMMITTED = 'outcome="committed"'
@@ -41,128 +38,6 @@ STAT_LAST = 'stat="last"'
 INVALID_TIMEOUT = 'error="INVALID_TRANSACTION_TIMEOUT"'
 READ_UNCOMMITTED = 'isolation="read_uncommitted"'
 FAILED = 'error_class!="none"'
-
-
-@dataclass(frozen=True)
-class AlertConfig:
-    """Thresholds, durations and selectors of the generated rules (a mixin's `_config`).
-
-    Selectors are PromQL label matchers without braces, e.g. `cluster=~"prod-.*"`.
-    Durations are Prometheus duration strings.
-    """
-
-    # -- selectors
-    cluster_selector: str = ""                 # Kafka-side and txnwatch_* series (they carry `cluster`)
-    exporter_job_selector: str = 'job="txnwatch"'   # the scrape job(s) of the exporter, for `up`
-    client_selector: str = ""                  # kafka_producer_* (instrumented producers, Spark sink)
-    spark_selector: str = ""                   # spark_streaming_*
-    # -- links
-    dashboard_base_url: str = "http://localhost:3000"
-    runbook_base_url: str = "https://github.com/txnwatch/txnwatch/blob/main/docs/runbooks"
-    extra_labels: Mapping[str, str] = field(default_factory=dict)   # added to every alert
-    # -- prometheus-operator manifest
-    prometheus_rule_name: str = "txnwatch"
-    prometheus_rule_namespace: str = ""
-    prometheus_rule_labels: Mapping[str, str] = field(
-        default_factory=lambda: {"app.kubernetes.io/name": "txnwatch", "role": "alert-rules"})
-
-    # -- KafkaTransactionHanging
-    hanging_for: str = "2m"
-    lso_stalled_hanging_seconds: float = 600    # LSO stalled this long while the HWM grows
-    hwm_growth_window: str = "10m"
-    # -- KafkaTransactionTimeoutHeadroomLow
-    headroom_low_seconds: float = 5
-    headroom_window: str = "5m"                 # min_over_time window; `for` must exceed it
-    headroom_for: str = "15m"
-    # -- KafkaTransactionAbortRatioHigh (recording window: 5m)
-    abort_ratio: float = 0.10
-    abort_ratio_min_transactions: float = 10    # completed transactions in the 5m window
-    abort_ratio_for: str = "15m"
-    # -- KafkaTransactionFencingPersistent (recording window: 15m)
-    fencing_per_minute: float = 0.1
-    fencing_for: str = "30m"
-    # -- KafkaTransactionCommitLatencyHigh (recording window: 5m)
-    commit_latency_quantile: str = "0.99"       # one of QUANTILES
-    commit_latency_seconds: float = 2.5
-    commit_latency_for: str = "15m"
-    # -- KafkaTransactionalIdNearExpiration
-    id_expiration_headroom_seconds: float = 86400
-    id_expiration_for: str = "15m"
-    # -- KafkaReadCommittedConsumerBlocked
-    blocked_lso_stalled_seconds: float = 300
-    blocked_committed_window: str = "10m"
-    blocked_for: str = "5m"
-    # -- KafkaTransactionTwoPhaseCommitUndecided
-    two_phase_max_age_seconds: float = 3600     # a prepared 2PC transaction open longer pages
-    two_phase_for: str = "5m"
-    # -- KafkaTransactionStateLogBelowMinIsr
-    min_isr_for: str = "5m"
-    # -- KafkaProducerTransactionTimeoutAboveBrokerCap
-    cap_tolerance_seconds: float = 5            # clock skew between broker and exporter
-    cap_window: str = "15m"
-    cap_for: str = "5m"
-    # -- SparkStreamingQueryStalled
-    spark_stalled_seconds: float = 600
-    spark_stalled_for: str = "2m"
-    spark_idle_window: str = "5m"              # idle queries (QueryIdleEvents) are not stalled
-    # -- SparkStreamingQueryFallingBehind
-    spark_trigger_interval_seconds: float = 60  # default trigger interval of the queries
-    spark_trigger_intervals: Mapping[str, float] = field(default_factory=dict)  # query -> seconds
-    spark_behind_factor: float = 1.0            # mean batch duration > factor * trigger
-    spark_behind_window: str = "10m"
-    spark_behind_for: str = "15m"
-    # -- SparkStreamingQueryBlockedByOpenTransaction
-    spark_blocked_seconds: float = 300          # the partition's LSO stalled this long at the query's position
-    spark_blocked_for: str = "2m"
-    # -- SparkStreamingQueryFailed
-    spark_failure_window: str = "15m"
-    spark_failed_for: str = "1m"
-    # -- transactional canary
-    canary_failing_seconds: float = 60          # no round ended as intended for this long (6 intervals of 10 s)
-    canary_failing_for: str = "0m"              # the window above is the "for"
-    canary_failure_window: str = "2m"           # failures counted over this window name the stage and error
-    canary_visibility_seconds: float = 5        # p99 produce-to-visible per partition above this
-    canary_visibility_window: str = "10m"
-    canary_visibility_for: str = "10m"
-    canary_violation_window: str = "15m"
-    # -- exporter
-    exporter_down_for: str = "5m"
-    source_failing_for: str = "5m"
-
-    def __post_init__(self) -> None:
-        if self.commit_latency_quantile not in QUANTILES:
-            raise ValueError(f"commit_latency_quantile must be one of {QUANTILES}")
-
-    def replace(self, **changes: Any) -> AlertConfig:
-        return dataclasses.replace(self, **changes)
-
-    @classmethod
-    def from_mapping(cls, values: Mapping[str, Any] | None) -> AlertConfig:
-        """An AlertConfig from a mapping (e.g. a YAML file's `alerts:` section). Unknown keys
-        and wrong types raise ValueError naming the key."""
-        values = dict(values or {})
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - set(fields))
-        if unknown:
-            raise ValueError(f"unknown alert setting(s): {', '.join(unknown)}")
-        defaults = cls()
-        out: dict[str, Any] = {}
-        for key, value in values.items():
-            default = getattr(defaults, key)
-            if isinstance(default, Mapping):
-                ok = isinstance(value, Mapping)
-            elif isinstance(default, int | float) and not isinstance(default, bool):
-                ok = isinstance(value, int | float) and not isinstance(value, bool)
-                value = float(value) if ok else value
-            else:
-                ok = isinstance(value, type(default))
-            if not ok:
-                raise ValueError(f"alert setting {key}: expected {type(default).__name__}, got {value!r}")
-            if key.endswith("_for") or key.endswith("_window"):
-                if not re.fullmatch(r"(\d+[smhdwy])+", value):
-                    raise ValueError(f"alert setting {key}: {value!r} is not a Prometheus duration")
-            out[key] = value
-        return cls(**out)
 
 
 # ---------------------------------------------------------------- helpers

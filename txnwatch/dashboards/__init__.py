@@ -1,4 +1,5 @@
-"""Grafana dashboards for txnwatch (grafanalib definitions in `txnwatch.dashboards.build`).
+"""Grafana dashboards for txnwatch (grafanalib definitions in `txnwatch.dashboards.build`,
+what their panels query in `txnwatch.dashboards.queries`).
 
 Public API (loaded lazily, so `txnwatch.alerts` can import `txnwatch.dashboards.ids`
 without pulling grafanalib in):
@@ -11,17 +12,17 @@ without pulling grafanalib in):
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
-_LAZY = {"generate_dashboards", "dashboard_queries", "FAULT_ONLY_PANELS", "CONDITIONAL_PANELS",
-         "dashboard_json", "expr_sources", "substitute_variables", "query_requirements"}
+_LAZY = {"generate_dashboards": "build", "dashboard_json": "build",
+         "dashboard_queries": "queries", "FAULT_ONLY_PANELS": "queries", "CONDITIONAL_PANELS": "queries",
+         "expr_sources": "queries", "substitute_variables": "queries", "query_requirements": "queries"}
 
 __all__ = sorted(_LAZY)
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        from txnwatch.dashboards import build
-
-        return getattr(build, name)
+        return getattr(importlib.import_module(f"txnwatch.dashboards.{_LAZY[name]}"), name)
     raise AttributeError(name)

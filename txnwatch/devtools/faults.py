@@ -15,11 +15,12 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..apps import AppResolver
 from ..producer import TransactionalProducer, TransactionError, error_name
+from .fault_plan import Fault, fault_schedule, next_payment
 from .net import wait_for
 from .workload import ProducerProcess, TopicEnds
 
@@ -62,19 +63,6 @@ def _producer(bootstrap: str, tid: str, sink: RecordSink,
 
 
 # ------------------------------------------------------------------ load
-def next_payment(balance: float | None, rng: random.Random, low: float = 0.0, high: float = 1000.0,
-                 step: float = 150.0) -> float:
-    """A payment amount that keeps an account's balance within [low, high] (a bounded random
-    walk; a new account opens with a deposit around the middle): balances keep going above
-    the Streams app's alert threshold (600), so deposits keep raising alerts."""
-    if balance is None:
-        return round(rng.uniform(low + (high - low) * 0.3, low + (high - low) * 0.7), 2)
-    amount = round(rng.uniform(-step, step), 2)
-    if not low <= balance + amount <= high:
-        amount = -amount
-    return amount
-
-
 class LoadGenerator(threading.Thread):
     """Orders for the Spark pipeline (JSON {key, amount, ts}) and, with `payments_topic`,
     payments for the Streams app (JSON {account, amount, ts}, keyed by account): one
@@ -502,25 +490,6 @@ def flink_failure(job, relaunch: Callable[[object], bool], bootstrap: str, outpu
     parts.append(f"it resumed from the checkpoint's offsets, so read_committed readers of {output_topic} see "
                  "each record once")
     return head + "; ".join(parts)
-
-
-# ------------------------------------------------------------------ schedule
-@dataclass(frozen=True)
-class Fault:
-    name: str
-    run: Callable[[], str]
-    once: bool = False       # e.g. a hanging transaction: it never ends, one is enough
-
-
-def fault_schedule(faults: list[Fault]) -> Iterator[Fault]:
-    """The faults in a cycle, each `once` fault only the first time round (pure)."""
-    first = True
-    while True:
-        todo = [f for f in faults if first or not f.once]
-        if not todo:
-            return
-        yield from todo
-        first = False
 
 
 class FaultInjector(threading.Thread):

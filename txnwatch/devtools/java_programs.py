@@ -8,20 +8,12 @@ Central and started with `java -cp`.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
 from pathlib import Path
 
-from .kafka.release import KafkaRelease, javac
-
-
-def source_digest(source: str, release: KafkaRelease, compiler: str) -> str:
-    """What compiled classes depend on: the source, the release and the compiler."""
-    h = hashlib.sha256(source.encode())
-    h.update(f"\0{release.version}\0{Path(compiler).resolve()}".encode())
-    return h.hexdigest()
+from .kafka.release import KafkaRelease, javac, source_digest
 
 
 def compile_program(source: Path, classes: Path, release: KafkaRelease) -> bool:

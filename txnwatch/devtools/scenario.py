@@ -45,9 +45,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .exporter_proc import ExporterProcess, Metrics
+from .exporter_proc import ExporterProcess
 from .kafka import KafkaBroker, KafkaRelease, kafka_release, kafka_tool, transaction_version
 from .net import wait_for
+from .scenario_steps import EXPECTED, STEPS, Counts, app_of, tid_of
+from .scrape import Metrics
 from .txn_client import TxnClient, TxnClientError
 from .txnlog_dump import read_records, record_json
 from .workload import create_topics
@@ -55,7 +57,6 @@ from .workload import create_topics
 TOPIC = "scn-data"
 EXPIRATION_MS = 15_000
 TIMEOUT_MS = 3_000
-STEPS = ("commits", "fence-open", "fence-idle", "timeout", "operator", "hanging")
 # transaction.max.timeout.ms: a hanging transaction is found once its last write is older.
 # Not below 30 s: forceTerminateTransaction's InitProducerId carries the admin client's 30 s
 # request timeout, which the broker refuses above its cap (INVALID_TRANSACTION_TIMEOUT).
@@ -68,38 +69,6 @@ BROKER_PROPERTIES = {
     "transaction.remove.expired.transaction.cleanup.interval.ms": 1000,
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": 1000,
 }
-
-
-@dataclass(frozen=True)
-class Counts:
-    committed: int = 0
-    aborted: int = 0
-    new_instance: int = 0
-    timeout: int = 0
-    operator: int = 0
-    expired: int = 0
-
-
-# What every line must show, per step (app `scn-<step>`); `operator` only where the release
-# has forceTerminateTransaction (4.1+).
-EXPECTED = {
-    "commits": Counts(committed=3, aborted=2, expired=1),
-    "fence-open": Counts(committed=1, aborted=1, new_instance=1, expired=1),
-    "fence-idle": Counts(committed=2, new_instance=1, expired=1),
-    "timeout": Counts(aborted=1, timeout=1, expired=1),
-    "operator": Counts(aborted=1, operator=1, expired=1),
-    # the hanging transaction never reaches the coordinator's log: nothing to count there
-    # but the registration of the id that made it, which expires like the others
-    "hanging": Counts(expired=1),
-}
-
-
-def app_of(step: str) -> str:
-    return f"scn-{step}"
-
-
-def tid_of(step: str) -> str:
-    return f"scn-{step}-0"
 
 
 def has_force_terminate(release: KafkaRelease) -> bool:

@@ -1,6 +1,6 @@
 """Access problems of the exporter's principal, as findings that name the missing ACL and
-the exact `kafka-acls.sh` command that grants it, and the messages for failed
-authentication and TLS handshakes. Pure: the evidence comes from the poller's Kafka calls
+the exact `kafka-acls.sh` command that grants it (the messages for failed authentication
+and TLS handshakes are kafka/errors.py's). Pure: the evidence comes from the poller's Kafka calls
 and the transaction-log tap's health (see access_probe.py); nothing here does I/O.
 
 What the exporter needs (checked against Apache Kafka 3.1 with the AclAuthorizer):
@@ -34,6 +34,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from .kafka.errors import principal_of
 from .model import Finding
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
@@ -41,18 +42,6 @@ MAX_NAMED = 5   # ids/topics named in one finding
 
 
 # ------------------------------------------------------------------ principals and commands
-def principal_of(props: Mapping[str, str]) -> str | None:
-    """The Kafka principal the client properties authenticate as, where it follows from them:
-    User:<sasl.username> for SASL/PLAIN and SCRAM. None otherwise (TLS client certificates
-    map to their distinguished name by the broker's rules; Kerberos and OAuth to theirs)."""
-    mechanism = (props.get("sasl.mechanism") or props.get("sasl.mechanisms") or "").upper()
-    protocol = (props.get("security.protocol") or "PLAINTEXT").upper()
-    if protocol.startswith("SASL") and mechanism in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512") \
-            and props.get("sasl.username"):
-        return f"User:{props['sasl.username']}"
-    return None
-
-
 def _principal_arg(props: Mapping[str, str]) -> str:
     p = principal_of(props)
     if p is not None:
@@ -86,37 +75,6 @@ def _named(items: Iterable[str]) -> str:
 
 def _who(props: Mapping[str, str]) -> str:
     return principal_of(props) or "the exporter's principal"
-
-
-# ------------------------------------------------------------------ failed connections
-_TIMING = re.compile(r"\s*\(after \d+ms in state \w+\)")
-
-
-def auth_failure_message(props: Mapping[str, str], detail: str) -> str:
-    """What the page and the log say when the broker rejects the credentials. Never the
-    password: only the mechanism, the user name and what the broker said."""
-    mechanism = (props.get("sasl.mechanism") or props.get("sasl.mechanisms") or "GSSAPI").upper()
-    user = props.get("sasl.username")
-    who = f" of user {user!r}" if user else ""
-    hint = {"PLAIN": "PLAIN users are those of the listener's JAAS configuration on the broker",
-            "SCRAM-SHA-256": "SCRAM users exist per mechanism: kafka-configs.sh --describe "
-                             f"--entity-type users --entity-name {user or '<user>'} shows them",
-            "SCRAM-SHA-512": "SCRAM users exist per mechanism: kafka-configs.sh --describe "
-                             f"--entity-type users --entity-name {user or '<user>'} shows them"}.get(
-        mechanism, "check the mechanism's own settings (Kerberos keytab/principal, OAuth token)")
-    return (f"authentication failed: the broker rejected the SASL/{mechanism} credentials{who} "
-            f"({_TIMING.sub('', detail).strip()}). Check sasl.username and sasl.password in this "
-            f"cluster's client settings (a ${{file:}} or ${{env:}} secret may hold an old password) and "
-            f"that sasl.mechanism is one the listener enables; {hint}")
-
-
-def tls_failure_message(props: Mapping[str, str], detail: str) -> str:
-    ca = props.get("ssl.ca.location")
-    where = f"ssl.ca.location ({ca})" if ca else "ssl.ca.location (not set: the system CAs are used)"
-    return (f"TLS handshake failed ({_TIMING.sub('', detail).strip()}). Check {where} holds the CA that "
-            "signed the broker's certificate, that the certificate names the host in bootstrap_servers "
-            "(ssl.endpoint.identification.algorithm), and for client certificates ssl.certificate.location, "
-            "ssl.key.location and ssl.key.password")
 
 
 # ------------------------------------------------------------------ evidence

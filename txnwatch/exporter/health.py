@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from ..metrics import FamilyWriter
+
 
 @dataclass(frozen=True)
 class SourceHealth:
@@ -65,3 +67,12 @@ class HealthTracker:
             return SourceHealth(self._source, self._up, self._last_success, self._last_attempt,
                                 self._last_duration, self._last_error, self._last_error_at,
                                 MappingProxyType(dict(self._errors)))
+
+
+def render_health(w: FamilyWriter, cluster: str, health: SourceHealth) -> None:
+    lbl = {"cluster": cluster, "source": health.source}
+    w.add("txnwatch_up", lbl, 1 if health.up else 0)
+    w.add("txnwatch_poll_duration_seconds", lbl, health.last_duration)
+    w.add("txnwatch_last_success_timestamp_seconds", lbl, health.last_success)
+    for cause, n in health.errors.items():
+        w.add("txnwatch_poll_errors", {**lbl, "cause": cause}, n)

@@ -122,3 +122,33 @@ class ClusterSnapshot:
     # where the broker has no group types (ListGroups < v5) or KIP-664's client is unusable
     group_types: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     features: Mapping[str, int] = field(default_factory=dict)   # finalized feature -> level
+
+
+# ------------------------------------------------------------------ KIP-664 answers, as plain values
+@dataclass(frozen=True, slots=True)
+class TxnListing:
+    transactional_id: str
+    producer_id: int
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class TxnDescription:
+    transactional_id: str
+    state: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    start_ms: int
+    partitions: frozenset[TP]
+
+
+@dataclass(frozen=True, slots=True)
+class ActiveProducer:
+    topic: str
+    partition: int
+    producer_id: int
+    producer_epoch: int
+    last_timestamp_ms: int
+    coordinator_epoch: int
+    txn_start_offset: int        # -1: no open transaction on this partition

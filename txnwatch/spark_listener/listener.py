@@ -20,6 +20,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 
 from . import events as ev
 from .forwarder import Forwarder
+from .serve import serve
 from .state import SparkQueryState
 from .trigger import TriggerInfo, TriggerProbe, jvm_trigger_text
 
@@ -187,8 +188,6 @@ def attach(spark: Any, serve_port: int | None = None, forward_url: str | None = 
         forwarder = Forwarder(forward_url, token, **opts)
     listener = TxnWatchListener(state=state, forwarder=forwarder, sinks=sinks, spark=spark)
     if serve_port is not None:
-        from .serve import serve
-
         listener.server = serve(serve_port, host=host, state=state)
     spark.streams.addListener(listener)
     return listener

@@ -553,7 +553,7 @@ def _consumer(cfg: SinkConfig) -> Any:
 def _txn_api(cfg: SinkConfig) -> Any | None:
     key = (cfg.bootstrap_servers, cfg.client_config)
     if key not in _TXN_APIS:
-        from txnwatch.exporter.kip664 import TransactionAPI
+        from txnwatch.exporter.kafka.kip664 import TransactionAPI
 
         api = TransactionAPI({"bootstrap.servers": cfg.bootstrap_servers, **dict(cfg.client_config)}, 10.0)
         try:

@@ -21,6 +21,7 @@ Kafka 4.0, reload4j before; the log configuration is the project's own (`log_con
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 import re
@@ -92,6 +93,13 @@ def javac() -> str:
 
 
 # ------------------------------------------------------------------ versions
+def source_digest(source: str, release: KafkaRelease, compiler: str) -> str:
+    """What compiled classes depend on: the source, the release and the compiler."""
+    h = hashlib.sha256(source.encode())
+    h.update(f"\0{release.version}\0{Path(compiler).resolve()}".encode())
+    return h.hexdigest()
+
+
 def parse_spec(spec: str) -> tuple[str, str, str]:
     """('exact', '4.4.0', '4.4.0') or ('line', low, high) for a KAFKA_VERSION value, e.g.
     '4.x' -> ('line', '4.0.0', '4.9999.9999') (pure)."""

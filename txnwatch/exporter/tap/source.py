@@ -49,6 +49,7 @@ from types import MappingProxyType
 from ...apps import AppResolver
 from ...malloc import release_free_memory
 from ..health import HealthTracker, SourceHealth
+from ..kafka.errors import AUTHENTICATION, auth_failure_message, tls_failure_message
 from .decoder import TxnLogDecodeError, decode_key, decode_value
 from .state import IdleSummary, TapView, TxnLogState
 
@@ -182,18 +183,15 @@ class TransactionLogTap:
 
     def _on_client_error(self, err) -> None:
         # Called from poll/consume in the tap thread. librdkafka messages carry no secrets.
-        from .. import access
-        from ..kafka_io import AUTHENTICATION
-
         name = (err.name() if hasattr(err, "name") else "error").lstrip("_").lower()
         detail = err.str() if hasattr(err, "str") else str(err)
         code = err.code() if hasattr(err, "code") else None
         # A rejected login or a failed TLS handshake is only ever reported here; name it as the
         # poller does (cause auth / tls, with what to check) rather than as a transport error.
         if code in AUTHENTICATION:
-            name, message = "auth", access.auth_failure_message(self._client_config, detail)
+            name, message = "auth", auth_failure_message(self._client_config, detail)
         elif name == "ssl":
-            name, message = "tls", access.tls_failure_message(self._client_config, detail)
+            name, message = "tls", tls_failure_message(self._client_config, detail)
         else:
             message = f"kafka client: {detail}"
         self._poll_error = name

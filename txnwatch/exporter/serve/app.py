@@ -7,7 +7,8 @@ import hmac
 
 from flask import Flask, Response, request
 
-from ..exposition import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, accepts_gzip, wants_openmetrics
+from ...exposition import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, accepts_gzip, wants_openmetrics
+from ..spark.ingest import INGEST_PATH, make_ingest_blueprint
 from .page import render_page
 
 LOOPBACK = {"127.0.0.1", "::1", "localhost"}
@@ -58,7 +59,7 @@ def create_app(exporter) -> Flask:
         """The ingest endpoint's OpenAPI document (for clients and fuzzers)."""
         from importlib.resources import files
 
-        return Response(files("txnwatch.exporter").joinpath("openapi-ingest.yaml").read_bytes(),
+        return Response(files("txnwatch.exporter.spark").joinpath("openapi-ingest.yaml").read_bytes(),
                         mimetype="application/yaml")
 
     _register_ingest(app, exporter)
@@ -68,8 +69,6 @@ def create_app(exporter) -> Flask:
 
 def _register_ingest(app: Flask, exporter) -> None:
     """POST /api/v1/spark/events: needs a bearer token unless the exporter listens on loopback."""
-    from .ingest import INGEST_PATH, make_ingest_blueprint
-
     http = exporter.config.http
     loopback = http.host in LOOPBACK
     if http.ingest_token or loopback:

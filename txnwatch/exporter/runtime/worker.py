@@ -29,8 +29,12 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from ..metrics import FamilyWriter
-from .collector import render_snapshot
+from ...logsetup import setup_logging
+from ...metrics import FamilyWriter
+from ...sharding import WHOLE
+from ..poll.render import render_snapshot
+from ..tap.render import render_tap
+from .cluster import ClusterRuntime
 from .published import ClusterDigest, WorkerStatus, canary_summary, digest_of, tap_summary, write_atomic
 
 log = logging.getLogger("txnwatch.worker")
@@ -53,9 +57,6 @@ class _Dropped:
 
 class Worker:
     def __init__(self, cfg, out_dir: Path, status_interval: float = STATUS_INTERVAL, share=None) -> None:
-        from ..sharding import WHOLE
-        from .service import ClusterRuntime
-
         self.cfg = cfg
         self.share = share or WHOLE
         self.dir = out_dir
@@ -119,8 +120,6 @@ class Worker:
         view = tap.view()
         if view is self._last_tap_view:
             return
-        from .tap.render import render_tap
-
         w = FamilyWriter()
         folded = render_tap(w, self.cfg.name, view, cap=self.cfg.max_transactional_id_series)
         for metric, n in folded.items():
@@ -243,8 +242,6 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = Path(argv[0])
     parent = int(argv[1]) if len(argv) > 1 else os.getppid()
     cfg, log_level, secrets, share = pickle.load(sys.stdin.buffer)   # noqa: S301 - from our parent process
-    from ..logsetup import setup_logging
-
     setup_logging(log_level, secrets)
     worker = Worker(cfg, out_dir, share=share)
 

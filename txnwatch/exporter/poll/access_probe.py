@@ -11,11 +11,11 @@ from collections.abc import Mapping
 
 from confluent_kafka import KafkaError, KafkaException
 
-from . import access
-from .derive import ActiveProducer, TxnListing
-from .kafka_io import KafkaIO, one_line
-from .kip664 import TransactionAPI
-from .model import Finding
+from .. import access
+from ..kafka.admin import KafkaIO
+from ..kafka.errors import one_line
+from ..kafka.kip664 import TransactionAPI
+from ..model import ActiveProducer, Finding, TxnListing
 
 log = logging.getLogger(__name__)
 

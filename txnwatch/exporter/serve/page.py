@@ -8,8 +8,8 @@ import time
 from collections.abc import Iterable, Mapping
 from html import escape
 
-from .. import __version__
-from .model import TP, GroupLag, HangingTransaction, OpenTransaction, PartitionState
+from ... import __version__
+from ..model import TP, GroupLag, HangingTransaction, OpenTransaction, PartitionState
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1d2330;background:#f5f6f8}
@@ -100,6 +100,27 @@ def _groups_section(digests: list[tuple[str, object]]) -> str:
 
 def _ms(seconds: float | None) -> str:
     return "" if seconds is None else f"{seconds * 1000:.0f} ms"
+
+
+def tap_section(taps: list[tuple[str, object, object]]) -> str:
+    """The transaction-log tap's row per cluster: (cluster, tap summary, tap health)."""
+
+    def found(v, h) -> str:
+        if v.topic_found:
+            return "yes"
+        if h.up or not h.last_error:   # the broker answered: no transactional producer ran yet
+            return "<span class=warn>waiting for __transaction_state</span>"
+        return f"<span class=bad>cannot read it: {escape(h.last_error)}</span>"
+
+    rows = "".join(
+        f"<tr><td>{escape(n)}</td><td>{found(v, h)}</td>"
+        f"<td>{'yes' if v.rebuilt else 'rebuilding'}</td>"
+        f"<td class=num>{'' if v.lag_records is None else v.lag_records}</td>"
+        f"<td class=num>{v.applied}</td><td class=num>{v.ids}</td></tr>"
+        for n, v, h in taps)
+    return ("<section><h2>Transaction-log tap</h2><table><tr><th>cluster</th><th>topic found</th>"
+            "<th>rebuilt</th><th>lag (records)</th><th>applied</th><th>transactional ids</th></tr>"
+            + rows + "</table></section>")
 
 
 def canary_section(canaries: list[tuple[str, object]], now: float) -> str:

@@ -9,9 +9,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 
-from .derive import ActiveProducer, TxnDescription, TxnListing
-from .kafka_io import PollError
-from .kafka_python import api_versions
+from ..model import ActiveProducer, TxnDescription, TxnListing
+from .errors import PollError
+from .kafka_python import api_versions, kafka_python_config, unsupported_security_properties
 
 log = logging.getLogger(__name__)
 
@@ -19,102 +19,6 @@ API_KEYS = {"list_transactions": 66, "describe_transactions": 65, "describe_prod
 LIST_GROUPS = 16
 INVALID_REGULAR_EXPRESSION = 128   # error code (kafka-python 3.0 has no class for it)
 DESCRIBE_PRODUCERS_BATCH = 500   # partitions per DescribeProducers round, as the Java tool does
-
-# librdkafka property -> kafka-python KafkaAdminClient keyword
-_PROP_MAP = {
-    "security.protocol": "security_protocol",
-    "sasl.mechanism": "sasl_mechanism",
-    "sasl.mechanisms": "sasl_mechanism",
-    "sasl.username": "sasl_plain_username",
-    "sasl.password": "sasl_plain_password",
-    "ssl.ca.location": "ssl_cafile",
-    "ssl.certificate.location": "ssl_certfile",
-    "ssl.key.location": "ssl_keyfile",
-    "ssl.key.password": "ssl_password",
-    "ssl.crl.location": "ssl_crlfile",
-    "sasl.kerberos.service.name": "sasl_kerberos_service_name",
-    "client.id": "client_id",
-}
-_UPPER = {"security_protocol", "sasl_mechanism"}   # librdkafka takes any case, kafka-python upper only
-
-# Security settings librdkafka understands and kafka-python cannot use. Connecting without
-# them would fail, or worse, authenticate differently: the KIP-664 client refuses to start
-# and says what to use instead.
-UNSUPPORTED_SECURITY = {
-    "ssl.keystore.location": "give the client certificate and key as PEM files instead "
-                             "(ssl.certificate.location, ssl.key.location, ssl.key.password)",
-    "ssl.certificate.pem": "give the certificate as a file (ssl.certificate.location)",
-    "ssl.key.pem": "give the key as a file (ssl.key.location)",
-    "ssl.ca.pem": "give the CA certificates as a file (ssl.ca.location)",
-    "ssl.engine.location": "kafka-python has no OpenSSL engine support",
-    "sasl.oauthbearer.method": "kafka-python takes only a static token (sasl.oauthbearer.token)",
-    "sasl.kerberos.keytab": "kafka-python uses the process's Kerberos credentials (kinit)",
-}
-
-
-def unsupported_security_properties(props: Mapping[str, str]) -> dict[str, str]:
-    """{property: what to do instead} for set security properties kafka-python cannot use
-    (sasl.oauthbearer.method=default is librdkafka's default and fine)."""
-    out = {k: hint for k, hint in UNSUPPORTED_SECURITY.items() if props.get(k) not in (None, "")}
-    if str(props.get("sasl.oauthbearer.method", "")).lower() == "default":
-        out.pop("sasl.oauthbearer.method", None)
-    return out
-
-
-def kafka_python_config(props: Mapping[str, str], timeout: float) -> dict:
-    """Map the cluster's librdkafka properties onto KafkaAdminClient keywords. Properties
-    without an equivalent are ignored (logged by name only, never by value)."""
-    cfg: dict = {"bootstrap_servers": props["bootstrap.servers"].split(","),
-                 "request_timeout_ms": int(timeout * 1000),
-                 "bootstrap_timeout_ms": int(timeout * 1000),
-                 "client_id": "txnwatch"}
-    unmapped = []
-    for k, v in props.items():
-        if k == "bootstrap.servers":
-            continue
-        if k in _PROP_MAP:
-            cfg[_PROP_MAP[k]] = str(v).upper() if _PROP_MAP[k] in _UPPER else v
-        elif k == "ssl.endpoint.identification.algorithm":
-            cfg["ssl_check_hostname"] = str(v).lower() == "https"
-        elif k != "enable.ssl.certificate.verification":
-            unmapped.append(k)
-    if cfg.get("ssl_cafile") == "probe":   # librdkafka: look for the system's CA store
-        del cfg["ssl_cafile"]
-    if str(props.get("enable.ssl.certificate.verification", "true")).lower() == "false":
-        cfg["ssl_context"] = _unverified_context(cfg)
-    if cfg.get("sasl_mechanism", "").upper() == "OAUTHBEARER":
-        token = props.get("sasl.oauthbearer.token")  # static token (tests, short-lived jobs)
-        if token:
-            cfg["sasl_oauth_token_provider"] = _StaticToken(token)
-    if unmapped:
-        log.debug("kafka-python has no equivalent for: %s", ", ".join(sorted(unmapped)))
-    return cfg
-
-
-def _unverified_context(cfg: Mapping[str, object]):
-    """enable.ssl.certificate.verification=false: librdkafka then accepts any broker
-    certificate; kafka-python only offers hostname checks, so it gets a context that does
-    the same (the client certificate, if any, still goes with it)."""
-    import ssl
-
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    ctx.check_hostname = False
-    ctx.verify_mode = ssl.CERT_NONE
-    if cfg.get("ssl_certfile"):
-        ctx.load_cert_chain(cfg["ssl_certfile"], cfg.get("ssl_keyfile"), cfg.get("ssl_password"))
-    return ctx
-
-
-class _StaticToken:
-    def __init__(self, token: str) -> None:
-        self._token = token
-
-    def token(self) -> str:
-        return self._token
-
-    def __repr__(self) -> str:  # never print the token
-        return "_StaticToken(***)"
-
 
 def capabilities_from_api_versions(api_versions: Mapping[int, object]) -> dict[str, bool]:
     """Which KIP-664 APIs the broker advertises (ApiVersions keys)."""

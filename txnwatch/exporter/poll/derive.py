@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 
-from .model import (
+from ..model import (
     OPEN_STATES,
     TP,
+    ActiveProducer,
     ClusterFacts,
     Finding,
     GroupLag,
@@ -18,6 +18,7 @@ from .model import (
     OpenTransaction,
     PartitionOffsets,
     PartitionState,
+    TxnDescription,
     is_two_phase,
 )
 
@@ -89,35 +90,6 @@ def blocked_groups(groups: Iterable[GroupLag], partitions: Mapping[TP, Partition
 
 
 # ------------------------------------------------------------------ KIP-664 derived
-@dataclass(frozen=True, slots=True)
-class TxnListing:
-    transactional_id: str
-    producer_id: int
-    state: str
-
-
-@dataclass(frozen=True, slots=True)
-class TxnDescription:
-    transactional_id: str
-    state: str
-    producer_id: int
-    producer_epoch: int
-    timeout_ms: int
-    start_ms: int
-    partitions: frozenset[TP]
-
-
-@dataclass(frozen=True, slots=True)
-class ActiveProducer:
-    topic: str
-    partition: int
-    producer_id: int
-    producer_epoch: int
-    last_timestamp_ms: int
-    coordinator_epoch: int
-    txn_start_offset: int        # -1: no open transaction on this partition
-
-
 def open_transactions(descriptions: Iterable[TxnDescription], app_of: Callable[[str], str],
                       now_ms: int) -> list[OpenTransaction]:
     """Open transactions with age and timeout headroom (start + timeout - now), oldest first.

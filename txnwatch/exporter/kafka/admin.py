@@ -20,12 +20,22 @@ from confluent_kafka import (
     IsolationLevel,
     KafkaError,
     KafkaException,
+    TopicCollection,
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec
 
-from . import access
-from .model import ClusterFacts, PartitionOffsets
+from ..model import ClusterFacts, PartitionOffsets
+from .errors import (
+    AUTHENTICATION,
+    BatchedUnsupported,
+    PollError,
+    auth_failure_message,
+    classify,
+    tls_failure_message,
+)
+from .group_offsets import BatchedGroupOffsets, batched_supported
+from .kafka_python import KafkaPythonTransport
 
 log = logging.getLogger(__name__)
 
@@ -40,53 +50,6 @@ BROKER_CONFIGS = {
 
 OFFSETS_CHUNK = 1000   # partitions per ListOffsets call
 GROUP_PATH_RECHECK_CALLS = 40   # group_offsets calls before the batched path is tried again
-
-
-class PollError(Exception):
-    """A failed poll step; `cause` is a short label for txnwatch_poll_errors_total."""
-
-    def __init__(self, cause: str, message: str) -> None:
-        super().__init__(message)
-        self.cause = cause
-
-
-AUTHENTICATION = frozenset({KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED})
-AUTHORIZATION = frozenset({KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED,
-                           KafkaError.CLUSTER_AUTHORIZATION_FAILED,
-                           KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED})
-
-
-def classify(exc: BaseException) -> str:
-    """The `cause` label of txnwatch_poll_errors_total for a failed poll step: auth (credentials
-    rejected), authorization (an ACL is missing), tls (handshake), timeout, broker_unavailable,
-    kafka_<error name>, unexpected."""
-    if isinstance(exc, PollError):
-        return exc.cause
-    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
-    if isinstance(err, KafkaError):
-        code = err.code()
-        if code in (KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT, KafkaError._TIMED_OUT_QUEUE):
-            return "timeout"
-        if code in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE,
-                    KafkaError.BROKER_NOT_AVAILABLE, KafkaError.NETWORK_EXCEPTION):
-            return "broker_unavailable"
-        if code in AUTHENTICATION:
-            return "auth"
-        if code in AUTHORIZATION:
-            return "authorization"
-        if code == KafkaError._SSL:
-            return "tls"
-        return "kafka_" + (err.name() or str(code)).lstrip("_").lower()
-    if isinstance(exc, TimeoutError):
-        return "timeout"
-    return "unexpected"
-
-
-def one_line(exc: BaseException) -> str:
-    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
-    if isinstance(err, KafkaError):
-        return f"{err.name()}: {err.str()}"
-    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
 class KafkaIO:
@@ -125,10 +88,10 @@ class KafkaIO:
         self.admin.poll(0)   # serves error_cb (and the logger)
         auth = next((e for c, e in self._connect_errors.items() if c in AUTHENTICATION), None)
         if auth is not None:
-            return PollError("auth", access.auth_failure_message(self._props, auth.str()))
+            return PollError("auth", auth_failure_message(self._props, auth.str()))
         tls = self._connect_errors.get(KafkaError._SSL)
         if tls is not None:
-            return PollError("tls", access.tls_failure_message(self._props, tls.str()))
+            return PollError("tls", tls_failure_message(self._props, tls.str()))
         return exc
 
     # -- helpers
@@ -210,8 +173,6 @@ class KafkaIO:
         groups = self.list_groups(group_filter, deadline)
         fetcher = self._batched_fetcher(deadline)
         if fetcher is not None:
-            from .group_offsets import BatchedUnsupported
-
             try:
                 rows = fetcher.fetch(groups, deadline, live_nodes=self._broker_ids)
             except BatchedUnsupported as exc:   # a broker without the versions (mixed cluster)
@@ -265,13 +226,6 @@ class KafkaIO:
             return self._groups_batched
         if self._group_calls < self._batched_retry_at:
             return None
-        from .group_offsets import (
-            BatchedGroupOffsets,
-            BatchedUnsupported,
-            KafkaPythonTransport,
-            batched_supported,
-        )
-
         try:
             # half the time left at most: the per-group path still gets the rest this poll
             transport = KafkaPythonTransport(self._props, self.timeout,
@@ -357,8 +311,6 @@ class KafkaIO:
         """(operations the principal may perform on `topic`, None) from DescribeTopics with
         authorized operations (KIP-430), or (None, error name) when the broker refuses or
         does not know the topic."""
-        from confluent_kafka import TopicCollection
-
         futures = self.admin.describe_topics(TopicCollection([topic]), request_timeout=self.timeout,
                                              include_authorized_operations=True)
         try:

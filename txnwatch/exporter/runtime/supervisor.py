@@ -24,10 +24,9 @@ from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
 
-from ..metrics import FamilyWriter
-from .collector import render_health
-from .health import SourceHealth
-from .published import ClusterDigest, PublishedFile, WorkerStatus
+from ...metrics import FamilyWriter
+from ..health import SourceHealth, render_health
+from .published import ClusterDigest, PublishedFile, WorkerStatus, write_atomic_text
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +76,7 @@ class WorkerRuntime:
 
     # ------------------------------------------------------------------ process
     def _spawn(self) -> None:
-        cmd = [sys.executable, "-m", "txnwatch.exporter.worker", str(self.dir), str(os.getpid())]
+        cmd = [sys.executable, "-m", "txnwatch.exporter.runtime.worker", str(self.dir), str(os.getpid())]
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE)
         try:
             # the config may carry SASL passwords: a pipe, never a file
@@ -197,7 +196,6 @@ class WorkerRuntime:
         topics = self._spark_topics()
         if topics == self._spark_written:
             return
-        from .published import write_atomic_text
 
         write_atomic_text(self.dir / "spark-topics", sorted(topics))
         self._spark_written = topics

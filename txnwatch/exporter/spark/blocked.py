@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from ..spark_listener.state import SourcePosition
-from .model import ClusterSnapshot
+from ...spark_listener.state import SourcePosition
+from ..model import ClusterSnapshot
 
 BLOCKED, BEHIND, CAUGHT_UP = "blocked", "behind", "caught_up"
 

@@ -18,10 +18,9 @@ FindCoordinator only for groups that are new or moved.
 kafka-python (>= 3.0.12) has both request versions, and its list_group_offsets() batches
 too, but it raises for the first group or partition with an error, retries nothing and
 keeps no deadline. So the requests are built here from kafka-python's protocol classes
-and sent through its connection manager (TLS and SASL mapped as for the KIP-664 client);
-kafka-python has no public call to send one request, which is why KafkaPythonTransport
-is the only class here that touches its internals. Everything else is pure and tested
-with a fake transport (tests/unit/test_group_offsets.py).
+and sent through its connection manager (TLS and SASL mapped as for the KIP-664 client) by
+kafka_python.KafkaPythonTransport: kafka-python has no public call to send one request.
+This module is pure and tested with a fake transport (tests/unit/test_group_offsets.py).
 
 Errors: a group whose coordinator moved is looked up again and asked again in the same
 poll (up to MAX_ROUNDS rounds, within the poll's deadline). A group that still fails, or
@@ -34,17 +33,13 @@ the per-group path always did). When every group fails, the step fails with the 
 from __future__ import annotations
 
 import logging
-import ssl
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Protocol
 
-from .kafka_io import PollError
-from .kafka_python import api_versions
+from .errors import BatchedUnsupported, PollError, cause_of_code, cause_of_exception
 
 log = logging.getLogger(__name__)
 
@@ -63,52 +58,13 @@ COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = 14, 1
 MOVED = frozenset({COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR})
 
 
-class BatchedUnsupported(Exception):
-    """The batched path cannot be used with this broker or client (the caller falls back)."""
-
-
-# ------------------------------------------------------------------ capabilities and causes
+# ------------------------------------------------------------------ capabilities
 def batched_supported(api_versions: Mapping[int, tuple[int, int]]) -> bool:
     """True when ApiVersions advertises OffsetFetch v8 and FindCoordinator v4 (Kafka 3.0+)."""
     def has(key: int, version: int) -> bool:
         rng = api_versions.get(key)
         return rng is not None and int(rng[0]) <= version <= int(rng[1])
     return has(OFFSET_FETCH_API, OFFSET_FETCH_VERSION) and has(FIND_COORDINATOR_API, FIND_COORDINATOR_VERSION)
-
-
-def cause_of_code(code: int) -> str:
-    """The txnwatch_poll_errors_total cause of a Kafka error code, named as kafka_io.classify()
-    names librdkafka's errors: timeout, broker_unavailable, auth, authorization, kafka_<name>."""
-    from kafka import errors as E
-
-    err = E.for_code(code)
-    if code == E.RequestTimedOutError.errno:
-        return "timeout"
-    if code in (E.BrokerNotAvailableError.errno, E.NetworkExceptionError.errno):
-        return "broker_unavailable"
-    if code == E.SaslAuthenticationFailedError.errno:
-        return "auth"
-    if issubclass(err, E.AuthorizationError):
-        return "authorization"
-    name = getattr(err, "message", None)
-    return "kafka_" + (name.lower() if isinstance(name, str) and name else f"error_{code}")
-
-
-def cause_of_exception(exc: BaseException) -> str:
-    """The cause of a failed request of the kafka-python transport."""
-    from kafka import errors as E
-
-    if isinstance(exc, PollError):
-        return exc.cause
-    if isinstance(exc, ssl.SSLError):
-        return "tls"
-    if isinstance(exc, (E.KafkaTimeoutError, TimeoutError)):
-        return "timeout"
-    if isinstance(exc, E.BrokerResponseError) and isinstance(getattr(exc, "errno", None), int):
-        return cause_of_code(exc.errno)
-    if isinstance(exc, (E.KafkaConnectionError, E.NodeNotReadyError, E.UnknownBrokerIdError, ConnectionError)):
-        return "broker_unavailable"
-    return "unexpected"
 
 
 def _unsupported(exc: BaseException) -> bool:
@@ -393,93 +349,3 @@ class BatchedGroupOffsets:
             if isinstance(res, BaseException) and _unsupported(res):
                 raise BatchedUnsupported(f"{api}: {type(res).__name__}: {res}")
         return results
-
-
-# ------------------------------------------------------------------ kafka-python transport
-_NODE_KEY = "__txnwatch_coordinator_node_{}"   # one kafka-python coordinator entry per node, not per group
-
-
-class KafkaPythonTransport:
-    """Sends protocol requests through a kafka-python KafkaAdminClient's connection manager:
-    its connections, TLS, SASL and version negotiation. Counts what it sends (`sent`)."""
-
-    def __init__(self, client_props: Mapping[str, str], timeout: float, connect_timeout: float | None = None) -> None:
-        from kafka.admin import KafkaAdminClient
-
-        from .kip664 import kafka_python_config, unsupported_security_properties
-
-        unsupported = unsupported_security_properties(client_props)
-        if unsupported:
-            raise BatchedUnsupported("kafka-python cannot use " + ", ".join(sorted(unsupported)))
-        cfg = kafka_python_config(client_props, timeout)
-        if connect_timeout is not None:
-            cfg["bootstrap_timeout_ms"] = max(int(connect_timeout * 1000), 1)
-        self._admin = KafkaAdminClient(**cfg)
-        manager = getattr(self._admin, "_manager", None)
-        if not all(hasattr(manager, a) for a in ("send", "call_soon", "wait_for", "cluster")):
-            self.close()
-            raise BatchedUnsupported("this kafka-python has no connection manager to send requests through")
-        self._manager = manager
-        self.sent: Counter = Counter()   # API name -> requests sent since the start
-
-    def api_versions(self) -> dict[int, tuple[int, int]]:
-        """ApiVersions of the bootstrap broker: {api key: (min, max)}."""
-        return api_versions(self._admin)
-
-    def register_node(self, node: Coordinator) -> None:
-        cluster = self._manager.cluster
-        if cluster.broker_metadata(node.node_id) is None:
-            from kafka.protocol.metadata import CoordinatorType
-
-            row = SimpleNamespace(error_code=0, error_message=None, node_id=node.node_id, host=node.host,
-                                  port=node.port)
-            cluster.add_coordinator(row, CoordinatorType.GROUP, _NODE_KEY.format(node.node_id),
-                                    synthesize_node_id=False)
-
-    def send(self, calls: Sequence[tuple[int | None, object]], deadline: float) -> list[object]:
-        calls = list(calls)
-        if not calls:
-            return []
-        manager = self._manager
-
-        def left_ms() -> int:
-            return max(int((deadline - time.monotonic()) * 1000), 1)
-
-        async def run() -> list[object]:
-            out: list[object] = [None] * len(calls)
-            for wave in waves([n for n, _ in calls], IN_FLIGHT_PER_NODE):
-                sent = []
-                for i in wave:
-                    node, request = calls[i]
-                    try:
-                        sent.append((i, manager.send(request, node_id=node, request_timeout_ms=left_ms())))
-                    except Exception as exc:  # noqa: BLE001 - e.g. UnknownBrokerIdError, a sticky auth failure
-                        out[i] = exc
-                for i, f in sent:
-                    try:
-                        out[i] = await manager.wait_for(f, left_ms())
-                    except Exception as exc:  # noqa: BLE001 - the request's own failure, judged by the caller
-                        out[i] = exc
-            return out
-
-        for _, request in calls:
-            self.sent[str(request.name).removesuffix("Request")] += 1
-        done = threading.Event()
-        future = manager.call_soon(run)
-        future.add_both(lambda _: done.set())
-        if not done.wait(max(deadline - time.monotonic(), 0) + 0.5):
-            raise PollError("timeout", "committed offsets: no answer within the poll timeout")
-        if future.exception is not None:
-            raise future.exception
-        results = future.value
-        from kafka.errors import KafkaTimeoutError
-
-        if time.monotonic() >= deadline and any(isinstance(r, KafkaTimeoutError) for r in results):
-            raise PollError("timeout", "committed offsets: no answer within the poll timeout")
-        return results
-
-    def close(self) -> None:
-        try:
-            self._admin.close()
-        except Exception:  # noqa: BLE001 - closing a broken client
-            pass

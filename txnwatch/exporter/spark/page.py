@@ -6,9 +6,9 @@ from __future__ import annotations
 import time
 from html import escape
 
-from ..spark_listener.state import QueryCard, SourcePosition
-from ..spark_listener.trigger import KNOWN_MODES, LONG_BATCH_MODES
-from .spark_blocked import BEHIND, BLOCKED, SparkPartitionStatus
+from ...spark_listener.state import QueryCard, SourcePosition
+from ...spark_listener.trigger import KNOWN_MODES, LONG_BATCH_MODES
+from .blocked import BEHIND, BLOCKED, SparkPartitionStatus
 
 MAX_ROWS = 100
 

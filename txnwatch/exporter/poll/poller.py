@@ -10,15 +10,16 @@ import time
 from collections.abc import Callable
 from types import MappingProxyType
 
-from ..apps import AppResolver
-from ..config import IN_PROCESS_POLL_INTERVAL, ClusterConfig
-from ..sharding import WHOLE, ClusterShare
+from ...apps import AppResolver
+from ...config import IN_PROCESS_POLL_INTERVAL, ClusterConfig
+from ...sharding import WHOLE, ClusterShare
+from ..health import HealthTracker
+from ..kafka.admin import KafkaIO
+from ..kafka.errors import PollError, classify, one_line
+from ..kafka.kip664 import TransactionAPI
+from ..model import ClusterFacts, ClusterSnapshot
 from . import derive
 from .access_probe import AccessProbe
-from .health import HealthTracker
-from .kafka_io import KafkaIO, PollError, classify, one_line
-from .kip664 import TransactionAPI
-from .model import ClusterFacts, ClusterSnapshot
 from .schedule import wait_before_next_poll
 
 log = logging.getLogger(__name__)

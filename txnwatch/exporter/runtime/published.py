@@ -17,8 +17,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from .health import SourceHealth
-from .model import ClusterSnapshot, Finding, GroupLag, OpenTransaction, PartitionState
+from ..health import SourceHealth
+from ..model import ClusterSnapshot, Finding, GroupLag, OpenTransaction, PartitionState
+from ..serve.page import group_rows
 
 
 # Snapshots and views freeze their mappings in MappingProxyType, which pickle cannot take
@@ -108,7 +109,6 @@ def digest_of(snap: ClusterSnapshot | None, cluster: str, kip664_error: str | No
               spark_topics: frozenset[str] | None = None, canary_view=None) -> ClusterDigest:
     """The page digest of a snapshot (pure). `spark_topics`: None keeps every partition in
     `spark_view` (in-process: the snapshot itself), a set keeps only those topics."""
-    from .page import group_rows
 
     tap = None if tap_view is None else tap_summary(tap_view)
     canary = None if canary_view is None else canary_summary(canary_view)

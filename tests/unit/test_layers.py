@@ -1,0 +1,148 @@
+"""The house's rules, read from the imports (ast, nothing imported): no import circle in
+txnwatch/, the exporter's layers (txnwatch/exporter/__init__.py draws them), and the shipped
+package never importing the test and demo harness (txnwatch_dev) or the tests."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# exporter layer -> layers of the exporter it must never import
+EXPORTER = "txnwatch.exporter"
+FORBIDDEN = {
+    "serve": {"kafka", "poll", "tap", "runtime"},      # no scrape can reach a Kafka client
+    "spark": {"kafka", "poll", "tap", "runtime"},
+    "kafka": {"poll", "tap", "serve", "spark", "runtime", "health", "access"},   # only the model
+    "poll": {"serve", "spark", "runtime", "tap"},
+    "tap": {"serve", "spark", "runtime", "poll"},
+    "model": {"kafka", "poll", "tap", "serve", "spark", "runtime", "health", "access"},
+    "health": {"kafka", "poll", "tap", "serve", "spark", "runtime", "access"},
+    "access": {"poll", "tap", "serve", "spark", "runtime", "health"},
+}
+HARNESS = ("txnwatch_dev", "tests", "bench")
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports(path: Path, root: Path) -> list[tuple[str, int, bool]]:
+    """(imported module, line, at module level) of every import in the file; relative
+    imports resolved; `from pkg import name` yields pkg.name where that is a module."""
+    me = module_name(path, root)
+    package = me if path.name == "__init__.py" else me.rpartition(".")[0]
+    tree = ast.parse(path.read_text(), str(path))
+    top = {id(n) for n in tree.body}
+    out = []
+    for node in ast.walk(tree):
+        level = id(node) in top
+        if isinstance(node, ast.Import):
+            out += [(a.name, node.lineno, level) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            out.append((mod, node.lineno, level))
+            for a in node.names:
+                sub = f"{mod}.{a.name}"
+                if (root / Path(*sub.split("."))).with_suffix(".py").exists() or \
+                        (root / Path(*sub.split(".")) / "__init__.py").exists():
+                    out.append((sub, node.lineno, level))
+    return out
+
+
+def graph(root: Path, package: str) -> dict[str, list[tuple[str, int, bool]]]:
+    return {module_name(p, root): [i for i in imports(p, root) if i[0].split(".")[0] in (package,) + HARNESS]
+            for p in sorted((root / package).rglob("*.py"))}
+
+
+def layer(module: str) -> str | None:
+    if not module.startswith(EXPORTER + "."):
+        return None
+    return module.split(".")[2]
+
+
+def violations(root: Path, package: str = "txnwatch") -> list[str]:
+    g = graph(root, package)
+    found = []
+    for mod, edges in g.items():
+        for target, line, _ in edges:
+            if target.split(".")[0] in HARNESS:
+                found.append(f"{mod}:{line} imports the harness ({target}): nothing shipped may")
+            src, dst = layer(mod), layer(target)
+            if src and dst and dst in FORBIDDEN.get(src, ()):
+                found.append(f"{mod}:{line} imports {target}: {src} must not import {dst}")
+    found += [f"import circle: {' -> '.join(c)}" for c in cycles(g)]
+    return found
+
+
+def cycles(g: dict[str, list[tuple[str, int, bool]]]) -> list[list[str]]:
+    """Circles among the modules, counting every import (a function-level one too: a lazy
+    import that only dodges a circle is still a circle)."""
+    edges = {m: sorted({t for t, _, _ in es if t in g and t != m and not m.startswith(t + ".")})
+             for m, es in g.items()}
+    out, state, stack = [], {}, []
+
+    def visit(m: str) -> None:
+        state[m] = 1
+        stack.append(m)
+        for t in edges[m]:
+            if state.get(t) == 1:
+                out.append(stack[stack.index(t):] + [t])
+            elif t not in state:
+                visit(t)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(g):
+        if m not in state:
+            visit(m)
+    return out
+
+
+def test_the_shipped_package_keeps_its_layers_and_has_no_import_circle():
+    assert violations(ROOT) == []
+
+
+def write(root: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+
+
+BASE = {"txnwatch/__init__.py": "", "txnwatch/exporter/__init__.py": "",
+        "txnwatch/exporter/model.py": "", "txnwatch/exporter/kafka/__init__.py": "",
+        "txnwatch/exporter/kafka/admin.py": "from ..model import X\n",
+        "txnwatch/exporter/serve/__init__.py": "", "txnwatch/exporter/serve/page.py": "from ..model import X\n",
+        "txnwatch/exporter/poll/__init__.py": "", "txnwatch/exporter/poll/poller.py": "from ..kafka import admin\n"}
+
+
+@pytest.mark.parametrize("change, expected", [
+    ({"txnwatch/exporter/serve/page.py": "from ..kafka.admin import KafkaIO\n"},
+     "txnwatch.exporter.serve.page:1 imports txnwatch.exporter.kafka.admin: serve must not import kafka"),
+    ({"txnwatch/exporter/serve/page.py": "def f():\n    from txnwatch.exporter.poll import poller\n"},
+     "txnwatch.exporter.serve.page:2 imports txnwatch.exporter.poll: serve must not import poll"),
+    ({"txnwatch/exporter/kafka/admin.py": "from ..poll.poller import P\n"},
+     "txnwatch.exporter.kafka.admin:1 imports txnwatch.exporter.poll.poller: kafka must not import poll"),
+    ({"txnwatch/cli.py": "import txnwatch_dev.demo\n"},
+     "txnwatch.cli:1 imports the harness (txnwatch_dev.demo): nothing shipped may"),
+    ({"txnwatch/exporter/model.py": "def f():\n    from . import health\n",
+      "txnwatch/exporter/health.py": "from .model import X\n"},
+     "import circle: txnwatch.exporter.health -> txnwatch.exporter.model -> txnwatch.exporter.health"),
+])
+def test_the_rule_catches_a_broken_import(tmp_path, change, expected):
+    write(tmp_path, BASE)
+    assert violations(tmp_path) == []
+    write(tmp_path, change)
+    assert expected in violations(tmp_path)

@@ -1,0 +1,40 @@
+"""The transaction scenario's steps and what every broker line must count for each (pure;
+scenario.py runs them, tests/unit/test_tap_real_records.py replays captures against them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+STEPS = ("commits", "fence-open", "fence-idle", "timeout", "operator", "hanging")
+
+
+@dataclass(frozen=True)
+class Counts:
+    committed: int = 0
+    aborted: int = 0
+    new_instance: int = 0
+    timeout: int = 0
+    operator: int = 0
+    expired: int = 0
+
+
+# What every line must show, per step (app `scn-<step>`); `operator` only where the release
+# has forceTerminateTransaction (4.1+).
+EXPECTED = {
+    "commits": Counts(committed=3, aborted=2, expired=1),
+    "fence-open": Counts(committed=1, aborted=1, new_instance=1, expired=1),
+    "fence-idle": Counts(committed=2, new_instance=1, expired=1),
+    "timeout": Counts(aborted=1, timeout=1, expired=1),
+    "operator": Counts(aborted=1, operator=1, expired=1),
+    # the hanging transaction never reaches the coordinator's log: nothing to count there
+    # but the registration of the id that made it, which expires like the others
+    "hanging": Counts(expired=1),
+}
+
+
+def app_of(step: str) -> str:
+    return f"scn-{step}"
+
+
+def tid_of(step: str) -> str:
+    return f"scn-{step}-0"

@@ -1,0 +1,214 @@
+"""What txnwatch needs of kafka-python, in one place: the only module that touches it
+beyond its public API. kafka-python implements the requests librdkafka lacks (KIP-664's
+transaction APIs, batched OffsetFetch v8 and FindCoordinator v4); this module maps a
+cluster's librdkafka client properties onto it, reads ApiVersions from its raw answer and
+sends protocol requests through its connection manager."""
+
+from __future__ import annotations
+
+import logging
+import ssl
+import threading
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from types import SimpleNamespace
+
+from .errors import BatchedUnsupported, PollError
+from .group_offsets import IN_FLIGHT_PER_NODE, Coordinator, waves
+
+log = logging.getLogger(__name__)
+
+
+# librdkafka property -> kafka-python KafkaAdminClient keyword
+_PROP_MAP = {
+    "security.protocol": "security_protocol",
+    "sasl.mechanism": "sasl_mechanism",
+    "sasl.mechanisms": "sasl_mechanism",
+    "sasl.username": "sasl_plain_username",
+    "sasl.password": "sasl_plain_password",
+    "ssl.ca.location": "ssl_cafile",
+    "ssl.certificate.location": "ssl_certfile",
+    "ssl.key.location": "ssl_keyfile",
+    "ssl.key.password": "ssl_password",
+    "ssl.crl.location": "ssl_crlfile",
+    "sasl.kerberos.service.name": "sasl_kerberos_service_name",
+    "client.id": "client_id",
+}
+_UPPER = {"security_protocol", "sasl_mechanism"}   # librdkafka takes any case, kafka-python upper only
+
+# Security settings librdkafka understands and kafka-python cannot use. Connecting without
+# them would fail, or worse, authenticate differently: the KIP-664 client refuses to start
+# and says what to use instead.
+UNSUPPORTED_SECURITY = {
+    "ssl.keystore.location": "give the client certificate and key as PEM files instead "
+                             "(ssl.certificate.location, ssl.key.location, ssl.key.password)",
+    "ssl.certificate.pem": "give the certificate as a file (ssl.certificate.location)",
+    "ssl.key.pem": "give the key as a file (ssl.key.location)",
+    "ssl.ca.pem": "give the CA certificates as a file (ssl.ca.location)",
+    "ssl.engine.location": "kafka-python has no OpenSSL engine support",
+    "sasl.oauthbearer.method": "kafka-python takes only a static token (sasl.oauthbearer.token)",
+    "sasl.kerberos.keytab": "kafka-python uses the process's Kerberos credentials (kinit)",
+}
+
+
+def unsupported_security_properties(props: Mapping[str, str]) -> dict[str, str]:
+    """{property: what to do instead} for set security properties kafka-python cannot use
+    (sasl.oauthbearer.method=default is librdkafka's default and fine)."""
+    out = {k: hint for k, hint in UNSUPPORTED_SECURITY.items() if props.get(k) not in (None, "")}
+    if str(props.get("sasl.oauthbearer.method", "")).lower() == "default":
+        out.pop("sasl.oauthbearer.method", None)
+    return out
+
+
+def kafka_python_config(props: Mapping[str, str], timeout: float) -> dict:
+    """Map the cluster's librdkafka properties onto KafkaAdminClient keywords. Properties
+    without an equivalent are ignored (logged by name only, never by value)."""
+    cfg: dict = {"bootstrap_servers": props["bootstrap.servers"].split(","),
+                 "request_timeout_ms": int(timeout * 1000),
+                 "bootstrap_timeout_ms": int(timeout * 1000),
+                 "client_id": "txnwatch"}
+    unmapped = []
+    for k, v in props.items():
+        if k == "bootstrap.servers":
+            continue
+        if k in _PROP_MAP:
+            cfg[_PROP_MAP[k]] = str(v).upper() if _PROP_MAP[k] in _UPPER else v
+        elif k == "ssl.endpoint.identification.algorithm":
+            cfg["ssl_check_hostname"] = str(v).lower() == "https"
+        elif k != "enable.ssl.certificate.verification":
+            unmapped.append(k)
+    if cfg.get("ssl_cafile") == "probe":   # librdkafka: look for the system's CA store
+        del cfg["ssl_cafile"]
+    if str(props.get("enable.ssl.certificate.verification", "true")).lower() == "false":
+        cfg["ssl_context"] = _unverified_context(cfg)
+    if cfg.get("sasl_mechanism", "").upper() == "OAUTHBEARER":
+        token = props.get("sasl.oauthbearer.token")  # static token (tests, short-lived jobs)
+        if token:
+            cfg["sasl_oauth_token_provider"] = _StaticToken(token)
+    if unmapped:
+        log.debug("kafka-python has no equivalent for: %s", ", ".join(sorted(unmapped)))
+    return cfg
+
+
+def _unverified_context(cfg: Mapping[str, object]):
+    """enable.ssl.certificate.verification=false: librdkafka then accepts any broker
+    certificate; kafka-python only offers hostname checks, so it gets a context that does
+    the same (the client certificate, if any, still goes with it)."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    if cfg.get("ssl_certfile"):
+        ctx.load_cert_chain(cfg["ssl_certfile"], cfg.get("ssl_keyfile"), cfg.get("ssl_password"))
+    return ctx
+
+
+class _StaticToken:
+    def __init__(self, token: str) -> None:
+        self._token = token
+
+    def token(self) -> str:
+        return self._token
+
+    def __repr__(self) -> str:  # never print the token
+        return "_StaticToken(***)"
+
+
+def api_versions(admin) -> dict[int, tuple[int, int]]:
+    """ApiVersions of the admin client's bootstrap broker: {api key: (min, max)}.
+
+    Read from the raw answer: `KafkaAdminClient.api_versions()` maps every key to its
+    ApiKey enum and raises ValueError for keys it does not know, which brokers newer than
+    the library have (Kafka 4.4 lists key 93)."""
+    data = getattr(getattr(admin, "_manager", None), "broker_version_data", None)
+    raw = getattr(data, "api_versions", None)
+    if raw is None:   # another kafka-python: its public call, with its limits
+        raw = admin.api_versions()
+    return {int(k): (int(v[0]), int(v[1])) for k, v in raw.items()}
+
+
+_NODE_KEY = "__txnwatch_coordinator_node_{}"   # one kafka-python coordinator entry per node, not per group
+
+
+class KafkaPythonTransport:
+    """Sends protocol requests through a kafka-python KafkaAdminClient's connection manager:
+    its connections, TLS, SASL and version negotiation. Counts what it sends (`sent`)."""
+
+    def __init__(self, client_props: Mapping[str, str], timeout: float, connect_timeout: float | None = None) -> None:
+        from kafka.admin import KafkaAdminClient
+
+        unsupported = unsupported_security_properties(client_props)
+        if unsupported:
+            raise BatchedUnsupported("kafka-python cannot use " + ", ".join(sorted(unsupported)))
+        cfg = kafka_python_config(client_props, timeout)
+        if connect_timeout is not None:
+            cfg["bootstrap_timeout_ms"] = max(int(connect_timeout * 1000), 1)
+        self._admin = KafkaAdminClient(**cfg)
+        manager = getattr(self._admin, "_manager", None)
+        if not all(hasattr(manager, a) for a in ("send", "call_soon", "wait_for", "cluster")):
+            self.close()
+            raise BatchedUnsupported("this kafka-python has no connection manager to send requests through")
+        self._manager = manager
+        self.sent: Counter = Counter()   # API name -> requests sent since the start
+
+    def api_versions(self) -> dict[int, tuple[int, int]]:
+        """ApiVersions of the bootstrap broker: {api key: (min, max)}."""
+        return api_versions(self._admin)
+
+    def register_node(self, node: Coordinator) -> None:
+        cluster = self._manager.cluster
+        if cluster.broker_metadata(node.node_id) is None:
+            from kafka.protocol.metadata import CoordinatorType
+
+            row = SimpleNamespace(error_code=0, error_message=None, node_id=node.node_id, host=node.host,
+                                  port=node.port)
+            cluster.add_coordinator(row, CoordinatorType.GROUP, _NODE_KEY.format(node.node_id),
+                                    synthesize_node_id=False)
+
+    def send(self, calls: Sequence[tuple[int | None, object]], deadline: float) -> list[object]:
+        calls = list(calls)
+        if not calls:
+            return []
+        manager = self._manager
+
+        def left_ms() -> int:
+            return max(int((deadline - time.monotonic()) * 1000), 1)
+
+        async def run() -> list[object]:
+            out: list[object] = [None] * len(calls)
+            for wave in waves([n for n, _ in calls], IN_FLIGHT_PER_NODE):
+                sent = []
+                for i in wave:
+                    node, request = calls[i]
+                    try:
+                        sent.append((i, manager.send(request, node_id=node, request_timeout_ms=left_ms())))
+                    except Exception as exc:  # noqa: BLE001 - e.g. UnknownBrokerIdError, a sticky auth failure
+                        out[i] = exc
+                for i, f in sent:
+                    try:
+                        out[i] = await manager.wait_for(f, left_ms())
+                    except Exception as exc:  # noqa: BLE001 - the request's own failure, judged by the caller
+                        out[i] = exc
+            return out
+
+        for _, request in calls:
+            self.sent[str(request.name).removesuffix("Request")] += 1
+        done = threading.Event()
+        future = manager.call_soon(run)
+        future.add_both(lambda _: done.set())
+        if not done.wait(max(deadline - time.monotonic(), 0) + 0.5):
+            raise PollError("timeout", "committed offsets: no answer within the poll timeout")
+        if future.exception is not None:
+            raise future.exception
+        results = future.value
+        from kafka.errors import KafkaTimeoutError
+
+        if time.monotonic() >= deadline and any(isinstance(r, KafkaTimeoutError) for r in results):
+            raise PollError("timeout", "committed offsets: no answer within the poll timeout")
+        return results
+
+    def close(self) -> None:
+        try:
+            self._admin.close()
+        except Exception:  # noqa: BLE001 - closing a broken client
+            pass

@@ -1,0 +1,119 @@
+"""Everything that runs for one cluster: its poller, optional transaction-log tap and
+canary, as one unit a worker process (or the exporter process itself) starts and stops."""
+
+from __future__ import annotations
+
+import time
+
+from ...canary.probe import CanaryProbe, default_instance
+from ...canary.stats import render_canary
+from ...config import ClusterConfig
+from ...metrics import FamilyWriter
+from ...sharding import WHOLE, ClusterShare
+from ..health import render_health
+from ..poll.poller import ClusterPoller
+from ..poll.render import render_snapshot
+from ..serve.collector import ExporterCollector
+from ..tap.render import render_tap
+from ..tap.source import TransactionLogTap
+from .published import ClusterDigest, digest_of
+
+
+class ClusterRuntime:
+    """Everything that runs for one cluster."""
+
+    def __init__(self, cfg: ClusterConfig, tap_resume_from=None, share: ClusterShare = WHOLE) -> None:
+        self.cfg = cfg
+        self.share = share
+        self.poller = ClusterPoller(cfg, share=share)
+        self.tap = None
+        if cfg.transaction_log_tap:
+            self.tap = TransactionLogTap(cfg.name, cfg.client_properties(), self.poller.resolver,
+                                         cfg.max_transactional_id_series,
+                                         expiration_ms=cfg.default_transactional_id_expiration_ms,
+                                         poll_timeout=min(1.0, cfg.poll_timeout_seconds),
+                                         resume_from=tap_resume_from,
+                                         partition_filter=share.split.owns_log_partition if share.split.sharded
+                                         else None,
+                                         id_filter=None if cfg.transactional_ids.everything else cfg.transactional_ids)
+            self.poller.access.tap = self.tap   # its health and known ids feed the access findings
+        self.canary = None
+        if cfg.canary.enabled and share.cluster_level:   # one canary per cluster, not per shard
+            self.canary = CanaryProbe(cfg.name, cfg.client_properties(), cfg.canary,
+                                      cfg.canary.instance or default_instance())
+
+    def sources(self):
+        yield self.poller.health.view()
+        if self.tap is not None:
+            yield self.tap.health()
+
+    def readiness(self) -> tuple[bool, ...]:
+        """The facts readiness goes by, each as /metrics shows it: txnwatch_up of every source
+        and, with the tap, txnwatch_tap_rebuilt of its published view (the one scrapes render)."""
+        facts = [h.up for h in self.sources()]
+        if self.tap is not None:
+            facts.append(self.tap.view().rebuilt)
+        return tuple(facts)
+
+    def ready(self) -> bool:
+        # Ready when every source of the cluster is up: the poller has polled successfully
+        # and, with the tap, the tap is up and has rebuilt its state from the log. Not while
+        # the cluster is unreachable: data would be stale. (A tap that has rebuilt an empty
+        # log is not up until its first fetch succeeds.)
+        return all(self.readiness())
+
+    def render_live(self, w: FamilyWriter) -> None:
+        """Health of every source (small; changes with each attempt)."""
+        for h in self.sources():
+            render_health(w, self.cfg.name, h)
+        snap = self.poller.snapshot
+        if snap is not None:
+            w.add("txnwatch_data_age_seconds", {"cluster": self.cfg.name, "source": "poller"},
+                  max(0.0, time.time() - snap.taken_at))
+
+    def digest(self) -> ClusterDigest:
+        """The page's data (every partition stays in spark_view: it is in memory anyway)."""
+        return digest_of(self.poller.snapshot, self.cfg.name, self.poller.kip664_error,
+                         self.tap.view() if self.tap is not None else None,
+                         canary_view=self.canary.view() if self.canary is not None else None)
+
+    def spark_view(self):
+        return self.poller.snapshot
+
+    def start(self) -> None:
+        self.poller.start()
+        if self.tap is not None:
+            self.tap.start()
+        if self.canary is not None:
+            self.canary.start()
+
+    def signal_stop(self) -> None:
+        self.poller.signal_stop()
+        if self.tap is not None:
+            self.tap.signal_stop()
+        if self.canary is not None:
+            self.canary.signal_stop()
+
+    def stop(self) -> None:
+        self.poller.stop()
+        if self.tap is not None:
+            self.tap.stop()
+        if self.canary is not None:
+            self.canary.stop()
+
+    def render_canary(self, w: FamilyWriter) -> None:
+        render_canary(w, self.cfg.name, self.canary.view())
+
+    def render_snapshot(self, w: FamilyWriter, collector: ExporterCollector, snap) -> None:
+        """A poller snapshot: rendered once per poll, in the poll thread (see publish)."""
+        # With the tap on, it is the exact source of open transactions; the poller's KIP-664
+        # view would report the same series.
+        folded = render_snapshot(w, snap, self.cfg.granularity, self.cfg.max_transactional_id_series,
+                                 render_open_transactions=self.tap is None, cluster_level=self.share.cluster_level)
+        collector.count_dropped(self.cfg.name, "kafka_transaction_timeout_headroom_seconds", "id_cap", folded)
+
+    def render_tap(self, w: FamilyWriter, collector: ExporterCollector) -> None:
+        """The tap's last view (cached by view identity; headroom is as of the view)."""
+        folded_by_metric = render_tap(w, self.cfg.name, self.tap.view(), cap=self.cfg.max_transactional_id_series)
+        for metric, n in folded_by_metric.items():
+            collector.count_dropped(self.cfg.name, metric, "id_cap", n)
