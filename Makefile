@@ -26,7 +26,7 @@ lint: bootstrap
 	.venv/bin/ruff check .
 
 demo: bootstrap
-	.venv/bin/python -m txnwatch.devtools.demo $(DEMO_ARGS)
+	.venv/bin/python -m txnwatch_dev.demo $(DEMO_ARGS)
 
 clean:
 	rm -rf .venv .venv-spark-oldest .venv-flink .pytest_cache .demo

@@ -24,8 +24,8 @@ from pathlib import Path
 
 from txnwatch.canary.probe import CanaryProbe
 from txnwatch.config import CanaryConfig
-from txnwatch.devtools.kafka import KafkaCluster
-from txnwatch.devtools.net import free_port, wait_for
+from txnwatch_dev.kafka import KafkaCluster
+from txnwatch_dev.net import free_port, wait_for
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 REQUESTS = "kafka.network:type=RequestMetrics,name=RequestsPerSec,*"

@@ -24,8 +24,8 @@ import time
 from bench_scrape import commit_groups, create_partitions  # bench/ is on sys.path when run as a script
 from confluent_kafka import Producer
 
-from txnwatch.devtools.exporter_proc import ExporterProcess
-from txnwatch.devtools.kafka import make_broker
+from txnwatch_dev.exporter_proc import ExporterProcess
+from txnwatch_dev.kafka import make_broker
 
 
 def transactions(bootstrap: str, topics: list[str], n: int, stop: threading.Event) -> list[threading.Thread]:

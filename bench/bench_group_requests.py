@@ -36,9 +36,9 @@ from pathlib import Path
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from txnwatch.devtools.kafka import KafkaCluster, make_broker
-from txnwatch.devtools.workload import commit_group_offset
 from txnwatch.exporter.kafka.admin import KafkaIO
+from txnwatch_dev.kafka import KafkaCluster, make_broker
+from txnwatch_dev.workload import commit_group_offset
 
 TOPICS, PARTITIONS = 10, 10
 APIS = {"LIST_GROUPS": "ListGroups", "FIND_COORDINATOR": "FindCoordinator", "OFFSET_FETCH": "OffsetFetch"}

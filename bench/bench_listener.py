@@ -41,7 +41,7 @@ def run_query(spark, name: str, batches: int, trigger: str) -> list[float]:
     """Run until `batches` executed batches; return their batchDuration in ms."""
     from pyspark.sql import functions as F
 
-    from txnwatch.devtools.net import wait_for
+    from txnwatch_dev.net import wait_for
 
     df = spark.readStream.format("rate").option("rowsPerSecond", 2000).load()
     q = (df.select((F.col("value") * 2).alias("v"), "timestamp")
@@ -62,9 +62,9 @@ class Ingest:
         from flask import Flask
         from waitress.server import create_server
 
-        from txnwatch.devtools.net import free_port
         from txnwatch.exporter.spark.ingest import make_ingest_blueprint
         from txnwatch.spark_listener.state import SparkQueryState
+        from txnwatch_dev.net import free_port
 
         self.state = SparkQueryState()
         app = Flask("bench-ingest")
@@ -86,8 +86,8 @@ def main(argv=None) -> int:
     ap.add_argument("--markdown", type=Path, help="write/replace the '## Spark listener' section here")
     args = ap.parse_args(argv)
 
-    from txnwatch.devtools.net import wait_for
     from txnwatch.spark_listener import attach, detach
+    from txnwatch_dev.net import wait_for
 
     spark = session()
     ingest = Ingest()

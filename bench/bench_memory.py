@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bench_memory.py [--sizes 1000,10000,50000] [--groups 500]
 
-For each size: a fresh broker (Apache Kafka where found, see devtools.broker) with that many partitions (100 per topic) and
+For each size: a fresh broker (Apache Kafka where found, see txnwatch_dev.kafka) with that many partitions (100 per topic) and
 --groups consumer groups, `txnwatch serve` (child process) on its default schedule (a
 worker process polling back to back); after 10 s of polls it reads the serving process's
 process_resident_memory_bytes and the worker processes' RSS (/proc), the last poll's
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from bench_scrape import PROMETHEUS_HEADERS, broker_for, setup
 
-from txnwatch.devtools.exporter_proc import ExporterProcess
+from txnwatch_dev.exporter_proc import ExporterProcess
 
 
 def children(pid: int) -> list[int]:

@@ -22,10 +22,10 @@ import urllib.request
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from txnwatch.devtools.exporter_proc import ExporterProcess
-from txnwatch.devtools.kafka import KafkaCluster, make_broker
-from txnwatch.devtools.net import free_port, wait_for
-from txnwatch.devtools.proxy import KafkaProxy
+from txnwatch_dev.exporter_proc import ExporterProcess
+from txnwatch_dev.kafka import KafkaCluster, make_broker
+from txnwatch_dev.net import free_port, wait_for
+from txnwatch_dev.proxy import KafkaProxy
 
 # A Kafka node keeps a file open per partition (its active segment): with this machine's
 # hard RLIMIT_NOFILE of 20,000 (not raisable in the container), one node holds ~15,000.

@@ -3,7 +3,7 @@
     .venv/bin/python bench/bench_sink.py [--triggers 1,10] [--reps 2] [--phases throughput,latency]
         [--records 200000] [--rate 1000] [--bootstrap H:P]
 
-Starts its own broker (`txnwatch.devtools.kafka.make_broker()`: Apache Kafka where found)
+Starts its own broker (`txnwatch_dev.kafka.make_broker()`: Apache Kafka where found)
 unless --bootstrap is given, and one local[2] SparkSession. Every run gets a fresh
 checkpoint, output topic and sink name; the sinks alternate (eos first in even
 repetitions, spark-kafka first in odd ones) at each trigger interval, so both see the
@@ -62,10 +62,10 @@ import threading
 import time
 from pathlib import Path
 
-from txnwatch.devtools.kafka import make_broker
-from txnwatch.devtools.workload import create_topics
 from txnwatch.pipeline import Settings, executed, make_sink, read_input, spark_session, start_query
 from txnwatch.producer import TransactionalProducer
+from txnwatch_dev.kafka import make_broker
+from txnwatch_dev.workload import create_topics
 
 BASE = 1_700_000_000
 SINKS = ("eos-baseline", "eos", "eos-input", "spark-kafka", "at-least-once")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Idempotent set-up of PyFlink for the Flink tests and spikes (txnwatch/devtools/flink):
+# Idempotent set-up of PyFlink for the Flink tests and spikes (txnwatch_dev/flink):
 # .venv-flink, a venv of its own because apache-flink's pins clash with PySpark's, with the
 # pinned apache-flink; then Flink's Kafka connector (flink-connector-kafka for this Flink
 # line, with its kafka-clients) resolved from Maven Central by mvn (checksums checked) into
@@ -7,7 +7,7 @@
 # Needs Java and Maven (scripts/bootstrap.sh installs them) and Python 3.11.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-FLINK_VERSION=$(sed -n 's/^FLINK_VERSION = "\(.*\)"$/\1/p' txnwatch/devtools/flink/runtime.py)
+FLINK_VERSION=$(sed -n 's/^FLINK_VERSION = "\(.*\)"$/\1/p' txnwatch_dev/flink/runtime.py)
 PY=${PYTHON_FLINK:-python3.11}
 VENV=${TXNWATCH_FLINK_VENV:-.venv-flink}
 
@@ -30,4 +30,4 @@ fi
 
 # The connector's jars (Maven once; the list is cached). Runs in .venv-flink: the resolver
 # needs only the standard library and txnwatch's source tree.
-TXNWATCH_FLINK_VENV="$VENV" PYTHONPATH="$PWD" "$VENV/bin/python" -m txnwatch.devtools.flink.runtime
+TXNWATCH_FLINK_VENV="$VENV" PYTHONPATH="$PWD" "$VENV/bin/python" -m txnwatch_dev.flink.runtime

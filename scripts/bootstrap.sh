@@ -30,6 +30,13 @@ if [ ! -f "$ostamp" ] || [ pyproject.toml -nt "$ostamp" ]; then
   touch "$ostamp"
 fi
 
+# The test and demo harness (txnwatch_dev/) is not part of the package: a .pth file puts the
+# checkout on both dev venvs' path, so the tests, benchmarks and demo import it from anywhere.
+for v in .venv "$oldest"; do
+  site=$("$v/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  printf '%s\n' "$PWD" > "$site/txnwatch-dev-harness.pth"
+done
+
 # apt packages: only what is missing; never start packaged services.
 need=()
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
@@ -61,7 +68,7 @@ fi
 # the newest 4.x (the default) and the newest 3.9 (the transaction scenarios' 3.x line), resolved
 # by mvn (checksums checked) into ~/.m2; their classpaths are kept in ~/.cache/txnwatch/kafka.
 # Without Java or Maven this fails, saying what to install: nothing falls back to another broker.
-.venv/bin/python -m txnwatch.devtools.kafka "${KAFKA_VERSION:-4}" 3.9
+.venv/bin/python -m txnwatch_dev.kafka "${KAFKA_VERSION:-4}" 3.9
 
 # PyFlink (its own .venv-flink: apache-flink's pins clash with PySpark's) and Flink's Kafka
 # connector from Maven Central, for the Flink job's tests and the demo.

@@ -1,6 +1,6 @@
 """What the integration run showed, per broker line, for the compatibility tables of
 docs/compatibility.md: tests record a cell once their assertions have passed, and
-tests/integration/test_zz_compatibility.py (the last module of the run) holds the tables to
+tests/integration/test_compatibility.py (run last: its run_last marker) holds the tables to
 exactly what was recorded. A claim about a Kafka line holds only for what a test ran."""
 
 from __future__ import annotations

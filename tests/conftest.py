@@ -26,7 +26,7 @@ SESSION_BROKER_PROPERTIES = {"transactional.id.expiration.ms": 3_600_000}
 def broker_line() -> str:
     """The Kafka release the integration tests run on (resolved from Maven Central), for the
     first line of the run. A missing Java or Maven fails the run, naming what to install."""
-    from txnwatch.devtools.kafka import BrokerUnavailable, kafka_release
+    from txnwatch_dev.kafka import BrokerUnavailable, kafka_release
 
     try:
         release = kafka_release()
@@ -53,7 +53,7 @@ def _start_session_broker():
     if _session_broker is None:
         import tempfile
 
-        from txnwatch.devtools.kafka import make_broker
+        from txnwatch_dev.kafka import make_broker
 
         _session_broker = make_broker(workdir=tempfile.mkdtemp(prefix="txnwatch-session-broker-"),
                                       properties=SESSION_BROKER_PROPERTIES).start()
@@ -64,7 +64,7 @@ def pytest_sessionstart(session):
     # Written even under -q (a report header is not): the test log names the release and the
     # session broker's finalized transaction.version first.
     if any("integration" in str(a) for a in session.config.args):
-        from txnwatch.devtools.kafka import transaction_version
+        from txnwatch_dev.kafka import transaction_version
 
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         line = broker_line()
@@ -73,6 +73,12 @@ def pytest_sessionstart(session):
                 f"{transaction_version(b.bootstrap)}"
         if reporter is not None:
             reporter.write_line(line)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Tests marked run_last (the compatibility tables, which hold the page to what every
+    other test recorded) run after all others, whatever their file names."""
+    items.sort(key=lambda item: item.get_closest_marker("run_last") is not None)   # stable
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -90,7 +96,7 @@ def broker():
 def own_broker(tmp_path):
     """Start brokers of the test's own (restarts, outages, special settings); all are
     killed and removed at teardown. own_broker(properties=..., advertised_port=...)."""
-    from txnwatch.devtools.kafka import make_broker
+    from txnwatch_dev.kafka import make_broker
 
     started = []
 
@@ -113,7 +119,7 @@ def unique():
 @pytest.fixture
 def producers():
     """Start transactional producer child processes; all are killed at teardown."""
-    from txnwatch.devtools.workload import ProducerProcess
+    from txnwatch_dev.workload import ProducerProcess
 
     started: list[ProducerProcess] = []
 

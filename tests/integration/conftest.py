@@ -6,7 +6,7 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 def exporter_factory(tmp_path):
     """Start `txnwatch serve` child processes; all are stopped at teardown."""
-    from txnwatch.devtools.exporter_proc import ExporterProcess
+    from txnwatch_dev.exporter_proc import ExporterProcess
 
     started = []
 
@@ -26,9 +26,3 @@ def exporter_factory(tmp_path):
     assert not errors, f"exporters that did not stop on SIGTERM: {errors}"
 
 
-def cluster_config(bootstrap: str, topics: list[str] | None = None, **extra) -> dict:
-    c = {"name": "test", "bootstrap_servers": bootstrap, "poll_interval_seconds": 0.5,
-         "poll_timeout_seconds": 5, **extra}
-    if topics:
-        c["topics"] = {"include": [t.replace(".", r"\.") for t in topics]}
-    return {"clusters": [c]}

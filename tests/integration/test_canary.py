@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import signal
+
 import pytest
 
+from tests.integration.helpers import children, cluster_config
 from txnwatch.canary.probe import CanaryProbe
 from txnwatch.config import CanaryConfig
-from txnwatch.devtools.net import wait_for
+from txnwatch_dev.net import wait_for
 
 pytestmark = [pytest.mark.integration]
 
@@ -76,8 +80,6 @@ def test_canary_is_fenced_by_another_producer_of_its_id_and_initialises_again(br
 
 @pytest.mark.parametrize("workers", [True, False], ids=["worker-process", "in-process"])
 def test_exporter_serves_the_canary_series(broker, unique, exporter_factory, workers):
-    from tests.integration.conftest import cluster_config
-
     cfg = cluster_config(broker.bootstrap, [unique("none")])
     cfg["clusters"][0]["canary"] = {"interval_seconds": 2, "abort_every": 2, "topic": unique("canary")}
     cfg["http"] = {**cfg.get("http", {}), "worker_processes": workers}
@@ -106,12 +108,6 @@ def test_exporter_serves_the_canary_series(broker, unique, exporter_factory, wor
 
 
 def test_canary_counts_survive_a_killed_worker(broker, unique, exporter_factory):
-    import os
-    import signal
-
-    from tests.integration.conftest import cluster_config
-    from tests.integration.test_workers import children
-
     cfg = cluster_config(broker.bootstrap, [unique("none")])
     cfg["clusters"][0]["canary"] = {"interval_seconds": 1, "abort_every": 0, "topic": unique("canary")}
     exp = exporter_factory(cfg)

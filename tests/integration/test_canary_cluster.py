@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.conftest import cluster_config
+from tests.integration.helpers import cluster_config
 from txnwatch.alerts.config import AlertConfig
 from txnwatch.alerts.rules import generate_alerts
-from txnwatch.devtools.kafka import KafkaCluster
-from txnwatch.devtools.net import wait_for
-from txnwatch.devtools.prometheus import PrometheusProcess
+from txnwatch_dev.kafka import KafkaCluster
+from txnwatch_dev.net import wait_for
+from txnwatch_dev.prometheus import PrometheusProcess
 
 pytestmark = [pytest.mark.integration]
 
@@ -127,7 +127,7 @@ def test_a_reassigned_leader_is_followed_not_fought(cluster, tmp_path, unique, e
 
     from confluent_kafka.admin import AdminClient
 
-    from txnwatch.devtools.kafka import kafka_tool
+    from txnwatch_dev.kafka import kafka_tool
 
     topic = unique("canary")
     cfg = cluster_config(cluster.bootstrap, [unique("none")],

@@ -14,14 +14,14 @@ import sys
 import pytest
 from confluent_kafka import KafkaException
 
-from tests.integration.conftest import cluster_config
+from tests.integration.helpers import cluster_config
 from txnwatch.alerts.config import AlertConfig
 from txnwatch.alerts.rules import generate_alerts
-from txnwatch.devtools.kafka import KafkaCluster
-from txnwatch.devtools.net import wait_for
-from txnwatch.devtools.prometheus import PrometheusProcess
-from txnwatch.devtools.workload import create_topics
 from txnwatch.producer import TransactionalProducer
+from txnwatch_dev.kafka import KafkaCluster
+from txnwatch_dev.net import wait_for
+from txnwatch_dev.prometheus import PrometheusProcess
+from txnwatch_dev.workload import create_topics
 
 pytestmark = [pytest.mark.integration]
 

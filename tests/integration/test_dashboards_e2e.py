@@ -44,7 +44,7 @@ import time
 import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from tests.integration.conftest import cluster_config
+from tests.integration.helpers import cluster_config
 from txnwatch.alerts.config import AlertConfig
 from txnwatch.alerts.rules import generate_alerts
 from txnwatch.dashboards import ids
@@ -55,13 +55,13 @@ from txnwatch.dashboards.queries import (
     dashboard_queries,
     query_requirements,
 )
-from txnwatch.devtools.exporter_proc import ExporterProcess
-from txnwatch.devtools.hanging import make_hanging_transaction
-from txnwatch.devtools.kafka import KafkaBroker
-from txnwatch.devtools.net import free_port, wait_for
-from txnwatch.devtools.prometheus import PrometheusProcess
-from txnwatch.devtools.rawkafka import RawTransaction
-from txnwatch.devtools.workload import ProducerProcess, commit_group_offset, create_topics
+from txnwatch_dev.exporter_proc import ExporterProcess
+from txnwatch_dev.hanging import make_hanging_transaction
+from txnwatch_dev.kafka import KafkaBroker
+from txnwatch_dev.net import free_port, wait_for
+from txnwatch_dev.prometheus import PrometheusProcess
+from txnwatch_dev.rawkafka import RawTransaction
+from txnwatch_dev.workload import ProducerProcess, commit_group_offset, create_topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

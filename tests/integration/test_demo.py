@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from txnwatch.apps import AppResolver
-from txnwatch.devtools.exporter_proc import ExporterProcess
-from txnwatch.devtools.kafka import kafka_tool
-from txnwatch.devtools.net import free_port, port_open, wait_for
-from txnwatch.devtools.prometheus import PrometheusProcess
+from txnwatch_dev.exporter_proc import ExporterProcess
+from txnwatch_dev.kafka import kafka_tool
+from txnwatch_dev.net import free_port, port_open, wait_for
+from txnwatch_dev.prometheus import PrometheusProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 ROOT = Path(__file__).resolve().parents[2]
@@ -282,7 +282,7 @@ class _BrokerReached(Exception):
 
 def _start_until_the_broker(tmp_path, monkeypatch, *args: str):
     """Demo.start() up to the broker (stopped there): what it decided about Flink, and what it said."""
-    from txnwatch.devtools import demo
+    from txnwatch_dev import demo
 
     said: list[str] = []
     monkeypatch.setattr(demo.Demo, "say", lambda self, msg: said.append(msg))
@@ -294,7 +294,7 @@ def _start_until_the_broker(tmp_path, monkeypatch, *args: str):
 
 
 def test_no_flink_leaves_the_flink_job_out(tmp_path, monkeypatch):
-    from txnwatch.devtools.flink import runtime
+    from txnwatch_dev.flink import runtime
 
     monkeypatch.setattr(runtime, "python", lambda: pytest.fail("--no-flink still looked for PyFlink"))
     d, said = _start_until_the_broker(tmp_path, monkeypatch, "--no-flink")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from txnwatch.devtools.net import free_port, wait_for
+from txnwatch_dev.net import free_port, wait_for
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -112,6 +112,11 @@ def test_dockerfile_commands_install_and_start_the_exporter(tmp_path, broker):
                   if "==" in line}
         installed = {line.split("==")[0].split(" @ ")[0].lower() for line in frozen.splitlines() if line}
         assert installed - pinned <= {"txnwatch"}, installed - pinned
+        # ... and the image holds no test or demo harness
+        spec = subprocess.run([str(bin_dir / "python"), "-c", "import importlib.util as u; "
+                               "print(u.find_spec('txnwatch_dev'), u.find_spec('txnwatch.devtools'))"],
+                              cwd=tmp_path, capture_output=True, text=True, check=True).stdout.split()
+        assert spec == ["None", "None"], spec
     finally:
         proc.terminate()
         proc.wait(15)

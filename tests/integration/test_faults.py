@@ -13,11 +13,11 @@ import urllib.request
 import pytest
 import yaml
 
-from tests.integration.conftest import cluster_config
-from txnwatch.devtools.exporter_proc import ExporterProcess
-from txnwatch.devtools.net import free_port, wait_for
-from txnwatch.devtools.proxy import KafkaProxy
-from txnwatch.devtools.workload import create_topics
+from tests.integration.helpers import cluster_config
+from txnwatch_dev.exporter_proc import ExporterProcess
+from txnwatch_dev.net import free_port, wait_for
+from txnwatch_dev.proxy import KafkaProxy
+from txnwatch_dev.workload import create_topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 

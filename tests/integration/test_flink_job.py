@@ -18,16 +18,16 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from tests.integration.conftest import cluster_config
-from txnwatch.devtools.kafka import kafka_tool
-from txnwatch.devtools.net import wait_for
-from txnwatch.devtools.workload import TopicEnds, create_topics, watermarks
+from tests.integration.helpers import cluster_config
+from txnwatch_dev.kafka import kafka_tool
+from txnwatch_dev.net import wait_for
+from txnwatch_dev.workload import TopicEnds, create_topics, watermarks
 
 PARTITIONS = 2
 
 
 def _flink_runtime():
-    from txnwatch.devtools.flink import runtime
+    from txnwatch_dev.flink import runtime
 
     try:
         runtime.python()

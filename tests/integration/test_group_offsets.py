@@ -9,11 +9,11 @@ import time
 
 import pytest
 
-from txnwatch.devtools.kafka import KafkaCluster
-from txnwatch.devtools.net import wait_for
-from txnwatch.devtools.workload import commit_group_offsets, create_topics
 from txnwatch.exporter.kafka import admin
 from txnwatch.exporter.kafka.admin import KafkaIO
+from txnwatch_dev.kafka import KafkaCluster
+from txnwatch_dev.net import wait_for
+from txnwatch_dev.workload import commit_group_offsets, create_topics
 
 pytestmark = [pytest.mark.integration]
 
@@ -142,7 +142,7 @@ def test_batched_path_over_sasl_ssl_and_mtls_with_acls(tmp_path, unique):
     answers what the per-group path answers. A group the principal may not DESCRIBE is not
     listed; asked for anyway, it is refused (FindCoordinator and OffsetFetch say
     GROUP_AUTHORIZATION_FAILED) and left out with cause 'authorization', the others served."""
-    from txnwatch.devtools.kafka.secure import MTLS, SASL_SSL, Grant, SecureKafka
+    from txnwatch_dev.kafka.secure import MTLS, SASL_SSL, Grant, SecureKafka
 
     kafka = SecureKafka(tmp_path / "secure").start()
     try:

@@ -12,10 +12,10 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 from tests import compat
-from tests.integration.conftest import cluster_config
-from txnwatch.devtools.kafka import finalized_features, share_consumer
-from txnwatch.devtools.net import wait_for
-from txnwatch.devtools.workload import create_topics
+from tests.integration.helpers import cluster_config
+from txnwatch_dev.kafka import finalized_features, share_consumer
+from txnwatch_dev.net import wait_for
+from txnwatch_dev.workload import create_topics
 
 pytestmark = [pytest.mark.integration]
 

@@ -10,12 +10,12 @@ import pytest
 from confluent_kafka import Producer
 
 from tests import compat
-from tests.integration.conftest import cluster_config
-from txnwatch.devtools.kafka import kafka_release
-from txnwatch.devtools.net import wait_for
-from txnwatch.devtools.workload import create_topics
+from tests.integration.helpers import cluster_config
 from txnwatch.exporter.kafka.kip664 import TransactionAPI
 from txnwatch.exporter.model import OPEN_STATES
+from txnwatch_dev.kafka import kafka_release
+from txnwatch_dev.net import wait_for
+from txnwatch_dev.workload import create_topics
 
 pytestmark = [pytest.mark.integration]
 

@@ -4,10 +4,10 @@ import struct
 
 import pytest
 
-from tests.integration.conftest import cluster_config
-from txnwatch.devtools.hanging import make_hanging_transaction
-from txnwatch.devtools.screenshot import dump_dom, screenshot
-from txnwatch.devtools.workload import create_topics
+from tests.integration.helpers import cluster_config
+from txnwatch_dev.hanging import make_hanging_transaction
+from txnwatch_dev.screenshot import dump_dom, screenshot
+from txnwatch_dev.workload import create_topics
 
 pytestmark = pytest.mark.integration
 

@@ -15,11 +15,11 @@ import sys
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from tests.integration.conftest import cluster_config
-from txnwatch.devtools.hanging import make_hanging_transaction
-from txnwatch.devtools.kafka import kafka_tool
-from txnwatch.devtools.net import wait_for
-from txnwatch.devtools.workload import commit_group_offset, create_topics
+from tests.integration.helpers import cluster_config
+from txnwatch_dev.hanging import make_hanging_transaction
+from txnwatch_dev.kafka import kafka_tool
+from txnwatch_dev.net import wait_for
+from txnwatch_dev.workload import commit_group_offset, create_topics
 
 pytestmark = [pytest.mark.integration]
 
@@ -215,7 +215,7 @@ def test_hanging_transaction_found_like_find_hanging_and_cleared_by_the_runbook_
 
 
 def test_check_exits_2_when_cluster_unreachable():
-    from txnwatch.devtools.net import free_port
+    from txnwatch_dev.net import free_port
 
     out = subprocess.run([sys.executable, "-m", "txnwatch.cli", "check", "--bootstrap-servers",
                           f"127.0.0.1:{free_port()}", "--poll-timeout", "2"], capture_output=True, text=True,

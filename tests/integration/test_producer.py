@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaException
 
-from txnwatch.devtools.workload import create_topics
 from txnwatch.producer import ProducerMetricsCollector, TransactionalProducer, TransactionError
+from txnwatch_dev.workload import create_topics
 
 pytestmark = pytest.mark.integration
 

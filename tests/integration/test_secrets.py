@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.integration.conftest import cluster_config
+from tests.integration.helpers import cluster_config
 
 pytestmark = pytest.mark.integration
 

@@ -3,7 +3,7 @@ mutual TLS, rejected credentials and certificates, and missing ACLs as findings 
 name the ACL and the kafka-acls.sh command (run here as printed, and the finding clears).
 
 One secured KRaft broker of the release under test for the whole module
-(txnwatch/devtools/kafka/secure.py), with the StandardAuthorizer on. Every exporter principal gets exactly the ACLs docs/configuration.md
+(txnwatch_dev/kafka/secure.py), with the StandardAuthorizer on. Every exporter principal gets exactly the ACLs docs/configuration.md
 lists, minus the one a test is about.
 """
 
@@ -22,10 +22,10 @@ import pytest
 import yaml
 
 from tests import compat
-from txnwatch.devtools.exporter_proc import ExporterProcess
-from txnwatch.devtools.kafka import kafka_tool
-from txnwatch.devtools.net import wait_for
-from txnwatch.devtools.workload import commit_group_offset, create_topics
+from txnwatch_dev.exporter_proc import ExporterProcess
+from txnwatch_dev.kafka import kafka_tool
+from txnwatch_dev.net import wait_for
+from txnwatch_dev.workload import commit_group_offset, create_topics
 
 pytestmark = [pytest.mark.integration]
 
@@ -41,7 +41,7 @@ USERS = ("txnwatch", "notxn", "notap", "partial")
 def exporter_acls(*, transactional_ids: bool = True, transaction_log: bool = True,
                   topic_read: bool = True, cluster_configs: bool = True) -> list:
     """The ACLs docs/configuration.md lists for the exporter, optionally minus some."""
-    from txnwatch.devtools.kafka.secure import Grant
+    from txnwatch_dev.kafka.secure import Grant
 
     grants = [Grant("TOPIC", "sec-", "READ" if topic_read else "DESCRIBE", "PREFIXED"),
               Grant("TOPIC", "sec-", "DESCRIBE_CONFIGS", "PREFIXED"),
@@ -60,7 +60,7 @@ def secure(tmp_path_factory):
     """The secured broker, its users and ACLs, a committed and a held-open transaction."""
     from confluent_kafka import Producer
 
-    from txnwatch.devtools.kafka.secure import SecureKafka
+    from txnwatch_dev.kafka.secure import SecureKafka
 
     work = tmp_path_factory.mktemp("secure-kafka")
     # SCRAM both ways KRaft has: the admin at storage format, the rest through AlterUserScramCredentials
@@ -301,7 +301,7 @@ def test_missing_describe_on_transactional_id(secure, exporter_factory, tmp_path
 
 
 def test_missing_read_on_transaction_state(secure, exporter_factory, tmp_path):
-    from txnwatch.devtools.kafka.secure import Grant
+    from txnwatch_dev.kafka.secure import Grant
 
     k = secure.kafka
     client = scram(secure, "notap")

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.conftest import cluster_config
-from txnwatch.devtools.workload import create_topics, watermarks
+from tests.integration.helpers import cluster_config
+from txnwatch_dev.workload import create_topics, watermarks
 
 pytestmark = [pytest.mark.integration]
 
@@ -74,7 +74,7 @@ def test_three_replicas_export_what_one_does_and_a_dead_one_loses_only_its_share
     def shard_commits() -> float:
         return sum(commits(s.metrics(), app) for s in shards)
 
-    from txnwatch.devtools.net import wait_for
+    from txnwatch_dev.net import wait_for
 
     wait_for(lambda: shard_commits() == 12, 60, what="the shards' commits to add up to 12")
 

@@ -21,9 +21,7 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.integration.test_pipeline import aborted_records, assert_exactly_once, make_input, samples, total
-from txnwatch.devtools.net import wait_for
-from txnwatch.devtools.workload import create_topics
+from tests.integration.helpers import aborted_records, assert_exactly_once, make_input, samples, total
 from txnwatch.exporter.kafka.kip664 import TransactionAPI
 from txnwatch.producer import TransactionalProducer, TransactionError
 from txnwatch.spark_listener import attach, detach
@@ -35,6 +33,8 @@ from txnwatch.spark_listener.sink import (
     UnsafeSinkSettings,
     committed_attempts,
 )
+from txnwatch_dev.net import wait_for
+from txnwatch_dev.workload import create_topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

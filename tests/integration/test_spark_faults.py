@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.conftest import cluster_config
-from txnwatch.devtools.net import wait_for
-from txnwatch.devtools.proxy import KafkaProxy
+from tests.integration.helpers import cluster_config
 from txnwatch.spark_listener import attach, detach
+from txnwatch_dev.net import wait_for
+from txnwatch_dev.proxy import KafkaProxy
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.faults]
 

@@ -8,18 +8,17 @@ from __future__ import annotations
 
 import statistics
 import threading
-import urllib.request
 
 import pyspark
 import pytest
 from flask import Flask, Response
-from prometheus_client.parser import text_string_to_metric_families
 
-from txnwatch.devtools.net import free_port, wait_for
+from tests.integration.helpers import scrape, stop, value
 from txnwatch.exporter.spark.ingest import make_ingest_blueprint
 from txnwatch.spark_listener import attach, detach
 from txnwatch.spark_listener.serve import render_text
 from txnwatch.spark_listener.state import SparkQueryState
+from txnwatch_dev.net import free_port, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -29,24 +28,12 @@ TRIGGER = "300 milliseconds"
 
 # ----------------------------------------------------------------------------- helpers
 
-def scrape(url: str) -> dict[tuple, float]:
-    with urllib.request.urlopen(url, timeout=5) as resp:
-        text = resp.read().decode()
-    out = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out
 
 
 def for_query(samples: dict, query: str, prefix: str = "spark_streaming_") -> dict:
     return {k: v for k, v in samples.items() if k[0].startswith(prefix) and ("query", query) in k[1]}
 
 
-def value(samples: dict, name: str, query: str, **labels) -> float | None:
-    want = {("query", query), *((k, str(v)) for k, v in labels.items())}
-    hits = [v for (n, lb), v in samples.items() if n == name and want <= set(lb)]
-    return hits[0] if len(hits) == 1 else None
 
 
 SPARK_VERSION = tuple(int(x) for x in pyspark.__version__.split(".")[:2])
@@ -56,11 +43,6 @@ def executed_batches(query) -> int:
     return sum(1 for p in query.recentProgress if "addBatch" in (p.get("durationMs") or {}))
 
 
-def stop(query) -> None:
-    try:
-        query.stop()
-    except Exception:  # noqa: BLE001 - a failed query may already be gone
-        pass
 
 
 def windowed_count(spark, name: str):

@@ -12,10 +12,10 @@ import pyspark
 import pytest
 from confluent_kafka import Producer
 
-from tests.integration.test_spark_listener import scrape, stop, value
-from txnwatch.devtools.net import wait_for
-from txnwatch.devtools.workload import create_topics
+from tests.integration.helpers import scrape, stop, value
 from txnwatch.spark_listener import attach, detach
+from txnwatch_dev.net import wait_for
+from txnwatch_dev.workload import create_topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

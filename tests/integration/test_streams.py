@@ -21,12 +21,12 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from tests import compat
-from tests.integration.conftest import cluster_config
-from txnwatch.devtools.faults import restart_streams
-from txnwatch.devtools.kafka import transaction_version
-from txnwatch.devtools.net import wait_for
-from txnwatch.devtools.streams_app import StreamsApp
-from txnwatch.devtools.workload import create_topics
+from tests.integration.helpers import cluster_config
+from txnwatch_dev.faults import restart_streams
+from txnwatch_dev.kafka import transaction_version
+from txnwatch_dev.net import wait_for
+from txnwatch_dev.streams_app import StreamsApp
+from txnwatch_dev.workload import create_topics
 
 pytestmark = [pytest.mark.integration]
 APP = "balance-rocks"

@@ -31,7 +31,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-from tests.integration.conftest import cluster_config
+from tests.integration.helpers import cluster_config
 from tests.txnlog_encoder import (
     COMPLETE_ABORT,
     COMPLETE_COMMIT,
@@ -43,14 +43,14 @@ from tests.txnlog_encoder import (
     encode_value,
 )
 from txnwatch.apps import AppResolver
-from txnwatch.devtools.kafka import SINGLE_NODE_DEFAULTS
-from txnwatch.devtools.net import wait_for
-from txnwatch.devtools.txnlog_dump import read_records
-from txnwatch.devtools.workload import create_topics
 from txnwatch.exporter.tap.decoder import decode_key, decode_value
 from txnwatch.exporter.tap.render import render_tap
 from txnwatch.exporter.tap.source import TransactionLogTap
 from txnwatch.metrics import FamilyWriter
+from txnwatch_dev.kafka import SINGLE_NODE_DEFAULTS
+from txnwatch_dev.net import wait_for
+from txnwatch_dev.txnlog_dump import read_records
+from txnwatch_dev.workload import create_topics
 
 pytestmark = [pytest.mark.integration]
 

@@ -1,4 +1,4 @@
-"""The transaction scenario (txnwatch/devtools/scenario.py) on every broker line: the same
+"""The transaction scenario (txnwatch_dev/scenario.py) on every broker line: the same
 real producers, and txnwatch's counts equal to the broker's own view and to what the
 scenario expects -- on Apache Kafka 4.x with a TV2 client (the Java client of the same
 release) and with a TV0 client (librdkafka), and on Kafka 3.9 (transaction version 0).
@@ -12,13 +12,13 @@ from __future__ import annotations
 import pytest
 
 from tests import compat
-from txnwatch.devtools.exporter_proc import ExporterProcess
-from txnwatch.devtools.kafka import kafka_release, transaction_version
-from txnwatch.devtools.rawkafka import init_producer_id_until
-from txnwatch.devtools.scenario import exporter_config, log_counts, run_scenario
-from txnwatch.devtools.scenario_steps import EXPECTED
-from txnwatch.devtools.txn_client import TxnClient
-from txnwatch.devtools.workload import create_topics
+from txnwatch_dev.exporter_proc import ExporterProcess
+from txnwatch_dev.kafka import kafka_release, transaction_version
+from txnwatch_dev.rawkafka import init_producer_id_until
+from txnwatch_dev.scenario import exporter_config, log_counts, run_scenario
+from txnwatch_dev.scenario_steps import EXPECTED
+from txnwatch_dev.txn_client import TxnClient
+from txnwatch_dev.workload import create_topics
 
 pytestmark = [pytest.mark.integration]
 

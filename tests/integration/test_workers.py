@@ -14,25 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import cluster_config
-from txnwatch.devtools.net import wait_for
-from txnwatch.devtools.workload import create_topics
+from tests.integration.helpers import children, cluster_config
+from txnwatch_dev.net import wait_for
+from txnwatch_dev.workload import create_topics
 
 pytestmark = [pytest.mark.integration]
 
 
-def children(pid: int) -> list[int]:
-    out = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
-                cmd = (d / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if int(fields[1]) == pid and b"txnwatch.exporter.runtime.worker" in cmd:
-                out.append(int(d.name))
-    return out
 
 
 def worker_config(bootstrap: str, topics: list[str], **extra) -> dict:

@@ -1,7 +1,6 @@
 from types import MappingProxyType
 
 from txnwatch.apps import AppResolver, fold_ids
-from txnwatch.devtools.scrape import Metrics, parse_metrics
 from txnwatch.exporter.model import (
     ClusterFacts,
     ClusterSnapshot,
@@ -12,6 +11,7 @@ from txnwatch.exporter.model import (
 from txnwatch.exporter.poll import derive
 from txnwatch.exporter.poll.render import render_snapshot
 from txnwatch.exporter.serve.collector import ExporterCollector
+from txnwatch_dev.scrape import Metrics, parse_metrics
 
 
 def scrape(parts) -> Metrics:

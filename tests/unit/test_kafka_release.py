@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from txnwatch.devtools.kafka import release as rel
+import txnwatch_dev.kafka.release as rel
 
 
 def test_kafka_version_is_a_release_or_a_line():

@@ -1,6 +1,8 @@
 """The house's rules, read from the imports (ast, nothing imported): no import circle in
-txnwatch/, the exporter's layers (txnwatch/exporter/__init__.py draws them), and the shipped
-package never importing the test and demo harness (txnwatch_dev) or the tests."""
+txnwatch/, the exporter's layers (txnwatch/exporter/__init__.py draws them), the shipped
+package never importing the test and demo harness (txnwatch_dev) or the tests, and the unit
+tests using only the harness's pure modules (none that starts a process, or imports one that
+does)."""
 
 from __future__ import annotations
 
@@ -110,8 +112,39 @@ def cycles(g: dict[str, list[tuple[str, int, bool]]]) -> list[list[str]]:
     return out
 
 
+PROCESS_MODULES = frozenset({"subprocess", "multiprocessing"})
+
+
+def process_starting(root: Path, package: str = "txnwatch_dev") -> set[str]:
+    """Modules of the harness that start processes, or import one of the harness that does
+    (package __init__s aside: importing a module runs them, but they start nothing)."""
+    direct = {module_name(p, root) for p in (root / package).rglob("*.py")
+              if any(m.split(".")[0] in PROCESS_MODULES for m, _, _ in imports(p, root))}
+    g = graph(root, package)
+    out = set(direct)
+    changed = True
+    while changed:
+        changed = False
+        for mod, edges in g.items():
+            if mod not in out and any(t in out for t, _, _ in edges):
+                out.add(mod)
+                changed = True
+    return out
+
+
+def impure_harness_in_unit_tests(root: Path) -> list[str]:
+    starting = process_starting(root)
+    return [f"{p.relative_to(root)}:{line} imports {target}, which starts processes"
+            for p in sorted((root / "tests" / "unit").glob("*.py"))
+            for target, line, _ in imports(p, root) if target in starting]
+
+
 def test_the_shipped_package_keeps_its_layers_and_has_no_import_circle():
     assert violations(ROOT) == []
+
+
+def test_unit_tests_use_only_the_pure_parts_of_the_harness():
+    assert impure_harness_in_unit_tests(ROOT) == []
 
 
 def write(root: Path, files: dict[str, str]) -> None:
@@ -146,3 +179,15 @@ def test_the_rule_catches_a_broken_import(tmp_path, change, expected):
     assert violations(tmp_path) == []
     write(tmp_path, change)
     assert expected in violations(tmp_path)
+
+
+def test_a_unit_test_importing_a_process_starting_harness_module_is_caught(tmp_path):
+    write(tmp_path, {"txnwatch_dev/__init__.py": "", "txnwatch_dev/net.py": "import socket\n",
+                     "txnwatch_dev/procs.py": "import subprocess\n",
+                     "txnwatch_dev/workload.py": "from .procs import run\n",
+                     "tests/unit/test_a.py": "from txnwatch_dev.net import wait_for\n"})
+    assert impure_harness_in_unit_tests(tmp_path) == []
+    write(tmp_path, {"tests/unit/test_a.py": "from txnwatch_dev.net import wait_for\n"
+                                             "from txnwatch_dev.workload import ProducerProcess\n"})
+    assert impure_harness_in_unit_tests(tmp_path) == [
+        "tests/unit/test_a.py:2 imports txnwatch_dev.workload, which starts processes"]

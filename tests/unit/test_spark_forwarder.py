@@ -9,9 +9,9 @@ import urllib.error
 
 import pytest
 
-from txnwatch.devtools.net import wait_for
 from txnwatch.spark_listener import forwarder as fw
 from txnwatch.spark_listener.state import SparkQueryState
+from txnwatch_dev.net import wait_for
 
 
 class FakeHTTP:

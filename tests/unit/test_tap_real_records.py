@@ -8,7 +8,7 @@ coordinator timeout counts as one whatever the transaction version. (The rule be
 issue 20 -- under TV2 a fence is an epoch bump of 2 or more -- counts no fence and no
 timeout on the 4.4 captures: these tests fail with it.)
 
-Regenerate a capture: python -m txnwatch.devtools.scenario --kafka-version 4 --client java
+Regenerate a capture: python -m txnwatch_dev.scenario --kafka-version 4 --client java
 --capture tests/fixtures/txnlog/scenario-kafka-4-java.jsonl
 """
 
@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from txnwatch.apps import AppResolver
-from txnwatch.devtools.scenario_steps import EXPECTED, STEPS, Counts, app_of
 from txnwatch.exporter.tap.decoder import decode_key, decode_value
 from txnwatch.exporter.tap.state import NEW_INSTANCE, OPERATOR, TIMEOUT, TxnLogState
+from txnwatch_dev.scenario_steps import EXPECTED, STEPS, Counts, app_of
 
 FIXTURES = sorted((Path(__file__).resolve().parents[1] / "fixtures" / "txnlog").glob("scenario-*.jsonl"))
 

@@ -12,8 +12,8 @@ from confluent_kafka import KafkaError
 
 from tests.txnlog_encoder import encode_key, encode_value
 from txnwatch.apps import AppResolver
-from txnwatch.devtools.net import wait_for
 from txnwatch.exporter.tap.source import TOPIC, TransactionLogTap
+from txnwatch_dev.net import wait_for
 
 T0 = 1_700_000_000_000
 

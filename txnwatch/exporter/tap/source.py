@@ -47,10 +47,10 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
 from ...apps import AppResolver
-from ...malloc import release_free_memory
 from ..health import HealthTracker, SourceHealth
 from ..kafka.errors import AUTHENTICATION, auth_failure_message, tls_failure_message
 from .decoder import TxnLogDecodeError, decode_key, decode_value
+from .malloc import release_free_memory
 from .state import IdleSummary, TapView, TxnLogState
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """`make demo`: the whole txnwatch story on one machine.
 
-    python -m txnwatch.devtools.demo [--bootstrap-servers LIST] [--kafka-version 4.x]
+    python -m txnwatch_dev.demo [--bootstrap-servers LIST] [--kafka-version 4.x]
         [--no-spark] [--no-streams] [--no-flink] [--no-prometheus] [--fault-interval 10] [--duration S]
         [--broker-port N] [--exporter-port N] [--prometheus-port N] [--state-dir DIR]
 
@@ -71,7 +71,7 @@ from .net import free_port, wait_for
 from .procs import stop_group
 from .workload import create_topics
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 INPUT, OUTPUT = "demo.orders", "demo.order-totals"                 # the Spark pipeline
 PAYMENTS, BALANCES, OUTBOX = "demo.payments", "demo.balances", "alert-outbox"   # the Streams app
 SETTLEMENTS = "demo.settlements"                                   # where the producer faults write
@@ -302,7 +302,7 @@ class Demo:
                  f"forwarding to the exporter; log: {self.state}/pipeline.log)")
 
     def _flink_available(self):
-        """txnwatch.devtools.flink.runtime when PyFlink and its Kafka connector can run here,
+        """txnwatch_dev.flink.runtime when PyFlink and its Kafka connector can run here,
         else None (said plainly: the demo goes on without Flink)."""
         from .flink import runtime
 
@@ -397,8 +397,9 @@ class Demo:
         return FLINK_APP, state, int(chk.name.split("-")[1]) if chk is not None else None
 
     def _start_prometheus(self) -> None:
-        from ..alerts.config import AlertConfig
-        from ..alerts.rules import generate_alerts
+        from txnwatch.alerts.config import AlertConfig
+        from txnwatch.alerts.rules import generate_alerts
+
         from .prometheus import PrometheusProcess
 
         if not shutil.which("prometheus"):

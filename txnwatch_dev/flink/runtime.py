@@ -11,7 +11,7 @@ connector is not in PyFlink's wheel: Maven (`txnwatch.maven`, checksums checked)
 the one built for this Flink line, and the jars that PyFlink's own lib already ships
 (slf4j-api, commons-lang3, lz4-java, snappy-java: flink-dist has their classes) are left out, so one copy of each class is
 loaded. The list is kept in ~/.cache/txnwatch/flink/<flink version>/ so later runs start
-without Maven, as the Kafka releases are (devtools/kafka/release.py).
+without Maven, as the Kafka releases are (txnwatch_dev/kafka/release.py).
 
 Versions: apache-flink 2.2.1 is the newest PyFlink that Maven Central has a Kafka
 connector for (5.0.0-2.2; none for 2.3).
@@ -30,12 +30,13 @@ import time
 import zipfile
 from pathlib import Path
 
-from ... import maven
+from txnwatch import maven
+
 from ..procs import kill_group, stop_group
 
 FLINK_VERSION = "2.2.1"
 CONNECTOR = ("org.apache.flink", "flink-connector-kafka", "5.0.0-2.2")
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "txnwatch" / "flink"
 JOB = Path(__file__).resolve().with_name("job.py")
 READY_LINE = "running"
@@ -149,7 +150,7 @@ class FlinkJob:
     def command(self, bootstrap: str, input: str, output: str, prefix: str, checkpoint_ms: int = 2000,
                 timeout_ms: int = 60000, parallelism: int = 2, *, group: str | None = None,
                 naming: str = "incrementing", restore: str | os.PathLike | None = None) -> list[str]:
-        cmd = [str(python()), "-m", "txnwatch.devtools.flink.job", "--bootstrap", bootstrap, "--input", input,
+        cmd = [str(python()), "-m", "txnwatch_dev.flink.job", "--bootstrap", bootstrap, "--input", input,
                "--output", output, "--prefix", prefix, "--checkpoint-ms", str(checkpoint_ms),
                "--timeout-ms", str(timeout_ms), "--parallelism", str(parallelism), "--naming", naming,
                "--checkpoint-dir", str(self.checkpoint_dir),
@@ -230,7 +231,7 @@ class FlinkJob:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m txnwatch.devtools.flink.runtime`: resolve and print the connector's jars."""
+    """`python -m txnwatch_dev.flink.runtime`: resolve and print the connector's jars."""
     info = resolve()
     print(f"apache-flink {installed_version()} in {venv()}; {info['connector']} with kafka-clients "
           f"{info['kafka_clients']}; {len(info['jars'])} jars, left out as PyFlink ships them: "

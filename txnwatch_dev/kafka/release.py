@@ -31,7 +31,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ... import maven
+from txnwatch import maven
 
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "txnwatch" / "kafka"
 POM = Path(__file__).resolve().with_name("pom.xml")

@@ -3,7 +3,7 @@
     job.py       the job (runs in .venv-flink: imports only the stdlib and pyflink)
     runtime.py   the connector's jars (Maven, cached), the venv, FlinkJob (a job process)
 
-Names of runtime.py are imported lazily so that `python -m txnwatch.devtools.flink.job` in
+Names of runtime.py are imported lazily so that `python -m txnwatch_dev.flink.job` in
 .venv-flink loads nothing but the job.
 """
 

@@ -1,4 +1,5 @@
-"""docs/compatibility.md against what this run showed (this module runs last: its name).
+"""docs/compatibility.md against what this run showed (marked run_last: tests/conftest.py
+orders it after every other test).
 
 Every cell of the compatibility tables that claims something must have been recorded, with
 the same text, by the test that proved it in this run (tests/compat.py); every recorded cell
@@ -12,7 +13,7 @@ import pytest
 
 from tests import compat
 
-pytestmark = [pytest.mark.integration]
+pytestmark = [pytest.mark.integration, pytest.mark.run_last]
 
 
 def test_the_compatibility_tables_are_what_this_run_showed(request):

@@ -2,7 +2,7 @@
 read IN (read_committed), map each value (upper-case), write OUT in Kafka transactions
 that commit on Flink's checkpoints.
 
-    .venv-flink/bin/python -m txnwatch.devtools.flink.job --bootstrap 127.0.0.1:9092 \
+    .venv-flink/bin/python -m txnwatch_dev.flink.job --bootstrap 127.0.0.1:9092 \
         --input in --output out --prefix job1 --checkpoint-ms 2000 --timeout-ms 60000 \
         --jars connector.jar:kafka-clients.jar:...      # the connector's jars (runtime.py)
 

@@ -1,9 +1,9 @@
 """The transaction scenario: the same real producers on every broker line and client, and
 txnwatch's counts held against the broker's own view.
 
-    python -m txnwatch.devtools.scenario --kafka-version 4 --client java
-    python -m txnwatch.devtools.scenario --kafka-version 4 --client librdkafka
-    python -m txnwatch.devtools.scenario --kafka-version 3.9 --client librdkafka
+    python -m txnwatch_dev.scenario --kafka-version 4 --client java
+    python -m txnwatch_dev.scenario --kafka-version 4 --client librdkafka
+    python -m txnwatch_dev.scenario --kafka-version 3.9 --client librdkafka
 
 It starts a broker of that release (one KRaft node, transactional.id.expiration.ms 15 s),
 `txnwatch serve` on it (admin poller, transaction-log tap, canary) and drives one app per

@@ -1,4 +1,4 @@
-"""`python -m txnwatch.devtools.kafka [SPEC ...]`: resolve Apache Kafka releases from Maven
+"""`python -m txnwatch_dev.kafka [SPEC ...]`: resolve Apache Kafka releases from Maven
 Central ahead of a run (scripts/bootstrap.sh); SPEC as KAFKA_VERSION (default: 4)."""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
   that release's kafka-clients): on a 4.x cluster with transaction.version 2 it speaks TV2,
   so the coordinator bumps its epoch at every commit and abort;
 * `librdkafka`: txnwatch's instrumented producer on confluent-kafka (this module run as
-  `python -m txnwatch.devtools.txn_client`), a TV0 client on every cluster; with
+  `python -m txnwatch_dev.txn_client`), a TV0 client on every cluster; with
   `forward_url` its transactions also reach the exporter's ingest endpoint.
 
     c = TxnClient("java", bootstrap, "orders-0", workdir=tmp, release=release).start()
@@ -65,7 +65,7 @@ class TxnClient:
             if self.properties:
                 raise ValueError("extra producer properties are for the java client")
             fwd = ["--forward-url", self.forward_url] if self.forward_url else []
-            return [sys.executable, "-m", "txnwatch.devtools.txn_client", *args, *fwd]
+            return [sys.executable, "-m", "txnwatch_dev.txn_client", *args, *fwd]
         from .java_programs import compile_program, java_command
 
         release = self.release or kafka_release()
@@ -144,7 +144,8 @@ class TxnClient:
 def _serve(args: argparse.Namespace) -> int:
     """txnwatch's instrumented producer (the Spark sink's): with --forward-url each finished
     transaction is also sent to the exporter's ingest endpoint (client-side series)."""
-    from ..producer import TransactionalProducer, TransactionError, error_name
+    from txnwatch.producer import TransactionalProducer, TransactionError, error_name
+
     from .faults import RecordSink
 
     sink = RecordSink(args.forward_url)

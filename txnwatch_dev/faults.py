@@ -18,8 +18,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..apps import AppResolver
-from ..producer import TransactionalProducer, TransactionError, error_name
+from txnwatch.apps import AppResolver
+from txnwatch.producer import TransactionalProducer, TransactionError, error_name
+
 from .fault_plan import Fault, fault_schedule, next_payment
 from .net import wait_for
 from .workload import ProducerProcess, TopicEnds
@@ -38,7 +39,7 @@ class RecordSink:
     def __init__(self, forward_url: str | None, token: str | None = None) -> None:
         self.forwarder = None
         if forward_url:
-            from ..spark_listener.forwarder import Forwarder
+            from txnwatch.spark_listener.forwarder import Forwarder
 
             self.forwarder = Forwarder(forward_url, token)
 
