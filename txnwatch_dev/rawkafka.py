@@ -156,12 +156,6 @@ class RawTransaction:
                 code = a.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
                 return a, code
             retry("AddPartitionsToTxn", add)
-        with Connection(*split(self.bootstrap.split(",")[0])) as first:
-            meta = first.call(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
-                                              allow_auto_topic_creation=False), MetadataResponse, 4)
-        leader = next(p.leader_id for t in meta.topics if t.name == topic for p in t.partitions
-                      if p.partition_index == partition)
-        host, port = next((b.host, b.port) for b in meta.brokers if b.node_id == leader)
         builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 20, transactional=True,
                                        producer_id=self.producer_id, producer_epoch=self.producer_epoch,
                                        base_sequence=0)
@@ -170,11 +164,20 @@ class RawTransaction:
         req = ProduceRequest(transactional_id=tid, acks=-1, timeout_ms=10_000, topic_data=[
             ProduceRequest.TopicProduceData(name=topic, partition_data=[
                 ProduceRequest.TopicProduceData.PartitionProduceData(index=partition, records=builder.buffer())])])
-        with Connection(host, port) as conn:
-            part = conn.call(req, ProduceResponse, 3).responses[0].partition_responses[0]
-        if part.error_code != 0:
-            raise RuntimeError(f"the transaction's write to {topic}-{partition} failed: "
-                               f"{error_name(part.error_code)}")
+
+        def produce():
+            # to the partition's leader as the metadata names it now: a new topic's leader may
+            # not serve it yet (NOT_LEADER_OR_FOLLOWER), as a client would, ask again and retry
+            with Connection(*split(self.bootstrap.split(",")[0])) as first:
+                meta = first.call(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
+                                                  allow_auto_topic_creation=False), MetadataResponse, 4)
+            leader = next(p.leader_id for t in meta.topics if t.name == topic for p in t.partitions
+                          if p.partition_index == partition)
+            host, port = next((b.host, b.port) for b in meta.brokers if b.node_id == leader)
+            with Connection(host, port) as conn:
+                part = conn.call(req, ProduceResponse, 3).responses[0].partition_responses[0]
+            return part, part.error_code
+        retry(f"the transaction's write to {topic}-{partition}", produce)
         return self
 
     def end(self, commit: bool) -> None:
