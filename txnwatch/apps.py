@@ -11,6 +11,10 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+# The app of txnwatch's own transactional canary: its planned aborts are left out of the
+# transaction alerts (the canary has alerts of its own).
+CANARY_APP = "txnwatch-canary"
+
 _UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
 
 
@@ -33,7 +37,7 @@ class AppRule:
 # Order matters: most specific first.
 BUILTIN_RULES: tuple[AppRule, ...] = (
     # txnwatch's own transactional canary: txnwatch-canary-<cluster>-<instance>
-    AppRule(re.compile(r"^txnwatch-canary-"), "txnwatch-canary", "txnwatch-canary"),
+    AppRule(re.compile(r"^txnwatch-canary-"), CANARY_APP, "txnwatch-canary"),
     # txnwatch's own Spark sink: txnwatch.<sink name>.<task index>
     AppRule(re.compile(r"^txnwatch\.(?P<app>.+)\.\d+$"), r"\g<app>", "txnwatch-spark-sink"),
     # Kafka Streams EOS-v2: <application.id>-<process uuid>-<thread index>

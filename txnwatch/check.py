@@ -48,6 +48,11 @@ def summarize(snap: ClusterSnapshot) -> dict:
     return {
         "cluster": snap.cluster, "status": status, "reachable": True,
         "brokers": snap.facts.brokers,
+        # brokers the metadata lacks although partitions list them (down), and partitions whose
+        # offsets this check could not read: the rest of the cluster was read
+        "missing_brokers": {str(b): n for b, n in sorted(snap.missing_brokers.items())},
+        "unavailable_partitions": [{"topic": t, "partition": p, "cause": c}
+                                   for (t, p), c in sorted(snap.unavailable.items())],
         "kip664": bool(kip664_caps := {k: v for k, v in snap.capabilities.items() if k in API_KEYS})
                   and all(kip664_caps.values()),
         "hanging_detection": snap.hanging_method,
@@ -90,6 +95,12 @@ def format_text(results: list[dict]) -> str:
             continue
         out.append(f"   brokers: {r['brokers']}   KIP-664 transaction APIs: "
                    f"{'yes' if r['kip664'] else 'no (hanging detection from stalled LSOs)'}")
+        if r.get("missing_brokers"):
+            out.append("   missing brokers (replicas of partitions, absent from the metadata): "
+                       + ", ".join(f"{b} ({n} partitions)" for b, n in r["missing_brokers"].items()))
+        if r.get("unavailable_partitions"):
+            out.append("   partitions not read: " + ", ".join(
+                f"{u['topic']}-{u['partition']} ({u['cause']})" for u in r["unavailable_partitions"][:20]))
         if r["open_transactions"]:
             out.append("\nOpen transactions (oldest first)")
             out.append(_table(["transactional id", "app", "state", "age", "timeout", "headroom"], [

@@ -78,13 +78,18 @@ CATALOG: dict[str, MetricSpec] = {s.name: s for s in [
        "Completion latency: PrepareCommit/PrepareAbort to CompleteCommit/CompleteAbort.",
        CA + ("outcome",), COMMIT_BUCKETS, "tap"),
     _m("kafka_transaction_fencing_events", "counter",
-       "Producers fenced, from the coordinator's log: reason=timeout (the coordinator aborted a "
-       "transaction past its transaction.timeout.ms), new_instance (another InitProducerId for the "
-       "transactional.id: a restart or a second instance), operator (Admin.fenceProducers / "
-       "kafka-transactions.sh forceTerminateTransaction, told apart by its 30 s timeout), "
-       "startup_abort (a Flink KafkaSink starting up aborted a transaction its failed run left open; "
-       "for ids of that scheme, other re-initialisations are by design and not counted).",
+       "Open transactions cut off by a fence, from the coordinator's log: reason=timeout (the "
+       "coordinator aborted a transaction past its transaction.timeout.ms), new_instance (another "
+       "instance's InitProducerId aborted the open transaction of the id: a zombie cut off), operator "
+       "(Admin.fenceProducers / kafka-transactions.sh forceTerminateTransaction, told apart by its 30 s "
+       "timeout; open or idle), startup_abort (a Flink KafkaSink starting up aborted a transaction its "
+       "failed run left open). Re-initialisations of idle ids are "
+       "kafka_transactional_id_reinitializations_total.",
        CA + ("reason",), source="tap"),
+    _m("kafka_transactional_id_reinitializations", "counter",
+       "InitProducerId for a transactional id the coordinator already had, with no transaction open: "
+       "a restart, a task moved to another worker or executor, a pool's re-initialisation (churn, not "
+       "a fault; it fences an idle producer of the id, if one is left).", CA, source="tap"),
     _m("kafka_transaction_timeouts", "counter",
        "Transactions the coordinator aborted because start + timeout had passed.", CA, source="tap"),
     _m("kafka_transactional_id_expirations", "counter",
@@ -107,10 +112,18 @@ CATALOG: dict[str, MetricSpec] = {s.name: s for s in [
        "High watermark - last stable offset: offsets held back by open transactions.", CTP),
     _m("kafka_partition_lso_stalled_seconds", "gauge",
        "How long the LSO has stayed below the HWM without advancing (0 when it is caught up).", CTP),
+    _m("kafka_partition_unavailable", "gauge",
+       "1 for a partition whose offsets this poll could not read: cause=offline (no leader) or the "
+       "error of its leader's answer (timeout, kafka_<error>). Its other series keep the last values "
+       "read; every other partition's are current.", CTP + ("cause",)),
     _m("kafka_consumergroup_lag_messages", "gauge",
        "Consumer group lag: against the LSO (isolation=read_committed, what a read_committed consumer "
        "can still read) and against the HWM (isolation=read_uncommitted).",
        ("cluster", "group", "topic", "partition", "isolation")),
+    _m("kafka_consumergroup_unavailable", "gauge",
+       "1 for a consumer group whose committed offsets this poll could not read (its coordinator did "
+       "not answer; cause as in txnwatch_poll_errors_total): its lag series keep the last values read.",
+       ("cluster", "group", "cause")),
     _m("kafka_consumergroup_committed_offset", "gauge", "Committed offset of a consumer group.",
        ("cluster", "group", "topic", "partition")),
     _m("kafka_brokers", "gauge", "Live brokers in the cluster metadata.", C),
@@ -130,6 +143,18 @@ CATALOG: dict[str, MetricSpec] = {s.name: s for s in [
     _m("kafka_transaction_state_log_min_isr", "gauge", "Broker transaction.state.log.min.isr.", C),
     _m("kafka_transaction_state_log_replication_factor", "gauge",
        "Broker transaction.state.log.replication.factor.", C),
+    _m("kafka_transaction_state_log_partition_isr_replicas", "gauge",
+       "In-sync replicas of each __transaction_state partition (cluster metadata).", C + ("partition",)),
+    _m("kafka_transaction_state_log_partition_min_isr_replicas", "gauge",
+       "The ISR each __transaction_state partition needs for the coordinator's writes: the topic's "
+       "min.insync.replicas, capped at its replica count (as the leader's append check reads it).",
+       C + ("partition",)),
+    _m("kafka_transaction_state_log_partitions_below_min_isr", "gauge",
+       "__transaction_state partitions offline or with fewer in-sync replicas than they need: "
+       "InitProducerId and EndTxn block for every transactional id that hashes to them.", C),
+    _m("kafka_broker_missing_replicas", "gauge",
+       "Partitions (watched ones and __transaction_state) that list this broker as a replica while it "
+       "is absent from the cluster metadata: a broker that is down.", C + ("broker",)),
     _m("kafka_topic_retention_seconds", "gauge", "Topic retention.ms (-1: infinite).", ("cluster", "topic")),
     # --- client side: the instrumented transactional producer / Spark sink
     # Histograms per app only: per-id buckets would multiply series by ~16.

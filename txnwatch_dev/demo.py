@@ -81,6 +81,9 @@ FLINK_GROUP = FLINK_APP + "-source"                          # the KafkaSource's
 FLINK_CHECKPOINT_MS = 2000     # one sink transaction per subtask, committed at each checkpoint
 FLINK_TIMEOUT_MS = 15_000      # transaction.timeout.ms: at most the broker's 20 s (or InitProducerId fails)
 FLINK_PARALLELISM = 1          # one subtask: the demo shares 2 cores with Kafka, Spark and the Streams JVM
+# The connector's default TransactionNamingStrategy: a new transactional id per checkpoint
+# (POOLING re-initialises a small pool instead; tests/integration/test_flink_job.py runs both)
+FLINK_NAMING = "incrementing"
 APPLICATION_ID = "balance-app"
 OUTBOX_GROUP = "alert-outbox-sink"
 TOPIC_FILTER = [r"demo\..*", OUTBOX]
@@ -318,7 +321,7 @@ class Demo:
 
     def _flink_args(self) -> dict:
         return dict(checkpoint_ms=FLINK_CHECKPOINT_MS, timeout_ms=FLINK_TIMEOUT_MS, parallelism=FLINK_PARALLELISM,
-                    group=FLINK_GROUP)
+                    group=FLINK_GROUP, naming=FLINK_NAMING)
 
     def _start_flink(self) -> None:
         """Spawn the Flink job (its JVM takes ~10-30 s to its first commit: a thread waits for
@@ -337,7 +340,8 @@ class Demo:
         self.say(f"starting Flink job {FLINK_APP} (PyFlink {self.flink_runtime.FLINK_VERSION}, KafkaSink "
                  f"EXACTLY_ONCE): {INPUT} read_committed -> upper-case -> {FLINK_OUTPUT}, one transaction per "
                  f"subtask ({FLINK_PARALLELISM}) committed at each checkpoint every {FLINK_CHECKPOINT_MS / 1000:g} s, "
-                 f"transactional ids {FLINK_APP}-<subtask>-<checkpoint>, transaction.timeout.ms "
+                 f"TransactionNamingStrategy {FLINK_NAMING.upper()} (transactional ids "
+                 f"{FLINK_APP}-<subtask>-<checkpoint>), transaction.timeout.ms "
                  f"{FLINK_TIMEOUT_MS}; checkpoints in {self.flink.checkpoint_dir} (log: {self.flink.log_path})")
         threading.Thread(target=self._wait_flink, name="demo-flink-start", daemon=True).start()
 

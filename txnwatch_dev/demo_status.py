@@ -56,6 +56,7 @@ def status_line(m: Metrics, firing: str | None = None, outbox_group: str | None 
                      f"aborts {_sum(m, 'kafka_transactions_total', outcome='aborted'):.0f} "
                      f"fences new_instance {_sum(m, fences, reason='new_instance'):.0f} "
                      f"timeout {_sum(m, fences, reason='timeout'):.0f} "
+                     f"re-inits {_sum(m, 'kafka_transactional_id_reinitializations_total'):.0f} "
                      f"coordinator timeouts {_sum(m, 'kafka_transaction_timeouts_total'):.0f}")
     else:
         stall = max((v for _, v in m.select("kafka_partition_lso_stalled_seconds")), default=0)

@@ -102,12 +102,12 @@ class ScenarioResult:
 
     def table(self) -> str:
         rows = [f"Apache Kafka {self.release}, transaction.version {self.transaction_version}, client {self.client}",
-                f"{'step':<11} {'view':<9} committed aborted new_instance timeout operator expired"]
+                f"{'step':<11} {'view':<9} committed aborted new_instance reinit timeout operator expired"]
         for step in self.steps:
             for view, c in (("expected", EXPECTED[step]), ("txnwatch", self.txnwatch.get(step)),
                             ("broker", self.broker.get(step))):
                 cells = "-" if c is None else (f"{c.committed:>9} {c.aborted:>7} {c.new_instance:>12} "
-                                               f"{c.timeout:>7} {c.operator:>8} {c.expired:>7}")
+                                               f"{c.reinit:>6} {c.timeout:>7} {c.operator:>8} {c.expired:>7}")
                 rows.append(f"{step:<11} {view:<9} {cells}")
         rows += [f"check {k}: {v}" for k, v in self.checks.items()]
         return "\n".join(rows)
@@ -125,6 +125,7 @@ def txnwatch_counts(m: Metrics, step: str) -> Counts:
 
     return Counts(v("kafka_transactions_total", outcome="committed"), v("kafka_transactions_total", outcome="aborted"),
                   v("kafka_transaction_fencing_events_total", reason="new_instance"),
+                  v("kafka_transactional_id_reinitializations_total"),
                   v("kafka_transaction_timeouts_total"),
                   v("kafka_transaction_fencing_events_total", reason="operator"),
                   v("kafka_transactional_id_expirations_total"))
@@ -191,6 +192,7 @@ class Scenario:
         self.result = ScenarioResult(release.version, client, transaction_version(broker.bootstrap), self.steps)
         self.started: list[TxnClient] = []
         self.hanging_made = None    # the late write of make_hanging
+        self.states_before_init: dict[str, list[str]] = {}   # step -> the id's state before a take-over
 
     def partition(self, step: str) -> int:
         return STEPS.index(step)
@@ -230,7 +232,7 @@ class Scenario:
         tid = tid_of("fence-open")
         self.result.checks["the KIP-664 poller lists the open transaction"] = self._wait_page(
             f"<td>{app_of('fence-open')}</td><td>{tid}</td><td>Ongoing</td>", 30)
-        second.init()                       # fences the first: its transaction is aborted
+        self.take_over(second, "fence-open")    # fences the first: its transaction is aborted
         self.expect_fenced("fence-open: the first instance's commit fails", first.commit)
         self.txn(second, "fence-open")
 
@@ -238,10 +240,17 @@ class Scenario:
         first, second = self.new_client("fence-idle"), self.new_client("fence-idle")
         first.init()
         self.txn(first, "fence-idle")
-        second.init()                       # takes the idle id over
+        self.take_over(second, "fence-idle")    # takes the idle id over
         self.expect_fenced("fence-idle: the first instance's next transaction fails",
                            lambda: self.txn(first, "fence-idle"))
         self.txn(second, "fence-idle")
+
+    def take_over(self, client: TxnClient, step: str) -> None:
+        """Another instance's init_transactions, with the coordinator's state of the id right
+        before it (DescribeTransactions): the broker's own view of whether the InitProducerId
+        cut an open transaction off (Ongoing) or took an idle id over."""
+        self.states_before_init.setdefault(step, []).append(describe_state(self.broker.bootstrap, tid_of(step)))
+        client.init()
 
     def timeout(self) -> None:
         c = self.new_client("timeout", TIMEOUT_MS)
@@ -371,7 +380,8 @@ class Scenario:
                 committed = aborted = 0
             inits, timeouts = log_counts(log, tid_of(step))
             operator = EXPECTED[step].operator if step == "operator" else 0   # the log cannot name it
-            r.broker[step] = Counts(committed, aborted, inits - operator, timeouts, operator,
+            cut_open = self.states_before_init.get(step, []).count("Ongoing")
+            r.broker[step] = Counts(committed, aborted, cut_open, inits - operator - cut_open, timeouts, operator,
                                     1 if describe_state(b, tid_of(step)) == "TransactionalIdNotFoundError" else 0)
             if self.client == "librdkafka":
                 r.client_view[step] = {

@@ -12,7 +12,8 @@ STEPS = ("commits", "fence-open", "fence-idle", "timeout", "operator", "hanging"
 class Counts:
     committed: int = 0
     aborted: int = 0
-    new_instance: int = 0
+    new_instance: int = 0      # fences that cut an open transaction off
+    reinit: int = 0            # InitProducerIds that took an idle id over
     timeout: int = 0
     operator: int = 0
     expired: int = 0
@@ -23,7 +24,7 @@ class Counts:
 EXPECTED = {
     "commits": Counts(committed=3, aborted=2, expired=1),
     "fence-open": Counts(committed=1, aborted=1, new_instance=1, expired=1),
-    "fence-idle": Counts(committed=2, new_instance=1, expired=1),
+    "fence-idle": Counts(committed=2, reinit=1, expired=1),
     "timeout": Counts(aborted=1, timeout=1, expired=1),
     "operator": Counts(aborted=1, operator=1, expired=1),
     # the hanging transaction never reaches the coordinator's log: nothing to count there

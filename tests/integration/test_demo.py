@@ -112,7 +112,7 @@ class DemoWatch:
                 and re.search(rf"outbox {GROUP}: lag \d+ vs LSO, \d+ vs HWM, blocked by a hanging "
                               rf"transaction on {OUTBOX}-{hung[0]}", out)),
             "status line with the coordinator's fences and timeouts": lambda: re.search(
-                r"tap: commits \d+ aborts [1-9]\d* fences new_instance [1-9]\d* timeout [1-9]\d* "
+                r"tap: commits \d+ aborts [1-9]\d* fences new_instance [1-9]\d* timeout [1-9]\d* re-inits \d+ "
                 r"coordinator timeouts [1-9]", out),
             "Spark pipeline: Kafka-source query, its page row with batch, rows/s, offsets behind": lambda: (
                 self._spark_row(m, page) and re.search(r"spark batch \d+, \d+ offsets behind", out)),
@@ -191,6 +191,41 @@ class DemoWatch:
                 and lag["read_uncommitted"] > lag["read_committed"])
 
 
+# The alerts `make demo` means to cause, by the workload its faults hit (alertname -> the
+# apps, groups or topics they may name). Everything else it runs is healthy and must page
+# nobody: the reference pipeline (orders-totals), the canary, the Streams app between its
+# restarts, the Flink job (its start-up aborts are deliberate), the outbox sink.
+FAULTED_APPS = {"invoice-writer",      # coordinator-timeout: SIGKILLed mid-transaction
+                "refunds-writer",      # fence: a second instance cuts its transaction off
+                "payments-retrier",    # aborts: a burst of aborted transactions
+                "settlement-batch",    # slow-transaction: most of its timeout used
+                APP,                   # streams-restart: killed mid-transaction, restarted
+                # flink-failure: SIGKILLed with a sink transaction open; on a loaded machine its
+                # restart outlasts the 15 s transaction.timeout.ms (the coordinator times it out)
+                "flink-enrich"}
+DEMO_ALERTS = {
+    # the hanging fault, the killed producers' transactions past their timeout, and the
+    # killed Flink job's output held at its open transaction's LSO
+    "KafkaTransactionHanging": FAULTED_APPS | {"outbox-late-writer", OUTBOX, "demo.flink-out"},
+    "KafkaReadCommittedConsumerBlocked": {GROUP},
+    "KafkaTransactionFencingPersistent": FAULTED_APPS,
+    "KafkaTransactionAbortRatioHigh": FAULTED_APPS,
+    "KafkaTransactionTimeoutHeadroomLow": FAULTED_APPS,
+    "KafkaTransactionCommitLatencyHigh": FAULTED_APPS,
+}
+
+
+def fired_during(prom: PrometheusProcess, seconds: float) -> set[tuple[str, str]]:
+    """(alertname, what it names: app, group or topic) of every alert that fired in the last
+    `seconds`, from Prometheus's ALERTS series."""
+    rows = prom.query(f'max_over_time(ALERTS{{alertstate="firing"}}[{int(seconds) + 30}s])')
+    out = set()
+    for r in rows:
+        lbl = r["metric"]
+        out.add((lbl["alertname"], lbl.get("app") or lbl.get("group") or lbl.get("topic") or lbl.get("query") or ""))
+    return out
+
+
 def printed_links(out: str) -> dict[str, str]:
     """{name: URL} of the "Open:" block the demo prints (pure)."""
     block = out.split("Open:", 1)[1].split("Ctrl-C", 1)[0] if "Open:" in out else ""
@@ -235,6 +270,12 @@ def test_make_demo_on_kafka_shows_everything_and_cleans_up(tmp_path):
         assert {"exporter page", "metrics", "alerts", "prometheus"} <= set(links), links
         assert {name: opens(url) for name, url in links.items()} == dict.fromkeys(links, 200), links
         print("".join(line[:160] + "\n" for line in watch.out().splitlines() if "[fault]" in line))
+
+        # Only the alerts its faults are meant to cause fired, on the workloads they hit.
+        fired = fired_during(prom, time.monotonic() - watch.t0)
+        print("alerts fired during the demo:", sorted(fired))
+        unexpected = {(name, what) for name, what in fired if what not in DEMO_ALERTS.get(name, set())}
+        assert not unexpected, f"alerts the demo's faults do not explain: {sorted(unexpected)}"
 
         # The Streams app's transactional id, as the broker lists it, is an EOS-v2 id that
         # txnwatch groups under the application.id; restarted on its state directory, it kept it.

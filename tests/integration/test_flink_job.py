@@ -38,6 +38,14 @@ def _flink_runtime():
     return runtime
 
 
+def wait_job(job, condition, timeout: float, what: str, interval: float = 0.1):
+    """wait_for, and on a timeout the job's output and Flink's own log as they are then."""
+    try:
+        return wait_for(condition, timeout, interval=interval, what=what)
+    except TimeoutError as exc:
+        raise TimeoutError(f"{exc}; job log:\n{job.tail()}\nFlink log (end):\n{job.flink_log()[-6000:]}") from None
+
+
 @pytest.fixture
 def flink_job(tmp_path):
     runtime = _flink_runtime()
@@ -202,16 +210,21 @@ def feeders():
         f.halt()
 
 
-def test_exactly_once_across_sigkill_and_restore(broker, flink_job, unique, tmp_path, exporter_factory, feeders):
-    """...and txnwatch (poller and transaction-log tap) watching it: the sink's ids under one
-    app named after its prefix, no fence while it runs, per-id series capped however many
-    checkpoints pass, the open transactions' headroom, and the restart's abort of the
-    transaction the killed run left open counted as a start-up abort, not as a fence."""
+@pytest.mark.parametrize("naming", ["incrementing", "pooling"])
+def test_exactly_once_across_sigkill_and_restore(naming, broker, flink_job, unique, tmp_path, exporter_factory,
+                                                 feeders):
+    """...and txnwatch (poller and transaction-log tap) watching it, under both of the
+    connector's TransactionNamingStrategy values: the sink's ids under one app named after its
+    prefix, no fence while it runs, the open transactions' headroom, the restart's abort of the
+    transaction the killed run left open counted as a start-up abort, not as a fence. Per-id
+    series: INCREMENTING makes a new id per checkpoint (capped, the rest folded); POOLING
+    re-initialises a small pool of ids at every checkpoint (re-initialisations, no fence, and
+    a bounded set of ids)."""
     bootstrap = broker.bootstrap
     topic_in, topic_out = unique("flink-in"), unique("flink-out")
     prefix, group = unique("flink-txn"), unique("flink-group")
     create_topics(bootstrap, [topic_in, topic_out], partitions=PARTITIONS)
-    job_args = dict(checkpoint_ms=1000, timeout_ms=60000, parallelism=2, group=group)
+    job_args = dict(checkpoint_ms=1000, timeout_ms=60000, parallelism=2, group=group, naming=naming)
     exp = exporter_factory(cluster_config(bootstrap, [topic_in, topic_out], transaction_log_tap=True,
                                           transactional_ids={"include": [re.escape(prefix) + "-.*"]},
                                           max_transactional_id_series=ID_SERIES_CAP))
@@ -222,8 +235,8 @@ def test_exactly_once_across_sigkill_and_restore(broker, flink_job, unique, tmp_
     first = [f"rec-{i:06d}" for i in range(500)]
     produce_committed(bootstrap, topic_in, first)
     flink_job.start(bootstrap, topic_in, topic_out, prefix, **job_args)
-    wait_for(lambda: settled(bootstrap, topic_in, topic_out, group, len(first)), 120,
-             what=f"the job to copy {len(first)} records to {topic_out}; job log:\n{flink_job.tail()}")
+    wait_job(flink_job, lambda: settled(bootstrap, topic_in, topic_out, group, len(first)), 120,
+             what=f"the job to copy {len(first)} records to {topic_out}")
     problem = exactly_once(read_committed(bootstrap, topic_out), first)
     assert not problem, problem
     # txnwatch: one app, the prefix; commits; the start-up's probes of fresh ids and the
@@ -244,8 +257,8 @@ def test_exactly_once_across_sigkill_and_restore(broker, flink_job, unique, tmp_
     ends = TopicEnds(bootstrap, topic_out, PARTITIONS)
     try:
         for _attempt in range(3):
-            wait_for(lambda: len(feeder.sent) >= len(first) + 200 and ends.open_partitions(), 60, interval=0.02,
-                     what=f"a sink transaction open on {topic_out}; job log:\n{flink_job.tail()}")
+            wait_job(flink_job, lambda: len(feeder.sent) >= len(first) + 200 and ends.open_partitions(), 60,
+                     interval=0.02, what=f"a sink transaction open on {topic_out}")
             flink_job.kill()
             lso, hwm = ends()
             if any(lso[p] < hwm[p] for p in lso):
@@ -267,8 +280,8 @@ def test_exactly_once_across_sigkill_and_restore(broker, flink_job, unique, tmp_
     restored_in = flink_job.log()
     wait_for(lambda: len(feeder.sent) >= len(first) + 1000, 60, what="1000 more records into IN")
     sent = first + feeder.stop()
-    wait_for(lambda: settled(bootstrap, topic_in, topic_out, group, len(sent)), 120,
-             what=f"the restored job to copy all {len(sent)} records; job log:\n{flink_job.tail()}")
+    wait_job(flink_job, lambda: settled(bootstrap, topic_in, topic_out, group, len(sent)), 120,
+             what=f"the restored job to copy all {len(sent)} records")
     problem = exactly_once(read_committed(bootstrap, topic_out), sent)
     assert not problem, f"after SIGKILL and restore from {checkpoint.name}: {problem}"
     assert "Traceback" not in restored_in, restored_in
@@ -278,15 +291,24 @@ def test_exactly_once_across_sigkill_and_restore(broker, flink_job, unique, tmp_
                         what="the tap counting the restart's abort of the open transaction")
     assert reasons(m, prefix)["new_instance"] == 0 and reasons(m, prefix)["timeout"] == 0, reasons(m, prefix)
     assert (m.get_value("kafka_transactions_total", app=prefix, outcome="aborted") or 0) >= 1
-    # however many ids the checkpoints made, per-id series stay under the cap (+ __other__)
-    assert (m.get_value("kafka_transactional_ids", app=prefix) or 0) > ID_SERIES_CAP
     ids = per_id_series(m, prefix)
-    assert len(ids - {"__other__"}) <= ID_SERIES_CAP and "__other__" in ids, ids
+    live_ids = m.get_value("kafka_transactional_ids", app=prefix) or 0
+    reinits = m.get_value("kafka_transactional_id_reinitializations_total", app=prefix) or 0
+    if naming == "incrementing":
+        # however many ids the checkpoints made, per-id series stay under the cap (+ __other__)
+        assert live_ids > ID_SERIES_CAP
+        assert len(ids - {"__other__"}) <= ID_SERIES_CAP and "__other__" in ids, ids
+    else:
+        # a pool per subtask, re-initialised at every checkpoint: few ids however many
+        # checkpoints pass, many re-inits
+        assert 0 < live_ids <= 10, (live_ids, ids)
+        assert reinits >= 10, reinits
+    print(f"{naming}: {live_ids:.0f} ids, {reinits:.0f} re-initialisations, fences {reasons(m, prefix)}")
 
     # 4. the sink's transactional ids: <prefix>-<subtask>-<n> (INCREMENTING: n follows the
-    # checkpoint id). Transactions come from subtasks 0 and 1 only; the abort of lingering
-    # transactions at each start (PROBING) also makes ids of subtasks 2 and 3 (in case the
-    # job ran with more before), which stay Empty.
+    # checkpoint id, and the abort of lingering transactions at each start (PROBING) also
+    # makes ids of subtasks 2 and 3, in case the job ran with more before, which stay Empty;
+    # POOLING: n is a pool index). Transactions come from subtasks 0 and 1 only.
     listed = kafka_tool("kafka-transactions", "--bootstrap-server", bootstrap, "list",
                         log_dir=tmp_path / "tools").stdout
     rows = [line.split() for line in listed.splitlines()[1:] if line.startswith(prefix + "-")]

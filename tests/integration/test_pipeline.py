@@ -84,8 +84,12 @@ def prepare(broker, unique, tmp_path, **kw):
 
 # ----------------------------------------------------------------------------- tests
 
-def test_normal_run_writes_each_window_once(spark, broker, unique, tmp_path):
+def test_normal_run_writes_each_window_once(spark, broker, unique, tmp_path, tap):
+    """... and a healthy sink is never fenced: its tasks run on whichever Python worker is
+    idle and take their ids over there (InitProducerIds of idle ids), which the coordinator's
+    log shows as re-initialisations, not fences (KafkaTransactionFencingPersistent reads none)."""
     s, expected = prepare(broker, unique, tmp_path)
+    wait_for(lambda: tap.rebuilt, 30, what="the transaction-log tap following the log")
     state = SparkQueryState(ttl_seconds=None)
     query, sink = start_query(spark, s, metrics=state)
     try:
@@ -107,6 +111,14 @@ def test_normal_run_writes_each_window_once(spark, broker, unique, tmp_path):
         assert 0 < total(smp, "kafka_producer_transaction_timeout_headroom_seconds",
                          transactional_id=tid, stat="min") < 30
     assert not any(n == "kafka_producer_transaction_errors_total" for n, _ in smp)
+    inits = sum(log_counts(broker.server_log(), f"txnwatch.{s.name}.{task}")[0] for task in (0, 1))
+
+    def tap_view():
+        v = tap.view()
+        return v if v.lag_records == 0 and v.transactions.get((s.name, "committed"), 0) == committed else None
+    v = wait_for(tap_view, 30, what=f"the tap to count the sink's {committed} commits")
+    assert {r: v.fencing.get((s.name, r), 0) for r in ("new_instance", "timeout")} == {"new_instance": 0, "timeout": 0}
+    assert v.reinits.get(s.name, 0) == inits, (v.reinits, inits)   # every take-over, as the broker logged it
 
 
 PARTITIONINGS = pytest.mark.parametrize("partitioning", ["key", "input"])
@@ -246,15 +258,20 @@ def test_driver_killed_with_two_transactions_open_then_restart(spark, broker, un
     assert total(smp, "spark_streaming_source_offsets_behind_latest", query=s.name, stat="max") == 0
 
     assert total(smp, "kafka_producer_transaction_errors_total", app=s.name) == 2
-    # The tap counts what the coordinator did, as its own log tells it: every InitProducerId
-    # of a task's id after the first (the restarted tasks', and a task moving to another
-    # Python worker) fenced the id's previous holder; timeouts only if the restart was slow.
+    # The tap counts what the coordinator did, as its own log tells it: exactly one fence per
+    # zombie (the restarted task's InitProducerId aborting its open transaction, or the
+    # coordinator's timeout if the restart was slow), and every other InitProducerId of a
+    # task's id after the first (a task moving to another Python worker, or taking its id
+    # over idle) a re-initialisation, never a fence.
     broker_view = [log_counts(broker.server_log(), tid) for tid in tids]
-    want = {"new_instance": sum(n for n, _ in broker_view), "timeout": sum(t for _, t in broker_view)}
-    assert want["new_instance"] + want["timeout"] >= 2, broker_view     # both zombies were fenced
+    inits, timeouts = sum(n for n, _ in broker_view), sum(t for _, t in broker_view)
 
-    def fences() -> dict[str, int]:
+    def counted() -> dict[str, int] | None:
         v = tap.view()
-        return {r: sum(n for (app, reason), n in v.fencing.items() if app == s.name and reason == r)
-                for r in ("new_instance", "timeout")} if v.lag_records == 0 else {}
-    wait_for(lambda: fences() == want, 30, what=f"the tap to count the coordinator's fences {want}")
+        if v.lag_records != 0:
+            return None
+        fenced = {r: v.fencing.get((s.name, r), 0) for r in ("new_instance", "timeout")}
+        return {**fenced, "reinit": v.reinits.get(s.name, 0)}
+    wait_for(lambda: (c := counted()) is not None and c["new_instance"] + c["timeout"] == 2
+             and c["timeout"] == timeouts and c["new_instance"] + c["reinit"] == inits, 30,
+             what=f"one fence per zombie and the rest of the {inits} InitProducerIds as re-inits")

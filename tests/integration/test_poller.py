@@ -15,6 +15,7 @@ import sys
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from tests import compat
 from tests.integration.helpers import cluster_config
 from txnwatch_dev.hanging import make_hanging_transaction
 from txnwatch_dev.kafka import kafka_tool
@@ -256,3 +257,39 @@ def test_broker_down_at_start_then_dies_mid_run_is_survived(own_broker, unique, 
         wait_for(lambda: exp.get("/readyz")[0] == 200, 30, what="ready again")
     assert exp.proc.poll() is None
     assert "Traceback" not in exp.log()
+
+
+# ------------------------------------------------------------------ the transaction log's minimum ISR, per line
+@pytest.mark.parametrize("line", ["4.x", "3.9"])
+def test_a_single_node_with_min_isr_2(line, own_broker, unique, request):
+    """One node, transaction.state.log.min.isr=2 (so __transaction_state has RF 1 and
+    min.insync.replicas 2): the leader's append check caps the minimum at the replica count
+    (Kafka's Partition.effectiveMinIsr), so each partition needs 1 in sync, producers commit
+    on both lines, and txnwatch finds nothing, whatever the broker count says."""
+    from txnwatch.config import load_config
+    from txnwatch.exporter.poll.poller import ClusterPoller
+    from txnwatch.producer import TransactionalProducer
+    from txnwatch_dev.kafka import kafka_release
+
+    b = own_broker(release=None if line == "4.x" else kafka_release("3.9"),
+                   properties={"transaction.state.log.min.isr": 2})
+    p = TransactionalProducer({"bootstrap.servers": b.bootstrap, "transactional.id": unique("min-isr"),
+                               "log_level": 3})
+    topic = unique("t")
+    create_topics(b.bootstrap, [topic])
+    p.init_transactions(60)        # creates __transaction_state
+    with p.transaction():
+        p.produce(topic, value=b"x")
+    p.close()
+    cfg = load_config({"bootstrap_servers": b.bootstrap, "cluster_name": "test"}, env={}).clusters[0]
+    poller = ClusterPoller(cfg)
+    try:
+        snap = wait_for(lambda: (s := poller.poll_once()).txn_log and s.facts.transaction_state_min_insync_replicas
+                        and s, 60, what="__transaction_state and its min.insync.replicas")
+    finally:
+        poller.stop()
+    assert snap.facts.brokers == 1 and snap.facts.transaction_state_min_insync_replicas == 2
+    assert all(len(part.replicas) == 1 and len(part.isr) == 1 for part in snap.txn_log)
+    assert not [f for f in snap.findings if f.kind == "min_isr"], snap.findings
+    compat.record(request.config, "features", line, "Single node, transaction.state.log.min.isr=2",
+                  "commits, no finding")

@@ -94,9 +94,12 @@ def test_rocksdb_app_restarts_on_its_state_directory(broker, unique, tmp_path, e
         print(report)
         assert app.transactional_id == tid, report
         assert "its InitProducerId fenced the killed instance's transaction" in report, report
+        # the clean restart took its idle id over (a re-initialisation); the killed one's restart
+        # cut its open transaction off (a fence)
         m = exp.wait_metric(lambda m: m.get_value("kafka_transaction_fencing_events_total", app=APP,
-                                                  reason="new_instance") == 2, 60,
-                            what="the two restarts' fences (new_instance)")
+                                                  reason="new_instance") == 1
+                            and m.get_value("kafka_transactional_id_reinitializations_total", app=APP) == 1, 60,
+                            what="the killed instance's fence (new_instance) and the clean restart's re-init")
         assert m.get_value("kafka_transaction_timeouts_total", app=APP) == 0
         assert m.get_value("kafka_transactional_ids", app=APP) == 1
         print("after the kill, restored:", app.restores())

@@ -188,6 +188,10 @@ def test_histories_render_every_derived_metric(broker, log_topic, taps):
     log.put("inventory-1", EMPTY, 7, last=t - 1000)
     e = log.fenced("inventory-1", t, 7, after=5000)
     log.put("inventory-1", EMPTY, e + 1, last=t + 5100)     # the new instance's InitProducerId retry
+    # an idle id taken over (a restart): a re-initialisation, no fence
+    log.put("restarts-1", EMPTY, 0, last=t - 1000)
+    e = log.commit("restarts-1", t, epoch=0)
+    log.put("restarts-1", EMPTY, e + 1, last=t + 30_000)
     # TV2 (value v1): commits and an abort bump the epoch each time, then a fence by a new instance
     log.put(streams_id, EMPTY, 0, last=t - 1000, version=1, tv=2)
     e = log.commit(streams_id, t, epoch=0, tv=2)
@@ -233,6 +237,9 @@ def test_histories_render_every_derived_metric(broker, log_topic, taps):
     assert val(ms, "kafka_transaction_fencing_events_total", app="inventory", reason="new_instance") == 1
     assert val(ms, "kafka_transaction_fencing_events_total", app="inventory", reason="timeout") == 0
     assert val(ms, "kafka_transaction_timeouts_total", app="inventory") == 0
+    assert val(ms, "kafka_transactional_id_reinitializations_total", app="inventory") == 0
+    assert val(ms, "kafka_transaction_fencing_events_total", app="restarts", reason="new_instance") == 0
+    assert val(ms, "kafka_transactional_id_reinitializations_total", app="restarts") == 1
 
     # TV2: three completions with epoch bumps are no fences; the real fence counts once
     assert val(ms, "kafka_transactions_total", app="streams-app", outcome="committed") == 2
@@ -450,7 +457,7 @@ def run(p: Producer, topic: str, commits: int = 0, aborts: int = 0) -> None:
 
 
 ZERO = {"committed": 0, "aborted": 0, "fenced_new_instance": 0, "fenced_timeout": 0, "timeouts": 0,
-        "expired": 0}
+        "expired": 0, "reinit": 0}
 
 
 def tally(tap: TransactionLogTap, app: str) -> dict[str, int]:
@@ -460,7 +467,8 @@ def tally(tap: TransactionLogTap, app: str) -> dict[str, int]:
             "fenced_new_instance": v.fencing.get((app, "new_instance"), 0),
             "fenced_timeout": v.fencing.get((app, "timeout"), 0),
             "timeouts": v.timeouts.get(app, 0),
-            "expired": v.expirations.get(app, 0)}
+            "expired": v.expirations.get(app, 0),
+            "reinit": v.reinits.get(app, 0)}
 
 
 def wait_until_following(tap: TransactionLogTap) -> None:
@@ -552,7 +560,8 @@ def test_real_commits_and_aborts_are_counted_exactly(broker, unique, taps):
 def test_real_fence_by_a_new_instance(broker, unique, taps):
     """A second producer with the same transactional.id initialises while the first has a
     transaction open: the coordinator aborts it with an epoch bump (fencing the first),
-    counted once as reason="new_instance", not as a timeout."""
+    counted once as reason="new_instance", not as a timeout. A third that takes the idle id
+    over is a re-initialisation, not a fence."""
     topic = unique("tap-data")
     create_topics(broker.bootstrap, [topic])
     app = app_name("inventory")
@@ -580,6 +589,9 @@ def test_real_fence_by_a_new_instance(broker, unique, taps):
     assert h == [("EMPTY", 0, v), ("ONGOING", 0, v), ("PREPARE_COMMIT", 0, v), ("COMPLETE_COMMIT", 0, v),
                  ("ONGOING", 0, v), ("PREPARE_ABORT", 1, v), ("COMPLETE_ABORT", 1, v), ("EMPTY", 2, v),
                  ("ONGOING", 2, v), ("PREPARE_COMMIT", 2, v), ("COMPLETE_COMMIT", 2, v)], h
+    third = txn_producer(broker.bootstrap, tid)      # takes the idle id over
+    wait_tally(tap, app, committed=2, aborted=1, fenced_new_instance=1, reinit=1)
+    third.flush(1)
 
 
 def test_real_timeout_of_a_killed_producer(broker, unique, taps, producers):

@@ -46,7 +46,8 @@ def test_the_scenario_counts_equal_the_brokers_view(kafka_version, client, tmp_p
     row = ROWS[(kafka_version or "4", client)]
     for column, value in (("Release run", result.release), ("transaction.version", result.transaction_version),
                           ("Client", client), ("Commits, client aborts", "counted"),
-                          ("Fenced by a new instance (open and idle)", "counted"),
+                          ("New instance cuts an open transaction off", "fence (new_instance)"),
+                          ("New instance takes an idle id over", "re-init, no fence"),
                           ("Coordinator timeout", "counted"), ("Idle id expiry", "counted"),
                           ("forceTerminateTransaction",
                            "counted as operator" if "operator" in result.steps else "not in the release"),

@@ -118,6 +118,8 @@ kafka_transactions_total{cluster="demo",app="invoice-writer",outcome="aborted"} 
 kafka_transaction_fencing_events_total{cluster="demo",app="refunds-writer",reason="new_instance"} 1
 kafka_transaction_fencing_events_total{cluster="demo",app="balance-app",reason="timeout"} 1
 kafka_transaction_fencing_events_total{cluster="demo",app="invoice-writer",reason="timeout"} 2
+# TYPE kafka_transactional_id_reinitializations counter
+kafka_transactional_id_reinitializations_total{cluster="demo",app="balance-app"} 4
 # TYPE kafka_transaction_timeouts counter
 kafka_transaction_timeouts_total{cluster="demo",app="invoice-writer"} 2
 kafka_transaction_timeouts_total{cluster="demo",app="balance-app"} 1
@@ -147,7 +149,7 @@ def test_status_line_shows_the_coordinators_view_and_the_blocked_outbox():
     line = status_line(Metrics(parse_metrics(METRICS)), "KafkaTransactionHanging", "alert-outbox-sink")
     assert line == (
         "poller up | hanging 1 | open txns 2 (min headroom 4s) | tap: commits 122 aborts 3 fences new_instance 1 "
-        "timeout 3 coordinator timeouts 3 | client: aborts 20 fenced 1 | canary: committed 12 aborted 2 failures 1 "
+        "timeout 3 re-inits 4 coordinator timeouts 3 | client: aborts 20 fenced 1 | canary: committed 12 aborted 2 failures 1 "
         "aborted seen 0 | outbox alert-outbox-sink: lag 1 vs LSO, "
         "58 vs HWM, blocked by a hanging transaction on alert-outbox-0 | spark batch 7 | "
         "alerts firing: KafkaTransactionHanging")

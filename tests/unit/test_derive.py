@@ -1,3 +1,5 @@
+import pytest
+
 from txnwatch.apps import AppResolver
 from txnwatch.exporter.model import (
     ActiveProducer,
@@ -5,6 +7,7 @@ from txnwatch.exporter.model import (
     GroupLag,
     HangingTransaction,
     PartitionOffsets,
+    PartitionReplicas,
     PartitionState,
     TxnDescription,
 )
@@ -106,7 +109,9 @@ def test_config_findings():
     findings = derive.config_findings(facts, txns, [], parts, groups, stall_warning_seconds=60)
     kinds = [(f.severity, f.kind) for f in findings]
     assert kinds[0][0] == "critical"
-    assert set(kinds) == {("critical", "min_isr"), ("critical", "past_timeout"), ("warning", "timeout_above_cap"),
+    # one live broker below transaction.state.log.min.isr is no finding by itself: what blocks
+    # the coordinator is a __transaction_state partition below its own minimum ISR
+    assert set(kinds) == {("critical", "past_timeout"), ("warning", "timeout_above_cap"),
                           ("warning", "lso_stalled"), ("warning", "group_blocked")}
 
 
@@ -157,3 +162,112 @@ def test_two_phase_commit_transactions_have_no_headroom_and_their_own_finding():
     old = derive.config_findings(facts, txns, [], {}, [], stall_warning_seconds=60, two_phase_max_age_seconds=60)
     assert [(f.severity, f.kind) for f in old] == [("warning", "two_phase_open_too_long")]
     assert "xa-1" in old[0].message and "KIP-939" in old[0].message
+
+
+# ------------------------------------------------------------------ the transaction log's ISR
+def log(partition, replicas=(1,), isr=None, leader=None):
+    isr = replicas if isr is None else isr
+    return PartitionReplicas("__transaction_state", partition, replicas[0] if leader is None else leader,
+                             tuple(replicas), tuple(isr))
+
+
+def test_the_minimum_isr_is_capped_at_the_replica_count():
+    """A single node: RF 1, min.insync.replicas 2; transactions commit (no finding)."""
+    assert derive.effective_min_isr(2, 1) == 1
+    assert derive.effective_min_isr(2, 3) == 2
+    assert derive.txn_log_below_min_isr([log(0)], 2) == []
+    assert derive.txn_log_below_min_isr([log(0, replicas=(1, 2, 3), isr=(1,))], 2) == \
+        [(log(0, replicas=(1, 2, 3), isr=(1,)), 2)]
+
+
+@pytest.mark.parametrize("isr, below", [((1, 2), False), ((1,), True)])
+def test_below_min_isr_boundary(isr, below):
+    """An ISR of exactly the minimum takes writes; one fewer does not."""
+    p = log(7, replicas=(1, 2, 3), isr=isr)
+    assert derive.txn_log_below_min_isr([p], 2) == ([(p, 2)] if below else [])
+
+
+def test_an_offline_log_partition_is_below_whatever_its_isr_says():
+    p = log(3, replicas=(2,), isr=(2,), leader=-1)
+    assert derive.txn_log_below_min_isr([p], 1) == [(p, 1)]
+
+
+def test_the_topics_own_min_isr_wins_over_the_broker_default():
+    assert derive.txn_log_min_isr(ClusterFacts(transaction_state_log_min_isr=2)) == 2
+    assert derive.txn_log_min_isr(ClusterFacts(transaction_state_log_min_isr=2,
+                                               transaction_state_min_insync_replicas=3)) == 3
+    assert derive.txn_log_min_isr(ClusterFacts()) is None
+
+
+def test_min_isr_finding_names_the_partitions_and_the_open_ids_that_hash_to_them():
+    n = 5
+    blocked = derive.txn_log_partition_of("orders-1", n)
+    txn_log = [log(p, replicas=(1, 2, 3), isr=(1,) if p == blocked else (1, 2, 3)) for p in range(n)]
+    other = next(f"x-{i}" for i in range(100) if derive.txn_log_partition_of(f"x-{i}", n) != blocked)
+    txns = derive.open_transactions([desc("orders-1"), desc(other)], AppResolver(), now_ms=2_000)
+    facts = ClusterFacts(brokers=1, transaction_state_min_insync_replicas=2)
+    (f,) = [f for f in derive.config_findings(facts, txns, [], {}, [], 60, txn_log=txn_log)
+            if f.kind == "min_isr"]
+    assert f.severity == "critical"
+    assert f"1 of 5 __transaction_state partition(s) below their minimum ISR: {blocked} (ISR 1 < 2)" in f.message
+    assert "orders-1" in f.message and other not in f.message
+    healthy = [log(p, replicas=(1, 2, 3)) for p in range(n)]
+    assert not [f for f in derive.config_findings(facts, txns, [], {}, [], 60, txn_log=healthy)
+                if f.kind == "min_isr"]
+
+
+def test_java_string_hash_and_the_coordinator_partition():
+    assert derive.java_string_hash("") == 0
+    assert derive.java_string_hash("a") == 97
+    assert derive.java_string_hash("hello") == 99162322
+    assert derive.java_string_hash("polygenelubricants") == -2147483648      # Integer.MIN_VALUE
+    assert derive.java_string_hash("\u00e9t\u00e9") == 233 * 31 * 31 + 116 * 31 + 233        # UTF-16 units
+    assert derive.java_string_hash("\U0001F600") == 0xD83D * 31 + 0xDE00                   # a surrogate pair
+    assert derive.txn_log_partition_of("polygenelubricants", 50) == 0        # Utils.abs(MIN_VALUE) is 0
+    assert derive.txn_log_partition_of("hello", 50) == 99162322 % 50
+
+
+# ------------------------------------------------------------------ degraded partitions and brokers
+def test_missing_brokers_are_the_replicas_absent_from_the_metadata():
+    parts = [PartitionReplicas("t", 0, -1, (2,), ()), PartitionReplicas("t", 1, 1, (1, 2, 3), (1, 3)),
+             log(4, replicas=(2, 3, 1), isr=(3, 1), leader=3)]
+    assert derive.missing_brokers(parts, live=[1, 3]) == {2: 3}
+    assert derive.missing_brokers(parts, live=[1, 2, 3]) == {}
+
+
+def test_unavailable_partitions_keep_their_last_state_and_the_rest_is_current():
+    prev = {("t", 0): PartitionState("t", 0, 10, 10, 0.0, None), ("t", 1): PartitionState("t", 1, 5, 5, 0.0, None)}
+    now = {("t", 1): PartitionState("t", 1, 7, 7, 0.0, None)}
+    got = derive.with_unavailable(now, prev, [("t", 0), ("t", 9)])
+    assert got == {("t", 0): prev[("t", 0)], ("t", 1): now[("t", 1)]}
+
+
+def test_unavailable_partitions_and_missing_brokers_are_named_in_findings():
+    findings = derive.config_findings(ClusterFacts(), None, [], {}, [], 60,
+                                      unavailable={("t", 0): "offline", ("t", 2): "offline", ("u", 1): "timeout"},
+                                      missing={2: 3})
+    got = {(f.severity, f.kind): f.message for f in findings}
+    assert got[("critical", "broker_missing")].startswith("broker(s) 2 absent from the cluster metadata")
+    offline = [f.message for f in findings if f.kind == "partition_unavailable" and f.severity == "critical"]
+    assert offline == ["2 partition(s) offline (no leader): t-0, t-2; their series keep the last values read, "
+                       "the others are current"]
+    assert any(f.severity == "warning" and "u-1" in f.message and "timeout" in f.message for f in findings)
+
+
+@pytest.mark.parametrize("start, past", [(140_000, False), (139_999, True)])
+def test_past_timeout_boundary_is_a_negative_headroom(start, past):
+    """Headroom exactly 0 is not yet past the timeout; a millisecond less is."""
+    txns = derive.open_transactions([desc("t", timeout=60_000, start=start)], AppResolver(), now_ms=200_000)
+    kinds = [f.kind for f in derive.config_findings(ClusterFacts(), txns, [], {}, [], 60)]
+    assert ("past_timeout" in kinds) is past
+
+
+def test_groups_whose_coordinator_did_not_answer_keep_their_last_lags_and_are_named():
+    prev = [GroupLag("g1", "t", 0, 5, 1, 1), GroupLag("g2", "t", 0, 3, 3, 3)]
+    now = [GroupLag("g1", "t", 0, 6, 0, 0)]
+    assert derive.with_groups_unavailable(now, prev, {}) == now
+    assert derive.with_groups_unavailable(now, prev, {"g2": "timeout"}) == now + [prev[1]]
+    (f,) = [f for f in derive.config_findings(ClusterFacts(), None, [], {}, [], 60, groups_unavailable={"g2": "timeout"})
+            if f.kind == "group_unavailable"]
+    assert f.message == ("1 consumer group(s) not read (timeout: their coordinator did not answer): g2; "
+                         "their lags are as last read")

@@ -3,8 +3,9 @@ transaction scenario (txnwatch_dev/scenario.py) captured from Apache Kafka 4.4 w
 TV2 (Java 4.x) and a TV0 (librdkafka) client and from Kafka 3.9, replayed without I/O.
 
 Every line must give the scenario's expected counts: the per-commit epoch bumps of TV2 are
-no fences, a fence by a new instance counts once whether a transaction was open or not, a
-coordinator timeout counts as one whatever the transaction version. (The rule before
+no fences, a new instance that cut an open transaction off is a fence (new_instance) and one
+that took an idle id over a re-initialisation (no fence), a coordinator timeout counts as one
+whatever the transaction version. (The rule before
 issue 20 -- under TV2 a fence is an epoch bump of 2 or more -- counts no fence and no
 timeout on the 4.4 captures: these tests fail with it.)
 
@@ -40,8 +41,8 @@ def replay(path: Path) -> TxnLogState:
 def counts(state: TxnLogState, step: str) -> Counts:
     v, app = state.view(), app_of(step)
     return Counts(v.transactions.get((app, "committed"), 0), v.transactions.get((app, "aborted"), 0),
-                  v.fencing.get((app, NEW_INSTANCE), 0), v.timeouts.get(app, 0), v.fencing.get((app, OPERATOR), 0),
-                  v.expirations.get(app, 0))
+                  v.fencing.get((app, NEW_INSTANCE), 0), v.reinits.get(app, 0), v.timeouts.get(app, 0),
+                  v.fencing.get((app, OPERATOR), 0), v.expirations.get(app, 0))
 
 
 def test_the_captures_cover_every_line():

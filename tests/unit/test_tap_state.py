@@ -158,14 +158,16 @@ def test_fence_by_new_instance_with_a_transaction_open(tv):
 
 
 @pytest.mark.parametrize("tv", [0, 2])
-def test_fence_by_new_instance_while_idle(tv):
+def test_a_new_instance_taking_an_idle_id_over_is_a_reinit_not_a_fence(tv):
+    """A restart, or a task moved to another worker: churn, counted apart, never paged."""
     bump = 1 if tv >= 2 else 0
     st = new_state()
     play(st, "p-1", [v(E, 0, last=T0, tv=tv), v(ON, 0, start=T0, last=T0, tv=tv),
                      v(PC, bump, start=T0, last=T0 + 20, tv=tv), v(CC, bump, start=T0, last=T0 + 21, tv=tv),
                      v(E, bump + 1, last=T0 + 900, tv=tv)])
     ms, _ = metrics(st, T0 + 1000)
-    assert sample(ms, "kafka_transaction_fencing_events_total", app="p", reason="new_instance") == 1
+    assert sample(ms, "kafka_transaction_fencing_events_total", app="p", reason="new_instance") == 0
+    assert sample(ms, "kafka_transactional_id_reinitializations_total", app="p") == 1
     assert sample(ms, "kafka_transactions_total", app="p", outcome="committed") == 1
 
 
@@ -183,11 +185,12 @@ def test_operator_fence_is_told_apart_by_the_admin_timeout():
     play(st, "p-1", [v(E, 0, last=T0), v(ON, 0, start=T0, last=T0),
                      v(PA, 1, start=T0, last=T0 + 700, tv=2), v(CA, 1, start=T0, last=T0 + 701, tv=2),
                      v(E, 2, last=T0 + 800, timeout=30_000, tv=2),
-                     # then the producer itself comes back with its own timeout: a new instance
+                     # then the producer itself comes back with its own timeout: a re-init
                      v(E, 3, last=T0 + 5000, timeout=60_000, tv=2)])
     ms, _ = metrics(st, T0 + 6000)
     assert sample(ms, "kafka_transaction_fencing_events_total", app="p", reason="operator") == 1
-    assert sample(ms, "kafka_transaction_fencing_events_total", app="p", reason="new_instance") == 1
+    assert sample(ms, "kafka_transaction_fencing_events_total", app="p", reason="new_instance") == 0
+    assert sample(ms, "kafka_transactional_id_reinitializations_total", app="p") == 1
     assert sample(ms, "kafka_transaction_timeouts_total", app="p") == 0
 
 
@@ -493,3 +496,138 @@ def test_a_user_rule_can_name_the_flink_scheme():
                                  v(PA, 1, start=T0, last=T0 + 5_000, tv=2),
                                  v(CA, 1, start=T0, last=T0 + 5_010, tv=2), v(E, 2, last=T0 + 5_020, tv=2)])
     assert flink_reasons(st, "orders")["startup_abort"] == 1
+
+
+# ------------------------------------------------------------------ every condition of the rules, pinned
+# Each case fails when one condition of its rule in state.py is deleted or its boundary moved
+# (scripts/mutate_tap_rules.py applies those one-line mutations and runs these tests).
+def counts(st, app="p"):
+    view = st.view()
+    return {"timeout": view.fencing.get((app, "timeout"), 0), "new_instance": view.fencing.get((app, "new_instance"), 0),
+            "operator": view.fencing.get((app, "operator"), 0), "reinit": view.reinits.get(app, 0)}
+
+
+NONE = {"timeout": 0, "new_instance": 0, "operator": 0, "reinit": 0}
+
+
+def test_timeout_needs_the_abort_to_follow_ongoing():
+    """TV2: an abort with no partitions (PrepareAbort straight from CompleteCommit) long after
+    the previous transaction: its start is the old one's, long past its timeout; no timeout."""
+    st = new_state()
+    play(st, "p-1", [v(E, 0, last=T0, tv=2), v(ON, 0, start=T0, last=T0, timeout=10_000, tv=2),
+                     v(PC, 1, start=T0, last=T0 + 20, timeout=10_000, tv=2),
+                     v(CC, 1, start=T0, last=T0 + 21, timeout=10_000, tv=2),
+                     v(PA, 2, start=T0 + 200_000, last=T0 + 200_000, timeout=10_000, tv=2, parts=()),
+                     v(CA, 2, start=T0 + 200_000, last=T0 + 200_001, timeout=10_000, tv=2, parts=())])
+    assert counts(st) == NONE
+    assert st.view().timeouts.get("p", 0) == 0
+
+
+def test_timeout_needs_an_epoch_bump():
+    """TV0: the client aborts its own transaction after its deadline, before the coordinator's
+    check: the epoch stays, so it is the client's abort, not the coordinator's timeout."""
+    st = new_state()
+    play(st, "p-1", [v(E, 3, last=T0), v(ON, 3, start=T0, last=T0, timeout=10_000),
+                     v(PA, 3, start=T0, last=T0 + 15_000, timeout=10_000),
+                     v(CA, 3, start=T0, last=T0 + 15_010, timeout=10_000)])
+    assert counts(st) == NONE
+
+
+def test_timeout_needs_the_same_producer_id():
+    st = new_state()
+    play(st, "p-1", [v(E, 3, last=T0), v(ON, 3, start=T0, last=T0, timeout=10_000),
+                     v(PA, 4, pid=2000, start=T0, last=T0 + 15_000, timeout=10_000),
+                     v(CA, 4, pid=2000, start=T0, last=T0 + 15_010, timeout=10_000)])
+    assert counts(st)["timeout"] == 0
+
+
+def test_timeout_needs_a_known_start():
+    st = new_state()
+    play(st, "p-1", [v(E, 3, last=T0), v(ON, 3, start=-1, last=T0, timeout=10_000),
+                     v(PA, 4, start=-1, last=T0 + 15_000, timeout=10_000),
+                     v(CA, 4, start=-1, last=T0 + 15_010, timeout=10_000)])
+    assert counts(st)["timeout"] == 0
+
+
+@pytest.mark.parametrize("after, timeout", [(10_000, False), (10_001, True)])
+def test_timeout_boundary_is_strictly_past_start_plus_timeout(after, timeout):
+    """The coordinator aborts once start + timeout < now: at exactly start + timeout the
+    abort is another's (a fence), one millisecond later it is the timeout."""
+    st = new_state()
+    play(st, "p-1", [v(E, 3, last=T0), v(ON, 3, start=T0, last=T0, timeout=10_000),
+                     v(PA, 4, start=T0, last=T0 + after, timeout=10_000),
+                     v(CA, 4, start=T0, last=T0 + after + 1, timeout=10_000)])
+    assert counts(st)["timeout"] == (1 if timeout else 0)
+
+
+def test_a_restart_with_a_30s_timeout_already_is_no_operator_fence():
+    """A producer whose transaction.timeout.ms is 30 s anyway restarts: a re-init, not the
+    admin client's fence (whose mark is the timeout changing to 30 s)."""
+    st = new_state()
+    play(st, "p-1", [v(E, 0, last=T0, timeout=30_000), v(ON, 0, start=T0, last=T0, timeout=30_000),
+                     v(PC, 0, start=T0, last=T0 + 20, timeout=30_000), v(CC, 0, start=T0, last=T0 + 21, timeout=30_000),
+                     v(E, 1, last=T0 + 5000, timeout=30_000)])
+    assert counts(st) == {**NONE, "reinit": 1}
+
+
+def test_a_new_instance_of_a_30s_producer_cutting_an_open_transaction_is_new_instance():
+    st = new_state()
+    play(st, "p-1", [v(E, 0, last=T0, timeout=30_000), v(ON, 0, start=T0, last=T0, timeout=30_000),
+                     v(PA, 1, start=T0, last=T0 + 700, timeout=30_000, tv=2),
+                     v(CA, 1, start=T0, last=T0 + 701, timeout=30_000, tv=2),
+                     v(E, 2, last=T0 + 800, timeout=30_000, tv=2)])
+    assert counts(st) == {**NONE, "new_instance": 1}
+
+
+def test_an_operator_fence_of_an_idle_id_is_an_operator_fence():
+    st = new_state()
+    play(st, "p-1", [v(E, 0, last=T0), v(ON, 0, start=T0, last=T0), v(PC, 0, start=T0, last=T0 + 20),
+                     v(CC, 0, start=T0, last=T0 + 21), v(E, 1, last=T0 + 5000, timeout=30_000)])
+    assert counts(st) == {**NONE, "operator": 1}
+
+
+@pytest.mark.parametrize("gap, fence", [(10_000, True), (10_001, False)])
+def test_new_instance_window_after_the_aborts_completion(gap, fence):
+    """The new instance's retry lands within FENCE_RETRY_WINDOW_MS of the abort it caused; a
+    later init is a restart after that abort (under TV2 the client's own abort bumps too)."""
+    st = new_state()
+    play(st, "p-1", [v(E, 0, last=T0, tv=2), v(ON, 0, start=T0, last=T0, tv=2),
+                     v(PA, 1, start=T0, last=T0 + 500, tv=2), v(CA, 1, start=T0, last=T0 + 501, tv=2),
+                     v(E, 2, last=T0 + 501 + gap, tv=2)])
+    assert counts(st) == ({**NONE, "new_instance": 1} if fence else {**NONE, "reinit": 1})
+
+
+def test_new_instance_needs_the_abort_to_have_bumped_the_epoch():
+    """TV0: the client aborts its own transaction (no bump) and a new instance starts at once:
+    nothing was open when it initialised."""
+    st = new_state()
+    play(st, "p-1", [v(E, 3, last=T0), v(ON, 3, start=T0, last=T0), v(PA, 3, start=T0, last=T0 + 200),
+                     v(CA, 3, start=T0, last=T0 + 210), v(E, 4, last=T0 + 300)])
+    assert counts(st) == {**NONE, "reinit": 1}
+
+
+def test_an_empty_abort_after_a_fence_does_not_carry_the_fence_over():
+    """TV2: a fence's abort, then an abort with no partitions (not after Ongoing), then an init:
+    the init came after that second abort, which cut nothing off."""
+    st = new_state()
+    play(st, "p-1", [v(E, 0, last=T0, tv=2), v(ON, 0, start=T0, last=T0, tv=2),
+                     v(PA, 1, start=T0, last=T0 + 500, tv=2), v(CA, 1, start=T0, last=T0 + 501, tv=2),
+                     v(PA, 2, start=T0 + 600, last=T0 + 600, tv=2, parts=()),
+                     v(CA, 2, start=T0 + 600, last=T0 + 601, tv=2, parts=()),
+                     v(E, 3, last=T0 + 700, tv=2)])
+    assert counts(st) == {**NONE, "reinit": 1}
+
+
+def test_an_empty_with_the_same_producer_and_epoch_is_no_init():
+    st = new_state()
+    play(st, "p-1", [v(E, 0, last=T0), v(ON, 0, start=T0, last=T0), v(PC, 0, start=T0, last=T0 + 20),
+                     v(CC, 0, start=T0, last=T0 + 21), v(E, 0, last=T0 + 500)])
+    assert counts(st) == NONE
+
+
+def test_a_new_producer_id_at_the_same_epoch_is_an_init():
+    """An InitProducerId whose epoch ran out gets a new producer id at epoch 0."""
+    st = new_state()
+    play(st, "p-1", [v(E, 0, last=T0), v(ON, 0, start=T0, last=T0), v(PC, 0, start=T0, last=T0 + 20),
+                     v(CC, 0, start=T0, last=T0 + 21), v(E, 0, pid=2000, last=T0 + 500)])
+    assert counts(st) == {**NONE, "reinit": 1}

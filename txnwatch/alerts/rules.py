@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 
 from txnwatch.alerts.config import QUANTILES, AlertConfig
+from txnwatch.apps import CANARY_APP
 from txnwatch.dashboards import ids
 from txnwatch.dashboards.ids import DashboardRef
 from txnwatch.spark_listener.trigger import LONG_BATCH_MODES
@@ -189,10 +190,13 @@ def transaction_alerts(cfg: AlertConfig) -> list[Alert]:
         "{{ end }}",
         P, "hanging_table"))
 
+    # The canary's transactions run with a timeout of one interval by design (its own alerts
+    # say when its rounds fail): its headroom is always short and pages nobody.
+    not_canary = f'app!="{CANARY_APP}"'
     out.append(Alert(
         "KafkaTransactionTimeoutHeadroomLow", _expr(f"""
             min by (cluster, app, transactional_id) (
-              min_over_time(kafka_transaction_timeout_headroom_seconds{sel(c)}[{cfg.headroom_window}])
+              min_over_time(kafka_transaction_timeout_headroom_seconds{sel(c, not_canary)}[{cfg.headroom_window}])
             ) < {_num(cfg.headroom_low_seconds)}
             or
             min by (app, transactional_id) (
@@ -222,15 +226,16 @@ def transaction_alerts(cfg: AlertConfig) -> list[Alert]:
 
     min_tx = _num(cfg.abort_ratio_min_transactions)
     ratio = _num(cfg.abort_ratio)
+    # (not_canary: its aborts are planned, abort_every)
     out.append(Alert(
         "KafkaTransactionAbortRatioHigh", _expr(f"""
             (
-              cluster_app:kafka_transactions_abort_ratio:rate5m > {ratio}
+              cluster_app:kafka_transactions_abort_ratio:rate5m{{{not_canary}}} > {ratio}
               and on (cluster, app) cluster_app:kafka_transactions:rate5m * 300 >= {min_tx}
             )
             or
             (
-              app:kafka_producer_transactions_abort_ratio:rate5m > {ratio}
+              app:kafka_producer_transactions_abort_ratio:rate5m{{{not_canary}}} > {ratio}
               and on (app) app:kafka_producer_transactions:rate5m * 300 >= {min_tx}
             )"""),
         cfg.abort_ratio_for, "warning",
@@ -250,8 +255,9 @@ def transaction_alerts(cfg: AlertConfig) -> list[Alert]:
         "Producers of app {{ $labels.app }} are fenced again and again",
         "App {{ $labels.app }} has been fenced at {{ printf \"%.2f\" $value }} per minute "
         "{{ with $labels.reason }}(reason {{ . }}) {{ end }}over every 15m window for "
-        f"{cfg.fencing_for} (threshold {fpm}/min). An occasional fence is normal (a restart, a rebalance); "
-        "a steady rate means zombie instances or transactions timing out.",
+        f"{cfg.fencing_for} (threshold {fpm}/min). Each fence cut an open transaction off (restarts and tasks "
+        "moving between workers take idle ids over and are not counted here); a steady rate means zombie "
+        "instances or transactions timing out.",
         T, "fencing", VAR_CLUSTER + VAR_APP))
 
     q, lat = cfg.commit_latency_quantile, _num(cfg.commit_latency_seconds)
@@ -350,14 +356,16 @@ def partition_alerts(cfg: AlertConfig) -> list[Alert]:
               f"for at least {_num(cfg.blocked_lso_stalled_seconds)}s; {{{{ printf \"%.0f\" $value }}}} "
               "message(s) past its position are held back by an open transaction.",
               P, "blocked_groups"),
+        # Per partition of the log, not per broker count: a single node whose min ISR is capped
+        # at its RF 1 is fine, and three live brokers do not help a partition whose ISR shrank.
         Alert("KafkaTransactionStateLogBelowMinIsr",
-              f"max by (cluster) (kafka_brokers{sel(c)})\n"
-              f"  < max by (cluster) (kafka_transaction_state_log_min_isr{sel(c)})",
+              f"max by (cluster) (kafka_transaction_state_log_partitions_below_min_isr{sel(c)}) > 0",
               cfg.min_isr_for, "critical",
-              "Cluster {{ $labels.cluster }} has fewer brokers than transaction.state.log.min.isr",
-              "Only {{ $value }} live broker(s) on cluster {{ $labels.cluster }}, fewer than "
-              "transaction.state.log.min.isr: the coordinator cannot write __transaction_state, "
-              "initTransactions blocks and commits fail.",
+              "__transaction_state partitions of cluster {{ $labels.cluster }} are below their minimum ISR",
+              "{{ $value }} __transaction_state partition(s) of cluster {{ $labels.cluster }} are offline or have "
+              "fewer in-sync replicas than they need: the coordinator cannot write them, so InitProducerId and "
+              "commits block for every transactional id that hashes to them. The page and txnwatch check "
+              "name the partitions.",
               P, "brokers_min_isr"),
     ]
 

@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from ..apps import CANARY_APP
 from ..config import CanaryConfig
 from .rounds import CanaryRecord as Record
 from .rounds import PayloadError, RoundBook, decode, is_abort_round, step_deadline
@@ -23,7 +24,6 @@ from .stats import CanaryStats, CanaryView
 
 log = logging.getLogger(__name__)
 
-CANARY_APP = "txnwatch-canary"
 
 
 def transactional_id(cluster: str, instance: str) -> str:

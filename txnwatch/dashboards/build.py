@@ -337,9 +337,10 @@ def transactions() -> list[P]:
             "{{cluster}}/{{app}} expired ids")],
           thresholds=steps(GREEN, (1, RED)), w=8),
         P("fencing", "Fencing events",
-          "Producers fenced per minute by reason: new_instance (another InitProducerId for the same "
-          "transactional.id: a restart or a second instance), timeout (the coordinator aborted it) or operator "
-          "(kafka-transactions.sh forceTerminateTransaction), and fencing errors seen by producers. "
+          "Open transactions cut off per minute by reason: new_instance (another instance's InitProducerId "
+          "aborted the open transaction of the id: a zombie), timeout (the coordinator aborted it), operator "
+          "(kafka-transactions.sh forceTerminateTransaction) or startup_abort (a Flink sink's start-up), and "
+          "fencing errors seen by producers. Idle ids taken over are re-initialisations, not fences. "
           f"The alert fires on more than {CFG.fencing_per_minute:g}/min sustained for {CFG.fencing_for}.", "cpm",
           [(f"sum by (cluster, app, reason) (rate(kafka_transaction_fencing_events_total{CA}[{RI}])) * 60",
             "{{cluster}}/{{app}} {{reason}}"),
@@ -347,6 +348,14 @@ def transactions() -> list[P]:
             f"{s(A, TID, FENCED)}[{RI}])) * 60",
             "{{transactional_id}} (client)")],
           thresholds=steps(GREEN, (CFG.fencing_per_minute, RED)), threshold_style="line", w=8),
+        P("reinits", "Re-initialisations (restart churn)",
+          "InitProducerIds per minute that took an idle transactional id over: restarts, tasks moved to "
+          "another worker or executor (the Spark sink), a pool's re-init (Flink). Churn, not a fault: "
+          "nothing is paged on it; a new instance that cuts an open transaction off is a fence (new_instance).",
+          "cpm",
+          [(f"sum by (cluster, app) (rate(kafka_transactional_id_reinitializations_total{CA}[{RI}])) * 60",
+            "{{cluster}}/{{app}}")],
+          thresholds=steps(GREEN), w=8),
         P("producer_errors", "Producer transaction errors",
           "Transaction errors of instrumented producers by librdkafka error name (PRODUCER_FENCED, "
           "INVALID_PRODUCER_EPOCH, INVALID_TRANSACTION_TIMEOUT, ...).", "short",
@@ -468,12 +477,15 @@ def partitions() -> list[P]:
           [(f"sum by (cluster, group, topic) (deriv(kafka_consumergroup_committed_offset{s(C, GROUP, TOPIC)}[{RI}]))",
             "{{group}} {{topic}}")],
           thresholds=steps(GREEN)),
-        P("brokers_min_isr", "Brokers vs transaction.state.log.min.isr",
-          "Live brokers against transaction.state.log.min.isr and replication factor. Fewer live brokers than "
-          "min ISR blocks initTransactions and commits.", "short",
-          [(f"max by (cluster) (kafka_brokers{s(C)})", "brokers {{cluster}}"),
-           (f"max by (cluster) (kafka_transaction_state_log_min_isr{s(C)})", "min ISR {{cluster}}"),
-           (f"max by (cluster) (kafka_transaction_state_log_replication_factor{s(C)})", "RF {{cluster}}")],
+        P("brokers_min_isr", "Transaction log ISR vs its minimum",
+          "The smallest ISR among __transaction_state's partitions, the ISR they need (min.insync.replicas, "
+          "capped at the replica count), the partitions below it (each blocks "
+          "InitProducerId and commits of the transactional ids that hash to it) and the live brokers.", "short",
+          [(f"min by (cluster) (kafka_transaction_state_log_partition_isr_replicas{s(C)})", "smallest ISR {{cluster}}"),
+           (f"max by (cluster) (kafka_transaction_state_log_partition_min_isr_replicas{s(C)})", "min ISR {{cluster}}"),
+           (f"max by (cluster) (kafka_transaction_state_log_partitions_below_min_isr{s(C)})",
+            "partitions below {{cluster}}"),
+           (f"max by (cluster) (kafka_brokers{s(C)})", "brokers {{cluster}}")],
           thresholds=steps(GREEN)),
         P("hwm_rate", "Write rate (HWM growth), top 20",
           "Offsets appended per second per partition. An LSO stalled while this is above 0 means new data is "

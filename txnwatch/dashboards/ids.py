@@ -44,7 +44,7 @@ PANEL_IDS: dict[str, dict[str, int]] = {
         "outcomes": 7, "abort_ratio": 8, "client_outcomes_by_id": 9, "timeouts": 10,
         "fencing": 11, "producer_errors": 12, "open": 13, "headroom": 14, "client_headroom": 15,
         "timeout_vs_cap": 16, "expiration_headroom": 17, "transactional_ids": 18,
-        "epoch_bumps": 19, "broker_configs": 20, "two_phase": 21,
+        "epoch_bumps": 19, "broker_configs": 20, "two_phase": 21, "reinits": 22,
     },
     PARTITIONS.uid: {
         "hanging_table": 1, "lso_lag": 2, "lso_stalled": 3, "group_lag": 4, "blocked_groups": 5,

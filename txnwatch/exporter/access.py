@@ -35,9 +35,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from .kafka.errors import principal_of
-from .model import Finding
+from .model import TRANSACTION_STATE_TOPIC, Finding
 
-TRANSACTION_STATE_TOPIC = "__transaction_state"
 MAX_NAMED = 5   # ids/topics named in one finding
 
 

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 TP = tuple[str, int]
+TRANSACTION_STATE_TOPIC = "__transaction_state"
 OPEN_STATES = frozenset({"Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence"})
 # KIP-939 two-phase commit: a producer with transaction.two.phase.commit.enable gets this
 # transaction timeout (Integer.MAX_VALUE) from the coordinator, which then never aborts its
@@ -93,6 +94,36 @@ class ClusterFacts:
     transaction_state_log_replication_factor: int | None = None
     topic_retention_ms: Mapping[str, int] = field(default_factory=dict)
     configs_from_broker: bool = False   # False: DescribeConfigs gave no values
+    # min.insync.replicas of the __transaction_state topic itself (set from the broker's
+    # transaction.state.log.min.isr when the topic was created; an operator may alter it)
+    transaction_state_min_insync_replicas: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionReplicas:
+    """A partition's leader, replicas and ISR as the cluster metadata shows them."""
+
+    topic: str
+    partition: int
+    leader: int                  # -1: no leader (offline)
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+    @property
+    def offline(self) -> bool:
+        return self.leader < 0
+
+
+@dataclass(frozen=True)
+class ClusterMetadata:
+    """What one metadata request says about the cluster, as plain values."""
+
+    brokers: tuple[int, ...]                      # live broker ids
+    topics: Mapping[str, int]                     # selected topics -> partition count
+    txn_log: tuple[PartitionReplicas, ...] = ()   # __transaction_state's partitions (none before the first producer)
+    # partitions of the selected topics that are offline or under-replicated (the rest are
+    # healthy and not kept, so a poll of a big cluster builds nothing per partition here)
+    degraded: tuple[PartitionReplicas, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -122,6 +153,11 @@ class ClusterSnapshot:
     # where the broker has no group types (ListGroups < v5) or KIP-664's client is unusable
     group_types: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     features: Mapping[str, int] = field(default_factory=dict)   # finalized feature -> level
+    txn_log: tuple[PartitionReplicas, ...] = ()    # __transaction_state's partitions (empty: none yet)
+    degraded: tuple[PartitionReplicas, ...] = ()   # selected partitions offline or under-replicated
+    unavailable: Mapping[TP, str] = field(default_factory=dict)   # partition -> why its offsets are old
+    missing_brokers: Mapping[int, int] = field(default_factory=dict)   # absent broker -> partitions it replicates
+    groups_unavailable: Mapping[str, str] = field(default_factory=dict)   # group -> why its offsets are old
 
 
 # ------------------------------------------------------------------ KIP-664 answers, as plain values

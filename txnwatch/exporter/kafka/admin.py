@@ -25,7 +25,13 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec
 
-from ..model import ClusterFacts, PartitionOffsets
+from ..model import (
+    TRANSACTION_STATE_TOPIC,
+    ClusterFacts,
+    ClusterMetadata,
+    PartitionOffsets,
+    PartitionReplicas,
+)
 from .errors import (
     AUTHENTICATION,
     BatchedUnsupported,
@@ -74,6 +80,7 @@ class KafkaIO:
         self._group_failure_causes: frozenset[str] = frozenset()
         self.offset_fetch_batched: bool | None = None   # capability; None until tried
         self.group_offsets_report = None            # FetchReport of the last batched fetch
+        self.groups_left_out: dict[str, str] = {}   # group -> cause, of the last group_offsets call
         # Called with "group_offsets_<cause>" once per poll and cause when groups were left out
         # (the others answered); the poller can point it at HealthTracker.count_error.
         self.count_error: Callable[[str], None] | None = None
@@ -113,12 +120,25 @@ class KafkaIO:
             except TimeoutError:
                 raise PollError("timeout", self._timed_out()) from None
 
+    def _wait_answered(self, futures: list[Future], deadline: float) -> None:
+        """Until every future is done or `deadline` passes (those still pending then count
+        as timed out, by _failure); never raises."""
+        for f in futures:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            try:
+                f.exception(timeout=left)
+            except TimeoutError:
+                return
+
     def _timed_out(self) -> str:
         # worded like librdkafka's own timeouts ("Local: Timed out"), so every timeout reads alike
         return f"Timed out: the poll did not finish within poll_timeout_seconds ({self.timeout:g}s)"
 
-    def metadata(self, topic_filter: Callable[[str], bool]) -> tuple[int, dict[str, int], list[int]]:
-        """(broker count, {topic: partition count} of selected topics, broker ids)."""
+    def metadata(self, topic_filter: Callable[[str], bool]) -> ClusterMetadata:
+        """Live brokers, the selected topics' partition counts, __transaction_state's
+        partitions, and the selected partitions that are offline or under-replicated."""
         try:
             md = self.admin.list_topics(timeout=self.timeout)
         except KafkaException as exc:
@@ -126,18 +146,33 @@ class KafkaIO:
         self.admin.poll(0)
         self._connect_errors.clear()   # connected: older connect errors are history
         self._broker_ids = set(md.brokers)
-        topics = {name: len(t.partitions) for name, t in md.topics.items()
-                  if t.error is None and topic_filter(name)}
-        return len(md.brokers), topics, sorted(md.brokers)
+        topics: dict[str, int] = {}
+        degraded: list[PartitionReplicas] = []
+        for name, t in md.topics.items():
+            if t.error is not None or not topic_filter(name):
+                continue
+            topics[name] = len(t.partitions)
+            for p in t.partitions.values():
+                if p.leader < 0 or len(p.isrs) < len(p.replicas):
+                    degraded.append(_replicas(name, p))
+        log_topic = md.topics.get(TRANSACTION_STATE_TOPIC)
+        txn_log = () if log_topic is None or log_topic.error is not None else tuple(
+            _replicas(TRANSACTION_STATE_TOPIC, p) for _, p in sorted(log_topic.partitions.items()))
+        return ClusterMetadata(tuple(sorted(md.brokers)), topics, txn_log, tuple(degraded))
 
-    def offsets(self, topics: dict[str, int],
-                owns: Callable[[str, int], bool] | None = None) -> list[PartitionOffsets]:
-        """HWM and LSO for every partition (those `owns` accepts): two batched ListOffsets calls."""
+    def offsets(self, topics: dict[str, int], owns: Callable[[str, int], bool] | None = None,
+                skip: Iterable[tuple[str, int]] = ()) -> tuple[list[PartitionOffsets], dict[tuple[str, int], str]]:
+        """HWM and LSO for every partition (those `owns` accepts, but `skip`: offline ones) by
+        two batched ListOffsets calls, and {partition: cause} for those left without an answer
+        (a leader that failed or did not answer in time): one partition never costs the others
+        theirs. Raises only when no partition at all was answered."""
+        skip = set(skip)
         if not topics:
-            return []
-        tps = [TopicPartition(t, p) for t, n in topics.items() for p in range(n) if owns is None or owns(t, p)]
+            return [], {}
+        tps = [TopicPartition(t, p) for t, n in topics.items() for p in range(n)
+               if (owns is None or owns(t, p)) and (t, p) not in skip]
         if not tps:
-            return []
+            return [], {}
         deadline = time.monotonic() + self.timeout
         results: dict = {IsolationLevel.READ_UNCOMMITTED: {}, IsolationLevel.READ_COMMITTED: {}}
         latest = OffsetSpec.latest()
@@ -148,15 +183,25 @@ class KafkaIO:
             for iso in (IsolationLevel.READ_UNCOMMITTED, IsolationLevel.READ_COMMITTED):
                 results[iso].update(self.admin.list_offsets(chunk, isolation_level=iso,
                                                             request_timeout=self.timeout))
-        out = []
         hwm_f, lso_f = results[IsolationLevel.READ_UNCOMMITTED], results[IsolationLevel.READ_COMMITTED]
-        self._wait(list(hwm_f.values()) + list(lso_f.values()), deadline)
-        lso_by = {(tp.topic, tp.partition): f.result().offset for tp, f in lso_f.items()}
+        self._wait_answered(list(hwm_f.values()) + list(lso_f.values()), deadline)
+        out, failed = [], {}
+        first_error: BaseException | None = None
+        lso_by = {(tp.topic, tp.partition): f for tp, f in lso_f.items()}
         for tp, f in hwm_f.items():
+            key = (tp.topic, tp.partition)
+            lf = lso_by.get(key)
+            exc = _failure(f) or (_failure(lf) if lf is not None else None)
+            if exc is not None:
+                failed[key] = classify(exc)
+                first_error = first_error or exc
+                continue
             hwm = f.result().offset
-            lso = lso_by.get((tp.topic, tp.partition), hwm)
+            lso = lf.result().offset if lf is not None else hwm
             out.append(PartitionOffsets(tp.topic, tp.partition, hwm, min(lso, hwm) if lso >= 0 else hwm))
-        return out
+        if not out and first_error is not None:
+            raise first_error
+        return out, failed
 
     @property
     def capabilities(self) -> dict[str, bool]:
@@ -264,6 +309,7 @@ class KafkaIO:
 
     def _report_group_failures(self, failed: dict[str, str]) -> None:
         """Groups left out of this poll (their cause), while the others answered."""
+        self.groups_left_out = dict(failed)
         causes = Counter(failed.values())
         if frozenset(causes) != self._group_failure_causes and causes:
             log.warning("committed offsets: %d of the consumer groups left out of this poll (%s), e.g. %s",
@@ -274,9 +320,11 @@ class KafkaIO:
             for cause in sorted(causes):
                 self.count_error("group_offsets_" + cause)
 
-    def configs(self, broker_ids: list[int], topics: Iterable[str]) -> ClusterFacts:
-        """Broker configs that matter to transactions and topic retention.ms, where the broker
-        returns values (some brokers and proxies return none)."""
+    def configs(self, broker_ids: Iterable[int], topics: Iterable[str], txn_log: bool = False) -> ClusterFacts:
+        """Broker configs that matter to transactions, topic retention.ms and (with `txn_log`)
+        __transaction_state's own min.insync.replicas, where the broker returns values (some
+        brokers and proxies return none)."""
+        broker_ids = list(broker_ids)
         deadline = time.monotonic() + self.timeout
         values: dict[str, int] = {}
         if broker_ids:
@@ -291,7 +339,9 @@ class KafkaIO:
                         except ValueError:
                             log.warning("broker config %s has a non-integer value %r", name, entry.value)
         retention: dict[str, int] = {}
-        topic_list = list(topics)
+        log_min_isr: int | None = None
+        selected = set(topics)
+        topic_list = sorted(selected | ({TRANSACTION_STATE_TOPIC} if txn_log else set()))
         if topic_list:
             fs = self.admin.describe_configs([ConfigResource("TOPIC", t) for t in topic_list],
                                              request_timeout=self.timeout)
@@ -299,13 +349,20 @@ class KafkaIO:
             for res, f in fs.items():
                 if f.exception() is not None:
                     continue   # one refused topic (ACLs) costs its retention only, not the broker values
+                if res.name == TRANSACTION_STATE_TOPIC and txn_log:
+                    entry = f.result().get("min.insync.replicas")
+                    if entry is not None and str(entry.value or "").isdigit():
+                        log_min_isr = int(entry.value)
+                if res.name not in selected:
+                    continue
                 entry = f.result().get("retention.ms")
                 if entry is not None and entry.value not in (None, ""):
                     try:
                         retention[res.name] = int(entry.value)
                     except ValueError:
                         pass
-        return ClusterFacts(topic_retention_ms=retention, configs_from_broker=bool(values), **values)
+        return ClusterFacts(topic_retention_ms=retention, configs_from_broker=bool(values),
+                            transaction_state_min_insync_replicas=log_min_isr, **values)
 
     def topic_operations(self, topic: str) -> tuple[frozenset[str] | None, str | None]:
         """(operations the principal may perform on `topic`, None) from DescribeTopics with
@@ -374,3 +431,14 @@ class KafkaIO:
         if self._groups_batched is not None:
             self._groups_batched.transport.close()
             self._groups_batched = None
+
+
+def _replicas(topic: str, p) -> PartitionReplicas:
+    return PartitionReplicas(topic, p.id, p.leader, tuple(p.replicas), tuple(p.isrs))
+
+
+def _failure(f: Future) -> BaseException | None:
+    """Why a future gave no answer: its exception, a timeout when still pending, else None."""
+    if not f.done():
+        return PollError("timeout", "no answer within poll_timeout_seconds")
+    return f.exception()

@@ -17,12 +17,14 @@ from ..model import (
     HangingTransaction,
     OpenTransaction,
     PartitionOffsets,
+    PartitionReplicas,
     PartitionState,
     TxnDescription,
     is_two_phase,
 )
 
 LATE_TRANSACTION_SLACK_MS = 5 * 60 * 1000   # Kafka's own slack for "late" transactions
+MAX_NAMED_PARTITIONS = 5                     # partitions (and ids) named in one finding
 
 
 def partition_states(offsets: Iterable[PartitionOffsets], previous: Mapping[TP, PartitionState],
@@ -188,6 +190,84 @@ def epoch_bumps(previous: Mapping[str, tuple[int, int]], current: Iterable[TxnDe
     return bumped
 
 
+# ------------------------------------------------------------------ the transaction log's ISR
+def effective_min_isr(min_insync_replicas: int, replication_factor: int) -> int:
+    """The ISR a __transaction_state partition needs for the coordinator's writes (acks=all):
+    min.insync.replicas capped at the partition's replica count, as the leader's append check
+    reads it (Kafka's Partition.effectiveMinIsr; a single 3.9 or 4.x node with min ISR 2 and
+    RF 1 commits transactions: tests/integration/test_poller.py)."""
+    return min(min_insync_replicas, replication_factor) if replication_factor > 0 else min_insync_replicas
+
+
+def txn_log_min_isr(facts: ClusterFacts) -> int | None:
+    """__transaction_state's min.insync.replicas: the topic's own, else the broker default it
+    was created with (transaction.state.log.min.isr); None when neither is known."""
+    if facts.transaction_state_min_insync_replicas is not None:
+        return facts.transaction_state_min_insync_replicas
+    return facts.transaction_state_log_min_isr
+
+
+def txn_log_below_min_isr(parts: Iterable[PartitionReplicas],
+                          min_isr: int | None) -> list[tuple[PartitionReplicas, int]]:
+    """(partition, its effective minimum ISR) for every __transaction_state partition that
+    cannot take the coordinator's writes: no leader, or an ISR below its effective minimum.
+    Every InitProducerId and EndTxn of the transactional ids that hash to it blocks."""
+    out = []
+    for p in parts:
+        need = effective_min_isr(min_isr, len(p.replicas)) if min_isr is not None else 1
+        if p.leader < 0 or len(p.isr) < need:
+            out.append((p, need))
+    return out
+
+
+def missing_brokers(parts: Iterable[PartitionReplicas], live: Iterable[int]) -> dict[int, int]:
+    """{broker id: partitions listing it as a replica} for brokers absent from the cluster
+    metadata (a broker that is down), from the partitions the metadata showed degraded."""
+    live = set(live)
+    out: dict[int, int] = {}
+    for p in parts:
+        for r in p.replicas:
+            if r not in live:
+                out[r] = out.get(r, 0) + 1
+    return out
+
+
+def with_unavailable(partitions: Mapping[TP, PartitionState], previous: Mapping[TP, PartitionState],
+                     unavailable: Iterable[TP]) -> dict[TP, PartitionState]:
+    """This poll's partitions, plus the last known state of those it could not read (an
+    offline partition, a leader that did not answer): never lost, served as of when read."""
+    out = dict(partitions)
+    for tp in unavailable:
+        if tp not in out and tp in previous:
+            out[tp] = previous[tp]
+    return out
+
+
+def with_groups_unavailable(groups: list[GroupLag], previous: Iterable[GroupLag],
+                            unavailable: Mapping[str, str]) -> list[GroupLag]:
+    """This poll's group lags, plus the last known ones of groups whose coordinator did not
+    answer (left out of this poll): never lost, served as of when read."""
+    if not unavailable:
+        return groups
+    return groups + [g for g in previous if g.group in unavailable]
+
+
+def java_string_hash(s: str) -> int:
+    """Java's String.hashCode (UTF-16 code units, 32-bit overflow)."""
+    data = s.encode("utf-16-be")
+    h = 0
+    for i in range(0, len(data), 2):
+        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def txn_log_partition_of(transactional_id: str, partitions: int) -> int:
+    """The __transaction_state partition (and so the coordinator) of a transactional id, as
+    the broker computes it: Utils.abs(transactionalId.hashCode) % partitions."""
+    h = java_string_hash(transactional_id)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
 # ------------------------------------------------------------------ config risks
 def abort_command(h: HangingTransaction, bootstrap: str = "<bootstrap>", secured: bool = False) -> str:
     """The runbook's command that ends a hanging transaction (writes the abort marker). On a
@@ -202,14 +282,47 @@ def config_findings(facts: ClusterFacts, open_txns: Iterable[OpenTransaction] | 
                     partitions: Mapping[TP, PartitionState],
                     groups: Iterable[GroupLag], stall_warning_seconds: float,
                     bootstrap: str = "<bootstrap>", secured: bool = False,
-                    two_phase_max_age_seconds: float = 3600.0) -> list[Finding]:
+                    two_phase_max_age_seconds: float = 3600.0, txn_log: Iterable[PartitionReplicas] = (),
+                    unavailable: Mapping[TP, str] | None = None,
+                    missing: Mapping[int, int] | None = None,
+                    groups_unavailable: Mapping[str, str] | None = None) -> list[Finding]:
     """Findings a person should act on, most severe first."""
+    txn_log = tuple(txn_log)
+    blocked_parts = {p.partition for p, _ in txn_log_below_min_isr(txn_log, txn_log_min_isr(facts))}
+    blocked_ids = sorted(t.transactional_id for t in open_txns or ()
+                         if txn_log and txn_log_partition_of(t.transactional_id, len(txn_log)) in blocked_parts)
     out: list[Finding] = []
-    if facts.brokers is not None and facts.transaction_state_log_min_isr is not None and \
-            facts.brokers < facts.transaction_state_log_min_isr:
+    below = txn_log_below_min_isr(txn_log, txn_log_min_isr(facts))
+    if below:
+        named = ", ".join(f"{p.partition} ({'offline' if p.leader < 0 else f'ISR {len(p.isr)} < {need}'})"
+                          for p, need in below[:MAX_NAMED_PARTITIONS])
+        more = f" and {len(below) - MAX_NAMED_PARTITIONS} more" if len(below) > MAX_NAMED_PARTITIONS else ""
+        ids = f"; open transactions affected: {', '.join(blocked_ids[:MAX_NAMED_PARTITIONS])}" if blocked_ids else ""
         out.append(Finding("critical", "min_isr",
-                           f"{facts.brokers} live broker(s) < transaction.state.log.min.isr="
-                           f"{facts.transaction_state_log_min_isr}: initTransactions and commits will block"))
+                           f"{len(below)} of {len(txn_log)} __transaction_state partition(s) below their minimum "
+                           f"ISR: {named}{more}. InitProducerId and EndTxn block for every transactional id "
+                           f"that hashes to them (abs(id.hashCode()) % {len(txn_log)}){ids}"))
+    if missing:
+        out.append(Finding("critical", "broker_missing",
+                           f"broker(s) {', '.join(str(b) for b in sorted(missing))} absent from the cluster metadata "
+                           f"while replicas of {sum(missing.values())} partition(s): down or fenced"))
+    if unavailable:
+        by_cause: dict[str, list[str]] = {}
+        for (t, p), cause in sorted(unavailable.items()):
+            by_cause.setdefault(cause, []).append(f"{t}-{p}")
+        for cause, tps in sorted(by_cause.items()):
+            what = "offline (no leader)" if cause == "offline" else f"unread ({cause} from its leader)"
+            more = f" and {len(tps) - MAX_NAMED_PARTITIONS} more" if len(tps) > MAX_NAMED_PARTITIONS else ""
+            out.append(Finding("critical" if cause == "offline" else "warning", "partition_unavailable",
+                               f"{len(tps)} partition(s) {what}: {', '.join(tps[:MAX_NAMED_PARTITIONS])}{more}; "
+                               "their series keep the last values read, the others are current"))
+    if groups_unavailable:
+        names = sorted(groups_unavailable)
+        more = f" and {len(names) - MAX_NAMED_PARTITIONS} more" if len(names) > MAX_NAMED_PARTITIONS else ""
+        causes = ", ".join(sorted(set(groups_unavailable.values())))
+        out.append(Finding("warning", "group_unavailable",
+                           f"{len(names)} consumer group(s) not read ({causes}: their coordinator did not answer): "
+                           f"{', '.join(names[:MAX_NAMED_PARTITIONS])}{more}; their lags are as last read"))
     for h in hanging:
         age = f"{h.age_seconds:.0f}s" if h.age_seconds is not None else "unknown age"
         who = f" transactional id {h.transactional_id}" if h.transactional_id else ""

@@ -52,6 +52,7 @@ class ClusterPoller:
         self.polls = 0
         self._facts = ClusterFacts()
         self._prev_partitions: dict = {}
+        self._prev_groups: list = []
         self._lso_ts: dict[tuple[str, int, int], float] = {}
         self._prev_epochs: dict[str, tuple[int, int]] = {}
         self._prev_open: set[str] = set()
@@ -70,19 +71,28 @@ class ClusterPoller:
         started = time.monotonic()
         now = self.clock()
         cfg = self.cfg
-        brokers, topics, broker_ids = self.io.metadata(cfg.topics)
+        md = self.io.metadata(cfg.topics)
         owns = self.split.owns_partition if self.split.sharded else None
-        offsets = self.io.offsets(topics, owns)
+        offline = [(p.topic, p.partition) for p in md.degraded if p.offline and (owns is None or owns(p.topic, p.partition))]
+        # one offline partition, or a leader that does not answer, costs its own partitions'
+        # offsets only: they are served as last read, and named
+        offsets, failed = self.io.offsets(md.topics, owns, skip=offline)
+        unavailable = {**dict.fromkeys(offline, "offline"), **failed}
         self._refresh_lso_timestamps(derive.stalled_lsos(offsets), now)
-        partitions = derive.partition_states(offsets, self._prev_partitions, now, self._lso_ts)
+        partitions = derive.with_unavailable(
+            derive.partition_states(offsets, self._prev_partitions, now, self._lso_ts), self._prev_partitions,
+            unavailable)
         committed = self.io.group_offsets(cfg.groups)
         if owns is not None:
             committed = [c for c in committed if owns(c[1], c[2])]
-        groups = derive.group_lags(committed, partitions)
+        # groups whose coordinator did not answer keep their last lags, named as such
+        groups_unavailable = dict(self.io.groups_left_out)
+        groups = derive.with_groups_unavailable(derive.group_lags(committed, partitions), self._prev_groups,
+                                                groups_unavailable)
 
         if self.polls % max(cfg.describe_configs_every, 1) == 0:
             try:
-                self._facts = self.io.configs(broker_ids, topics)
+                self._facts = self.io.configs(md.brokers, md.topics, txn_log=bool(md.txn_log))
                 self.access.observe_configs(None)
             except Exception as exc:  # noqa: BLE001 - configs are optional facts
                 self.access.observe_configs(exc)
@@ -90,9 +100,10 @@ class ClusterPoller:
                 log.info("cluster %s: DescribeConfigs failed (%s); keeping the last values",
                          cfg.name, one_line(exc))
             self._refresh_group_facts()
-        facts = dataclasses.replace(self._facts, brokers=brokers)
+        facts = dataclasses.replace(self._facts, brokers=len(md.brokers))
+        missing = derive.missing_brokers(md.degraded + md.txn_log, md.brokers)
 
-        open_txns, hanging, method = self._transactions(partitions, facts, now)
+        open_txns, hanging, method = self._transactions(partitions, facts, now, unavailable)
         threshold = derive.hanging_threshold_seconds(facts, cfg.hanging_threshold_seconds,
                                                      cfg.default_transaction_max_timeout_ms)
         if method == "lso_stall":
@@ -103,9 +114,12 @@ class ClusterPoller:
                                           bootstrap=cfg.bootstrap_servers,
                                           two_phase_max_age_seconds=cfg.two_phase_commit_max_age_seconds,
                                           secured=cfg.client_properties().get("security.protocol",
-                                                                              "PLAINTEXT").upper() != "PLAINTEXT")
+                                                                              "PLAINTEXT").upper() != "PLAINTEXT",
+                                          txn_log=md.txn_log, unavailable=unavailable,
+                                          missing=missing, groups_unavailable=groups_unavailable)
         findings += self.access.findings(self.polls, cfg.describe_configs_every)
         self._prev_partitions = partitions
+        self._prev_groups = groups
         self.polls += 1
         return ClusterSnapshot(
             cluster=cfg.name, taken_at=self.clock(), poll_seconds=time.monotonic() - started,
@@ -116,7 +130,9 @@ class ClusterPoller:
             capabilities=MappingProxyType({**self._capabilities, **self.txn_api.filter_capabilities(),
                                            **self.io.capabilities}),
             findings=tuple(findings), group_types=MappingProxyType(dict(self._group_types)),
-            features=MappingProxyType(dict(self._features)))
+            features=MappingProxyType(dict(self._features)), txn_log=md.txn_log, degraded=md.degraded,
+            unavailable=MappingProxyType(unavailable), missing_brokers=MappingProxyType(missing),
+            groups_unavailable=MappingProxyType(groups_unavailable))
 
     def _refresh_group_facts(self) -> None:
         """Groups by type and the finalized features, with the broker configs' cadence: share
@@ -145,7 +161,7 @@ class ClusterPoller:
         for k in wanted[:1000]:
             self._lso_ts.setdefault(k, now)  # no record readable: remember first observation
 
-    def _transactions(self, partitions, facts: ClusterFacts, now: float):
+    def _transactions(self, partitions, facts: ClusterFacts, now: float, unavailable=()):
         """KIP-664 open and hanging transactions, or (None, [], 'lso_stall') without them."""
         try:
             if not self._capabilities or self.polls % CAPABILITY_RECHECK_POLLS == 0:
@@ -180,8 +196,9 @@ class ClusterPoller:
                 self._epoch_bumps[app] = self._epoch_bumps.get(app, 0) + 1
             derive.remember_epochs(self._prev_epochs, descriptions.values(), PREV_EPOCHS_LIMIT)
             self._prev_open = open_ids
-            # Only partitions with LSO < HWM can hold a hanging transaction.
-            stalled = sorted(tp for tp, s in partitions.items() if s.stalled_since is not None)
+            # Only partitions with LSO < HWM can hold a hanging transaction (and only those whose
+            # leader answered this poll can be asked about their producers).
+            stalled = sorted(tp for tp, s in partitions.items() if s.stalled_since is not None and tp not in unavailable)
             max_ms = facts.transaction_max_timeout_ms or self.cfg.default_transaction_max_timeout_ms
             producers = self.txn_api.describe_producers(stalled)
             self.access.observe_kip664(listings, producers)

@@ -8,6 +8,7 @@ from collections import defaultdict
 from ...apps import fold_ids
 from ...metrics import FamilyWriter
 from ..model import ClusterSnapshot
+from . import derive
 
 
 def render_snapshot(w: FamilyWriter, snap: ClusterSnapshot, granularity: str, id_cap: int,
@@ -39,6 +40,25 @@ def _render_cluster_facts(w: FamilyWriter, snap: ClusterSnapshot) -> None:
         w.add("kafka_groups", {"cluster": c, "type": group_type}, len(names))
     for feature, level in snap.features.items():
         w.add("kafka_cluster_feature_level", {"cluster": c, "feature": feature}, level)
+    _render_txn_log(w, snap)
+    for broker, n in snap.missing_brokers.items():
+        w.add("kafka_broker_missing_replicas", {"cluster": c, "broker": broker}, n)
+
+
+def _render_txn_log(w: FamilyWriter, snap: ClusterSnapshot) -> None:
+    """__transaction_state's ISR per partition against the minimum its writes need."""
+    if not snap.txn_log:
+        return
+    c = snap.cluster
+    min_isr = derive.txn_log_min_isr(snap.facts)
+    for p in snap.txn_log:
+        lbl = {"cluster": c, "partition": p.partition}
+        w.add("kafka_transaction_state_log_partition_isr_replicas", lbl, len(p.isr))
+        if min_isr is not None:
+            w.add("kafka_transaction_state_log_partition_min_isr_replicas", lbl,
+                  derive.effective_min_isr(min_isr, len(p.replicas)))
+    w.add("kafka_transaction_state_log_partitions_below_min_isr", {"cluster": c},
+          len(derive.txn_log_below_min_isr(snap.txn_log, min_isr)))
 
 
 def _render_partitions_and_transactions(w: FamilyWriter, snap: ClusterSnapshot, granularity: str, id_cap: int,
@@ -57,6 +77,10 @@ def _render_partitions_and_transactions(w: FamilyWriter, snap: ClusterSnapshot, 
             w.add("kafka_partition_lso_lag_messages", lbl, p.lso_lag)
             w.add("kafka_partition_lso_stalled_seconds", lbl, p.stalled_seconds)
             w.add("kafka_transaction_hanging", lbl, hanging.get((topic, part), 0))
+    for (topic, part), cause in snap.unavailable.items():
+        w.add("kafka_partition_unavailable", {"cluster": c, "topic": topic, "partition": part, "cause": cause}, 1)
+    for group, cause in snap.groups_unavailable.items():
+        w.add("kafka_consumergroup_unavailable", {"cluster": c, "group": group, "cause": cause}, 1)
     for g in snap.groups:
         base = {"cluster": c, "group": g.group, "topic": g.topic, "partition": g.partition}
         w.add("kafka_consumergroup_committed_offset", base, g.committed)

@@ -82,7 +82,8 @@ def render_tap(writer: FamilyWriter, cluster: str, view: TapView, now: float | N
         for (app, outcome), h in hists.items():
             writer.histogram(name, {**c, "app": app, "outcome": outcome}, h.counts, h.sum)
 
-    # fencing, timeouts, expirations (zeros for every app with ids, so increase() sees the first)
+    # fencing, re-initialisations, timeouts, expirations (zeros for every app with ids, so
+    # increase() sees the first)
     for app in apps:
         reasons = (TIMEOUT, NEW_INSTANCE, OPERATOR, STARTUP_ABORT) if app in view.reinit_apps else \
             (TIMEOUT, NEW_INSTANCE, OPERATOR)
@@ -92,7 +93,8 @@ def render_tap(writer: FamilyWriter, cluster: str, view: TapView, now: float | N
     for (app, reason), n in view.fencing.items():
         writer.add("kafka_transaction_fencing_events", {**c, "app": app, "reason": reason}, n)
     for name, counts in (("kafka_transaction_timeouts", view.timeouts),
-                         ("kafka_transactional_id_expirations", view.expirations)):
+                         ("kafka_transactional_id_expirations", view.expirations),
+                         ("kafka_transactional_id_reinitializations", view.reinits)):
         for app in apps.difference(counts):
             writer.add(name, {**c, "app": app}, 0)
         for app, n in counts.items():

@@ -39,13 +39,22 @@ Hence the rules, the same on every broker line and client:
   in timeouts. (A client's own abort keeps the epoch under TV0; under TV2 one that comes
   after its deadline but before the coordinator's check counts as a timeout: the
   transaction had timed out.) The broker logs it as "... due to timeout".
-* ``new_instance``: an ``Empty`` for an id the tap already holds, with another epoch or
-  producer id: an InitProducerId after the registration, fencing whoever held the id.
-* ``operator``: such an ``Empty`` whose transaction timeout changed to 30 s, the timeout
-  ``Admin.fenceProducers`` sends (the admin client's request.timeout.ms, which
-  ``forceTerminateTransaction`` leaves at its default): the one mark the log keeps of an
-  operator's fence. A producer restarted with its transaction.timeout.ms changed to
-  exactly 30 s reads the same; one whose timeout already was 30 s is a new_instance.
+* An ``Empty`` for an id the tap already holds, with another epoch or producer id, is an
+  InitProducerId after the registration. What it means depends on what it cut off:
+  * ``new_instance``: it aborted a transaction that was open -- the ``Empty`` follows an
+    epoch-bumping ``PrepareAbort``/``CompleteAbort`` of an ``Ongoing`` transaction within
+    FENCE_RETRY_WINDOW_MS (the coordinator aborts, answers CONCURRENT_TRANSACTIONS, and the
+    new instance's retry lands within its backoff: 0.1 to 0.5 s in the captures). A zombie
+    was cut off mid-transaction: the event an SRE must see (it pages when it persists).
+  * a re-initialisation (``reinits``, not a fence): the id was idle -- a restart, a task
+    moved to another worker or executor, a pool's re-init. Counted apart, as churn. (Under
+    TV2 a client's own abort also bumps the epoch: an instance that aborts and is replaced
+    within the window reads as a fence of that transaction.)
+  * ``operator``: an ``Empty`` whose transaction timeout changed to 30 s, the timeout
+    ``Admin.fenceProducers`` sends (the admin client's request.timeout.ms, which
+    ``forceTerminateTransaction`` leaves at its default): the one mark the log keeps of an
+    operator's fence, open or idle. A producer restarted with its transaction.timeout.ms
+    changed to exactly 30 s reads the same; one whose timeout already was 30 s does not.
 * ``PrepareEpochFence`` (7) and ``Dead`` (6) should never be in the log. A
   PrepareEpochFence after Ongoing is read like a PrepareAbort; Dead like a tombstone.
 * Expiration: the coordinator writes a tombstone (null value) for ids idle (Empty or
@@ -91,7 +100,9 @@ TIMEOUT, NEW_INSTANCE, OPERATOR = "timeout", "new_instance", "operator"
 # A Flink KafkaSink start-up that aborted a transaction its failed run left open (probing or
 # listing): counted instead of new_instance for ids of a re-initialising scheme.
 STARTUP_ABORT = "startup_abort"
-STARTUP_ABORT_WINDOW_MS = 10_000
+# An InitProducerId that aborted an open transaction is retried by its client after the
+# abort completed (CONCURRENT_TRANSACTIONS): its Empty lands this soon after the CompleteAbort.
+FENCE_RETRY_WINDOW_MS = 10_000
 # The transaction timeout Admin.fenceProducers (forceTerminateTransaction) sends: the admin
 # client's default request.timeout.ms.
 FENCE_PRODUCERS_TIMEOUT_MS = 30_000
@@ -131,6 +142,7 @@ class TapView:
     duration: Mapping[tuple[str, str], Histogram] = field(default_factory=dict)
     completion: Mapping[tuple[str, str], Histogram] = field(default_factory=dict)
     fencing: Mapping[tuple[str, str], int] = field(default_factory=dict)       # (app, reason)
+    reinits: Mapping[str, int] = field(default_factory=dict)                   # app -> idle re-inits
     reinit_apps: frozenset[str] = frozenset()   # apps of a re-initialising scheme (Flink's sink)
     timeouts: Mapping[str, int] = field(default_factory=dict)
     expirations: Mapping[str, int] = field(default_factory=dict)
@@ -182,6 +194,7 @@ class TxnLogState:
         self._duration: dict[tuple[str, str], Histogram] = {}
         self._completion: dict[tuple[str, str], Histogram] = {}
         self._fencing: dict[tuple[str, str], int] = {}
+        self._reinits: dict[str, int] = {}
         self._timeouts: dict[str, int] = {}
         self._expirations: dict[str, int] = {}
         self._skipped: dict[str, int] = {}
@@ -195,6 +208,7 @@ class TxnLogState:
         self._duration = {k: h.copy() for k, h in view.duration.items()}
         self._completion = {k: h.copy() for k, h in view.completion.items()}
         self._fencing = dict(view.fencing)
+        self._reinits = dict(view.reinits)
         self._timeouts = dict(view.timeouts)
         self._expirations = dict(view.expirations)
         self._skipped = dict(view.skipped)
@@ -303,31 +317,36 @@ class TxnLogState:
         if reason == TIMEOUT:
             self._timeouts[app] = self._timeouts.get(app, 0) + 1
 
+    def _count_reinit(self, s: int) -> None:
+        app = self._apps[self._app[s]]
+        self._reinits[app] = self._reinits.get(app, 0) + 1
+
     def _derive(self, s: int, prev: int, value: TxnLogValue, status: int) -> None:
         bumped = self._bumped_abort[s]
-        if status != COMPLETE_ABORT:      # kept from the PrepareAbort through its completion
+        if status != COMPLETE_ABORT and status != PREPARE_ABORT:   # kept through the abort's records
             self._bumped_abort[s] = 0
         if status == EMPTY:
             if value.producer_epoch != self._epoch[s] or value.producer_id != self._pid[s]:
                 # an InitProducerId after the registration: someone took the id over
-                if self._app_reinit[self._app[s]]:
-                    # Flink's sink initialises its own ids again by design: only one that
-                    # aborted a transaction left open (the abort completed just before this
-                    # init, in the same request) is worth counting, as a start-up abort
-                    if prev == COMPLETE_ABORT and bumped and \
-                            value.last_update_ms - self._last[s] <= STARTUP_ABORT_WINDOW_MS:
-                        self._count_fence(s, STARTUP_ABORT)
-                    return
-                operator = value.timeout_ms == FENCE_PRODUCERS_TIMEOUT_MS != self._timeout[s]
-                self._count_fence(s, OPERATOR if operator else NEW_INSTANCE)
+                if value.timeout_ms == FENCE_PRODUCERS_TIMEOUT_MS != self._timeout[s]:
+                    self._count_fence(s, OPERATOR)
+                elif bumped and value.last_update_ms - self._last[s] <= FENCE_RETRY_WINDOW_MS:
+                    # it aborted the open transaction of the instance it replaced; Flink's
+                    # sink does so at start-up, by design, for what its failed run left open
+                    self._count_fence(s, STARTUP_ABORT if self._app_reinit[self._app[s]] else NEW_INSTANCE)
+                else:
+                    self._count_reinit(s)
             return
         if status == PREPARE_ABORT or status == PREPARE_EPOCH_FENCE:
             if prev == ONGOING and value.producer_id == self._pid[s] and value.producer_epoch > self._epoch[s]:
                 start, timeout = self._start[s], self._timeout[s]
                 if start >= 0 and start + timeout < value.last_update_ms:
                     self._count_fence(s, TIMEOUT)
+                    self._bumped_abort[s] = 0
                 else:
-                    self._bumped_abort[s] = 1
+                    self._bumped_abort[s] = 1    # a fence's abort, or (TV2) the client's own
+            elif prev != PREPARE_EPOCH_FENCE:    # (a PrepareAbort after PrepareEpochFence keeps its flag)
+                self._bumped_abort[s] = 0
             return
         if status == COMPLETE_COMMIT or status == COMPLETE_ABORT:
             if prev == status and self._start[s] == value.start_ms:
@@ -394,6 +413,7 @@ class TxnLogState:
             duration=MappingProxyType({k: h.copy() for k, h in self._duration.items()}),
             completion=MappingProxyType({k: h.copy() for k, h in self._completion.items()}),
             fencing=_freeze(self._fencing),
+            reinits=_freeze(self._reinits),
             reinit_apps=frozenset(a for i, a in enumerate(self._apps) if self._app_reinit[i]),
             timeouts=_freeze(self._timeouts),
             expirations=_freeze(self._expirations),

@@ -1,0 +1,90 @@
+"""The demo with no fault for a while: what pages a healthy exactly-once estate gets.
+
+    .venv/bin/python bench/bench_healthy_demo.py [--minutes 10] [--rate 200]
+
+Runs `make demo`'s program (`python -m txnwatch_dev.demo --fault-interval 0`): a Kafka
+broker, the reference Spark pipeline (orders-totals: Kafka source, read_committed, through
+the exactly-once sink at a 1 s trigger), the Kafka Streams app and its outbox sink, the
+Flink job, the transactional canary, the exporter with its transaction-log tap, and
+Prometheus with the generated rules at the demo's short `for`s (fencing_for 10 s above
+0.05 fences a minute: stricter than the defaults). Every 30 s and at the end it reads
+Prometheus: every alert that fired (ALERTS), and per app the highest rate of fences the
+fencing alert reads and the tap's counts of fences and re-initialisations. Prints a JSON
+summary; nothing should fire.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from txnwatch_dev.exporter_proc import ExporterProcess
+from txnwatch_dev.net import free_port, wait_for
+from txnwatch_dev.prometheus import PrometheusProcess
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--minutes", type=float, default=10.0)
+    ap.add_argument("--rate", type=int, default=200)
+    args = ap.parse_args()
+    state = Path(tempfile.mkdtemp(prefix="txnwatch-healthy-demo-"))
+    ex_port, prom_port = free_port(), free_port()
+    cmd = [sys.executable, "-m", "txnwatch_dev.demo", "--fault-interval", "0", "--state-dir", str(state),
+           "--exporter-port", str(ex_port), "--prometheus-port", str(prom_port), "--rate", str(args.rate),
+           "--duration", str(args.minutes * 60 + 120)]
+    log = open(state / "demo.out", "wb")
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    exporter = ExporterProcess({"clusters": []}, port=ex_port)
+    prom = PrometheusProcess([], port=prom_port)
+    fired: set[tuple[str, str]] = set()
+    worst: dict[str, float] = {}
+    try:
+        wait_for(lambda: exporter.get("/healthz")[0] == 200 or proc.poll() is not None, 300, what="the demo")
+        wait_for(lambda: (exporter.metrics().get_value("spark_streaming_batch_id") or 0) > 0
+                 or proc.poll() is not None, 300, what="the pipeline's first batch")
+        started = time.monotonic()
+        while time.monotonic() - started < args.minutes * 60 and proc.poll() is None:
+            time.sleep(30)
+            span = int(time.monotonic() - started) + 30
+            for r in prom.query(f'max_over_time(ALERTS{{alertstate="firing"}}[{span}s])'):
+                lbl = r["metric"]
+                fired.add((lbl["alertname"], lbl.get("app") or lbl.get("group") or lbl.get("topic") or ""))
+            for r in prom.query("max by (app, reason) (max_over_time("
+                                f"cluster_app_reason:kafka_transaction_fencing_events:rate15m[{span}s])) * 60"):
+                key = f"{r['metric'].get('app')}/{r['metric'].get('reason')}"
+                worst[key] = max(worst.get(key, 0.0), float(r["value"][1]))
+        m = exporter.metrics()
+        apps = sorted({lbl["app"] for lbl, _ in m.select("kafka_transactions_total")})
+        per_app = {a: {"committed": m.get_value("kafka_transactions_total", app=a, outcome="committed"),
+                       "fences": {lbl["reason"]: v for lbl, v in m.select("kafka_transaction_fencing_events_total",
+                                                                          app=a) if v},
+                       "reinits": m.get_value("kafka_transactional_id_reinitializations_total", app=a)}
+                   for a in apps}
+        summary = {"minutes": round((time.monotonic() - started) / 60, 1), "machine": platform.processor() or
+                   platform.machine(), "cpus": os.cpu_count(), "alerts_fired": sorted(fired),
+                   "max_fences_per_minute_read_by_the_alert": worst, "apps": per_app}
+        print(json.dumps(summary, indent=2, sort_keys=True))
+        return 1 if fired else 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(120)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
