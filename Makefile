@@ -7,9 +7,14 @@ bootstrap:
 # real processes. Exits non-zero on any failure.
 test: bootstrap
 	.venv/bin/ruff check --quiet .
-	.venv/bin/python -m pytest -q tests/unit
+	@# The oldest-PySpark run (a Spark JVM and a broker of its own, mostly waiting on them) goes
+	@# beside the unit tests (pure, CPU only): neither depends on the other's timing.
+	@log=$$(mktemp); echo ".venv-spark-oldest/bin/python -m pytest -q $(OLDEST_SPARK_TESTS) (beside the unit tests)"; \
+	  .venv-spark-oldest/bin/python -m pytest -q $(OLDEST_SPARK_TESTS) > $$log 2>&1 & oldest=$$!; \
+	  echo ".venv/bin/python -m pytest -q tests/unit"; .venv/bin/python -m pytest -q tests/unit; unit=$$?; \
+	  wait $$oldest; spark=$$?; echo "--- oldest PySpark:"; cat $$log; rm -f $$log; \
+	  test $$unit -eq 0 -a $$spark -eq 0
 	.venv/bin/python -m pytest -q --durations=15 tests/integration
-	.venv-spark-oldest/bin/python -m pytest -q $(OLDEST_SPARK_TESTS)
 
 # The Spark tests of the listener's parsing and of the sink, on the oldest PySpark
 # pyproject.toml claims (.venv-spark-oldest, made by bootstrap).

@@ -19,6 +19,10 @@ Rules worth knowing:
   `ttl_seconds=None` disables expiry.
 - Nothing in an event makes `apply` raise: odd values are skipped; internal failures are
   counted in txnwatch_listener_errors_total{stage} and logged once per stage.
+
+Over 600 lines on purpose: one state machine (apply) and its render, whose every series is
+derived from the same per-query records under one lock; cutting it in two would put the
+records' invariants (batches counted once, expiry) on both sides of a module boundary.
 """
 
 from __future__ import annotations
