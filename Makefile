@@ -14,7 +14,7 @@ test: bootstrap
 	  echo ".venv/bin/python -m pytest -q tests/unit"; .venv/bin/python -m pytest -q tests/unit; unit=$$?; \
 	  wait $$oldest; spark=$$?; echo "--- oldest PySpark:"; cat $$log; rm -f $$log; \
 	  test $$unit -eq 0 -a $$spark -eq 0
-	.venv/bin/python -m pytest -q --durations=15 tests/integration
+	@$(MAKE) --no-print-directory integration
 
 # The Spark tests of the listener's parsing and of the sink, on the oldest PySpark
 # pyproject.toml claims (.venv-spark-oldest, made by bootstrap).
@@ -24,8 +24,23 @@ OLDEST_SPARK_TESTS = tests/integration/test_spark_listener.py tests/integration/
 unit: bootstrap
 	.venv/bin/python -m pytest -q tests/unit
 
+# Two workers (pytest-xdist, a module at a time; the
+# compute-heavy modules together on one worker: tests/conftest.py): most integration tests wait on a broker's or
+# Spark's clocks, not on the CPU. Each worker has its own session broker and SparkSession;
+# ports come from one registry of the machine (txnwatch_dev/net.py). The compatibility
+# check reads what both workers recorded, so it runs after them.
+INTEGRATION_WORKERS ?= 2
+
 integration: bootstrap
-	.venv/bin/python -m pytest -q --durations=15 tests/integration
+	@rec=$$(mktemp -d); \
+	  echo ".venv/bin/python -m pytest -q -n $(INTEGRATION_WORKERS) --dist loadgroup tests/integration"; \
+	  TXNWATCH_COMPAT_RECORDS=$$rec .venv/bin/python -m pytest -q -n $(INTEGRATION_WORKERS) --dist loadgroup \
+	    --durations=15 tests/integration; status=$$?; \
+	  if [ $$status -eq 0 ]; then \
+	    echo ".venv/bin/python -m pytest -q tests/integration/test_compatibility.py (what the workers recorded)"; \
+	    TXNWATCH_COMPAT_RECORDS=$$rec .venv/bin/python -m pytest -q tests/integration/test_compatibility.py; \
+	    status=$$?; fi; \
+	  rm -rf $$rec; exit $$status
 
 lint: bootstrap
 	.venv/bin/ruff check .

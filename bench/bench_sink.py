@@ -480,6 +480,10 @@ def main() -> int:
                     help="latency: produce for this long per run, one value per trigger or one for all "
                          "(default max(20, 4 x trigger))")
     ap.add_argument("--input-txn-ms", type=int, default=100, help="latency: input transaction length")
+    ap.add_argument("--remote", default=None, metavar="URL",
+                    help="a Spark Connect session (local[2]: a local Connect server) instead of a classic one; "
+                         "the eos sink forwards its metrics nowhere then (metrics=None), and its stats stay "
+                         "in the server's copy")
     ap.add_argument("--json-out", default=None)
     a = ap.parse_args()
     phases = a.phases.split(",")
@@ -513,7 +517,9 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="bench-sink-"))     # checkpoints
     stamp = int(time.time())                              # unique topic/sink names on a shared broker
     try:
-        spark = spark_session("local[2]", "bench-sink", 2, **{"spark.ui.showConsoleProgress": "false"})
+        spark = spark_session("local[2]", "bench-sink", 2, remote=a.remote,
+                              **{"spark.ui.showConsoleProgress": "false"})
+        print(f"session: {'Spark Connect ' + a.remote if a.remote else 'classic local[2]'}", flush=True)
         # Warm-up (discarded): JVM classes of the Kafka source/sink, Python workers, first connections.
         warm = f"bench-warm-{stamp}"
         create_topics(bootstrap, [warm], partitions=2)

@@ -12,7 +12,7 @@ fi
 stamp=.venv/.txnwatch-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ constraints-dev.txt -nt "$stamp" ]; then
   .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q -e ".[dev,spark,dashboards]" -c constraints-dev.txt
+  .venv/bin/pip install -q -e ".[dev,spark,connect,dashboards]" -c constraints-dev.txt
   .venv/bin/pip install -q --upgrade pyspark -c constraints-dev.txt   # PySpark as pip installs it: the newest
   touch "$stamp"
 fi

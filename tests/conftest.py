@@ -60,24 +60,78 @@ def _start_session_broker():
     return _session_broker
 
 
-def pytest_sessionstart(session):
-    # Written even under -q (a report header is not): the test log names the release and the
-    # session broker's finalized transaction.version first.
-    if any("integration" in str(a) for a in session.config.args):
-        from txnwatch_dev.kafka import transaction_version
+def _parallel_controller(config) -> bool:
+    """The process that hands tests to pytest-xdist's workers (it runs none itself)."""
+    return bool(getattr(config.option, "numprocesses", None)) and not hasattr(config, "workerinput")
 
+
+def _parallel_worker(config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def pytest_configure(config):
+    from tests import compat
+
+    if not _parallel_worker(config) and not os.environ.get(compat.RECORDS_ENV):
+        import tempfile
+
+        os.environ[compat.RECORDS_ENV] = tempfile.mkdtemp(prefix="txnwatch-compat-")
+
+
+def pytest_sessionstart(session):
+    # Written even under -q (a report header is not): the test log names the release first.
+    if any("integration" in str(a) for a in session.config.args) and not _parallel_worker(session.config):
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         line = broker_line()
-        b = _start_session_broker()
-        line += f"\nbroker: session node on {b.bootstrap}: finalized transaction.version " \
-                f"{transaction_version(b.bootstrap)}"
+        if _parallel_controller(session.config):
+            line += f"\nbroker: one session node per worker ({session.config.option.numprocesses} workers)"
         if reporter is not None:
             reporter.write_line(line)
 
 
+def pytest_collection_finish(session):
+    # The session node starts before the first test when any test uses it (under xdist, in
+    # each worker), and the log names its finalized transaction.version.
+    if any("broker" in getattr(item, "fixturenames", ()) for item in session.items):
+        from txnwatch_dev.kafka import transaction_version
+
+        b = _start_session_broker()
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None and not _parallel_worker(session.config):
+            reporter.write_line(f"broker: session node on {b.bootstrap}: finalized transaction.version "
+                                f"{transaction_version(b.bootstrap)}")
+
+
+# Modules whose tests start Spark, Flink or a Kafka Streams app: each takes both cores while
+# it computes. Under xdist they run one after another on one worker (one xdist group, handed
+# out first), while the other worker runs the rest, which mostly waits on brokers' clocks;
+# two of them at once would only slow each other down.
+COMPUTE_HEAVY = frozenset({
+    "test_dashboards_e2e", "test_demo", "test_flink_job", "test_pipeline", "test_sink", "test_spark_faults",
+    "test_spark_connect", "test_spark_kafka", "test_spark_listener", "test_spark_trigger_modes", "test_streams"})
+# (test_spark_connect's local Spark Connect server listens on PySpark's fixed port 15002: in
+# this group no two start at once.)
+HEAVY_GROUP = "spark-flink-streams"
+
+
+@pytest.hookimpl(tryfirst=True)      # before xdist reads the groups
 def pytest_collection_modifyitems(session, config, items):
     """Tests marked run_last (the compatibility tables, which hold the page to what every
-    other test recorded) run after all others, whatever their file names."""
+    other test recorded) run after all others, whatever their file names. Parallel workers
+    cannot order a test after the other worker's: there they are left out, and run after the
+    parallel run in a process of their own with the same TXNWATCH_COMPAT_RECORDS (as
+    `make test` does). Under xdist (--dist loadgroup) a module is one group (its module
+    fixtures start once), and the compute-heavy modules together are one, handed out first."""
+    if _parallel_worker(config):
+        last = [i for i in items if i.get_closest_marker("run_last") is not None]
+        if last:
+            config.hook.pytest_deselected(items=last)
+            items[:] = [i for i in items if i not in last]
+        for item in items:
+            module = item.path.stem
+            item.add_marker(pytest.mark.xdist_group(HEAVY_GROUP if module in COMPUTE_HEAVY else module))
+        items.sort(key=lambda item: item.path.stem not in COMPUTE_HEAVY)   # stable
+        return
     items.sort(key=lambda item: item.get_closest_marker("run_last") is not None)   # stable
 
 

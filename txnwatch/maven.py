@@ -11,6 +11,8 @@ starts.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import re
 import shutil
@@ -43,9 +45,36 @@ def _errors(text: str) -> str:
     return " | ".join(lines[:2])[:1500]
 
 
+@contextlib.contextmanager
+def _one_maven_at_a_time():
+    """Maven's local repository is not safe for concurrent writers: the parallel test workers
+    (and a demo beside them) resolve one after another on this machine."""
+    with open(Path(tempfile.gettempdir()) / "txnwatch-maven.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def store(path: Path, text: str) -> None:
+    """Write a cache file so that a concurrent reader sees the old content or the new, never
+    a part (a temporary file renamed over it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 def classpath(pom_xml: str, args: list[str] = (), *, what: str, timeout: float = 900) -> list[Path]:
     """The runtime classpath of a POM (its text), resolved with strict checksums."""
-    with tempfile.TemporaryDirectory(prefix="txnwatch-mvn-") as tmp:
+    with _one_maven_at_a_time(), tempfile.TemporaryDirectory(prefix="txnwatch-mvn-") as tmp:
         pom = Path(tmp) / "pom.xml"
         pom.write_text(pom_xml)
         out_file = Path(tmp) / "classpath.txt"
@@ -76,8 +105,10 @@ def local_repository() -> Path:
     """Maven's local repository (settings.localRepository; asked of Maven once)."""
     global _LOCAL_REPO
     if _LOCAL_REPO is None:
-        out = subprocess.run([mvn(), "-B", "-q", "help:evaluate", "-Dexpression=settings.localRepository",
-                              "-DforceStdout"], capture_output=True, text=True, timeout=300, cwd=tempfile.gettempdir())
+        with _one_maven_at_a_time():
+            out = subprocess.run([mvn(), "-B", "-q", "help:evaluate", "-Dexpression=settings.localRepository",
+                                  "-DforceStdout"], capture_output=True, text=True, timeout=300,
+                                 cwd=tempfile.gettempdir())
         text = out.stdout.strip().splitlines()[-1:] if out.returncode == 0 else []
         _LOCAL_REPO = Path(text[0]) if text and text[0].startswith("/") else Path.home() / ".m2" / "repository"
     return _LOCAL_REPO

@@ -122,34 +122,59 @@ def executed(progress: dict) -> bool:
     return "addBatch" in (progress.get("durationMs") or {})
 
 
+def _offsets(v: Any) -> Any:
+    """A source offset as an object: Spark gives JSON text (3.x), objects (4.1+) or nothing."""
+    if isinstance(v, str):
+        try:
+            return json.loads(v)
+        except ValueError:
+            return v
+    return v
+
+
+def caught_up(progress: dict) -> bool:
+    """Whether the batch of this progress read every source to the latest offset it knew
+    (a source that does not say its latest offset counts as caught up)."""
+    for src in progress.get("sources") or []:
+        latest = _offsets(src.get("latestOffset"))
+        if latest is not None and _offsets(src.get("endOffset")) != latest:
+            return False
+    return True
+
+
 def run_until_idle(query: Any, idle_seconds: float, timeout: float, poll: float = 0.25) -> str:
-    """Wait until no micro-batch has executed for `idle_seconds` (after at least one),
-    the query stops, or `timeout`. Returns idle|terminated|timeout."""
+    """Wait until the last micro-batch read its sources to their end and none has executed
+    for `idle_seconds` since (after at least one), the query stops, or `timeout`. Returns
+    idle|terminated|timeout. (A quiet spell alone is not idle: a batch slow to start, on a
+    busy machine or a Spark Connect server, would end the run early.)"""
     deadline = time.monotonic() + timeout
     last_id, last_change = None, time.monotonic()
     while time.monotonic() < deadline:
         if not query.isActive:
             return "terminated"
-        ids = [p.get("batchId") for p in query.recentProgress if executed(p)]
-        current = ids[-1] if ids else None
+        batches = [p for p in query.recentProgress if executed(p)]
+        current = batches[-1].get("batchId") if batches else None
         if current != last_id:
             last_id, last_change = current, time.monotonic()
         elif current is not None and time.monotonic() - last_change >= idle_seconds \
-                and not query.status.get("isTriggerActive", False):
+                and caught_up(batches[-1]) and not query.status.get("isTriggerActive", False):
             return "idle"
         time.sleep(poll)
     return "timeout"
 
 
 def spark_session(master: str, name: str, shuffle_partitions: int, kafka_connector: bool = True,
-                  **conf: str) -> Any:
+                  remote: str | None = None, **conf: str) -> Any:
     """A SparkSession for the pipeline, the tests and the benchmarks, with Spark's Kafka
-    connector on the class path (`kafka_connector`; see txnwatch.spark_connector)."""
+    connector on the class path (`kafka_connector`; see txnwatch.spark_connector).
+    `remote`: a Spark Connect session instead (`sc://host:port`, or `local[N]` for a local
+    Connect server that PySpark starts with these settings)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    builder = (SparkSession.builder.master(master).appName(name)
+    builder = SparkSession.builder.remote(remote) if remote else SparkSession.builder.master(master)
+    builder = (builder.appName(name)
                .config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", str(shuffle_partitions)))
     if kafka_connector:
@@ -162,7 +187,8 @@ def spark_session(master: str, name: str, shuffle_partitions: int, kafka_connect
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    if not remote:    # a Connect session has no SparkContext; its server logs as configured
+        spark.sparkContext.setLogLevel("ERROR")
     return spark
 
 
@@ -200,6 +226,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="the broker's transaction.max.timeout.ms: a number, discover, or none (unknown)")
     p.add_argument("--progress-topic", default=None)
     p.add_argument("--master", default="local[2]")
+    p.add_argument("--remote", default=None, metavar="URL",
+                   help="run on Spark Connect: sc://host:port, or local[N] for a local Connect server "
+                        "(the sink's metrics then need --forward-url: foreachBatch runs in the server)")
     p.add_argument("--shuffle-partitions", type=int, default=2)
     p.add_argument("--metrics-port", type=int, default=None, help="serve /metrics from the driver")
     p.add_argument("--metrics-host", default="0.0.0.0")
@@ -247,7 +276,12 @@ def main(argv: list[str] | None = None) -> int:
         except UnsafeSinkSettings as exc:
             print(f"txnwatch pipeline: {exc}", file=sys.stderr)
             return 2
-    spark = spark_session(a.master, s.name, a.shuffle_partitions)
+    if a.remote and s.sink == "eos" and not a.forward_url:
+        print("txnwatch pipeline: --remote (Spark Connect) runs the sink's foreachBatch in the server's "
+              "Python process: give --forward-url (the exporter) so that its transactions reach Prometheus",
+              file=sys.stderr)
+        return 2
+    spark = spark_session(a.master, s.name, a.shuffle_partitions, remote=a.remote)
     from txnwatch.spark_listener import SparkQueryState, attach, detach
     from txnwatch.spark_listener.serve import render_text
 

@@ -101,8 +101,7 @@ def _from_maven(spark_version: str, scala: str) -> tuple[tuple[Path, ...], str]:
         raise ConnectorNotFound(f"no {artifact} for Spark {base} resolves from Maven Central: {exc}") from None
     shipped = {artifact_name(j) for j in (_spark_jars_dir() or Path("/nonexistent")).glob("*.jar")}
     extra = [j for j in jars if artifact_name(j) not in shipped]
-    stored.parent.mkdir(parents=True, exist_ok=True)
-    stored.write_text(version + "\n" + os.pathsep.join(str(j) for j in extra))
+    maven.store(stored, version + "\n" + os.pathsep.join(str(j) for j in extra))
     return tuple(extra), version
 
 

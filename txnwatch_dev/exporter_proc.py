@@ -62,8 +62,10 @@ class ExporterProcess:
             raise RuntimeError(f"/metrics answered {status}")
         return Metrics(parse_metrics(body))
 
-    def wait_metric(self, predicate, timeout: float = 30, what: str = "metric condition") -> Metrics:
-        """Wait until predicate(metrics) is truthy; returns those metrics."""
+    def wait_metric(self, predicate, timeout: float = 30, what: str = "metric condition",
+                    describe=None) -> Metrics:
+        """Wait until predicate(metrics) is truthy; returns those metrics. `describe()`: what
+        the timeout's message adds (what the exporter showed instead)."""
         box: list[Metrics] = []
 
         def cond():
@@ -73,7 +75,12 @@ class ExporterProcess:
                 return True
             return False
 
-        wait_for(cond, timeout, interval=0.2, what=what)
+        try:
+            wait_for(cond, timeout, interval=0.2, what=what)
+        except TimeoutError as exc:
+            if describe is None:
+                raise
+            raise TimeoutError(f"{exc}; the exporter showed: {describe()}") from None
         return box[0]
 
     def log(self) -> str:

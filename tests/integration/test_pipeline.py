@@ -24,6 +24,7 @@ import sys
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from tests import compat
 from tests.integration.helpers import (
     KEYS,
     WINDOW,
@@ -48,21 +49,6 @@ from txnwatch_dev.workload import create_topics
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 def settings(bootstrap, tmp_path, name, **kw) -> Settings:
     return Settings(bootstrap=bootstrap, input_topic=f"{name}-in", output_topic=f"{name}-out",
                     checkpoint=str(tmp_path / "ckpt"), name=name, num_tasks=2, trigger_seconds=0.5,
@@ -76,10 +62,6 @@ def prepare(broker, unique, tmp_path, **kw):
     create_topics(broker.bootstrap, [s.input_topic, s.output_topic], partitions=2)
     expected = make_input(broker.bootstrap, s.input_topic)
     return s, expected
-
-
-
-
 
 
 # ----------------------------------------------------------------------------- tests
@@ -125,7 +107,7 @@ PARTITIONINGS = pytest.mark.parametrize("partitioning", ["key", "input"])
 
 
 @PARTITIONINGS
-def test_task_failure_mid_transaction_then_restart(spark, broker, unique, tmp_path, partitioning):
+def test_task_failure_mid_transaction_then_restart(spark, broker, unique, tmp_path, partitioning, request):
     """With partitioning="input" the sink writes the aggregation's own shuffle partitions
     (no shuffle of its own): the replay gets the same partitions, so it stays exactly once."""
     s, expected = prepare(broker, unique, tmp_path)
@@ -164,6 +146,11 @@ def test_task_failure_mid_transaction_then_restart(spark, broker, unique, tmp_pa
     assert total(smp, "kafka_producer_transaction_errors_total", transactional_id=tid1,
                  error="_APPLICATION") == 1
     assert total(smp, "kafka_producer_transaction_errors_total", error="PRODUCER_FENCED") == 0
+    import pyspark
+
+    compat.record(request.config, "spark", "classic", "PySpark run", pyspark.__version__)
+    compat.record(request.config, "spark", "classic", "Exactly once through a task failure", "yes")
+    compat.record(request.config, "spark", "classic", "Sink's kafka_producer_*", "from the driver")
 
 
 def run_child(s: Settings, tmp_path, tag: str, *extra: str) -> subprocess.Popen:

@@ -13,6 +13,7 @@ import pyspark
 import pytest
 from flask import Flask, Response
 
+from tests import compat
 from tests.integration.helpers import scrape, stop, value
 from txnwatch.exporter.spark.ingest import make_ingest_blueprint
 from txnwatch.spark_listener import attach, detach
@@ -162,7 +163,7 @@ def test_failing_query_counts_its_error_class(spark, unique):
     assert listener.errors() == {}
 
 
-def test_both_ways_out_export_identical_series(spark, unique, ingest_server):
+def test_both_ways_out_export_identical_series(spark, unique, ingest_server, request):
     name = unique("twoways").replace("-", "_")
     listener = attach(spark, serve_port=0, host="127.0.0.1", forward_url=ingest_server.url, token=TOKEN,
                       forwarder_options={"flush_interval": 0.05})
@@ -187,6 +188,8 @@ def test_both_ways_out_export_identical_series(spark, unique, ingest_server):
     assert value(driver, "spark_streaming_state_rows", name, operator="stateStoreSave") is not None
     assert driver == exporter
     assert ingest_server.state.errors() == {}
+    compat.record(request.config, "spark", "classic", "Listener's spark_streaming_*",
+                  "served and forwarded from the driver")
 
 
 def test_exporter_down_never_hurts_the_query(spark, unique):

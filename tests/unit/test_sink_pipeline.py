@@ -43,3 +43,24 @@ def test_executed_batches():
     assert pipeline.executed({"durationMs": {"addBatch": 3}})
     assert not pipeline.executed({"durationMs": {"latestOffset": 1}})
     assert not pipeline.executed({})
+
+
+def test_caught_up_compares_each_source_end_with_its_latest_offset():
+    text = '{"in": {"0": 200, "1": 180}}'
+    assert pipeline.caught_up({"sources": [{"endOffset": text, "latestOffset": text}]})      # 3.x: JSON text
+    assert pipeline.caught_up({"sources": [{"endOffset": {"in": {"0": 5}}, "latestOffset": {"in": {"0": 5}}}]})
+    assert not pipeline.caught_up({"sources": [{"endOffset": text, "latestOffset": '{"in": {"0": 400, "1": 180}}'}]})
+    assert not pipeline.caught_up({"sources": [{"endOffset": {"in": {"0": 5}}, "latestOffset": {"in": {"0": 6}}},
+                                               {"endOffset": "x", "latestOffset": "x"}]})
+    assert pipeline.caught_up({"sources": [{"endOffset": text}]})       # no latest offset said: nothing to wait for
+    assert pipeline.caught_up({})
+
+
+def test_remote_with_the_eos_sink_needs_a_forward_url(capsys, monkeypatch):
+    def no_spark(*a, **k):
+        raise AssertionError("must not start Spark")
+
+    monkeypatch.setattr(pipeline, "spark_session", no_spark)
+    rc = pipeline.main(["--bootstrap", "b", "--input-topic", "i", "--output-topic", "o", "--checkpoint", "c",
+                        "--remote", "sc://spark:15002"])
+    assert rc == 2 and "--forward-url" in capsys.readouterr().err

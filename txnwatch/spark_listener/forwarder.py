@@ -87,6 +87,10 @@ class Forwarder:
     def pending(self) -> int:
         return self._queue.qsize()
 
+    def idle(self) -> bool:
+        """Nothing queued or in flight."""
+        return self._queue.unfinished_tasks == 0
+
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until everything queued so far was sent or dropped (for tests and shutdown)."""
         deadline = time.monotonic() + timeout

@@ -122,8 +122,7 @@ def resolve(flink_version: str = FLINK_VERSION, connector: tuple[str, str, str] 
         raise FlinkUnavailable(f"Maven resolved {':'.join(connector)} without the connector or kafka-clients: {jars}")
     known = {"connector": ":".join(connector), "jars": keep, "left_out": left_out,
              "kafka_clients": re.sub(r"^kafka-clients-|\.jar$", "", clients[0])}
-    stored.parent.mkdir(parents=True, exist_ok=True)
-    stored.write_text(json.dumps(known, indent=1))
+    maven.store(stored, json.dumps(known, indent=1))
     return known
 
 

@@ -30,6 +30,11 @@ class KafkaCluster:
         rf = min(3, size)
         props = {"offsets.topic.replication.factor": rf, "transaction.state.log.replication.factor": rf,
                  "transaction.state.log.min.isr": min(2, rf), "default.replication.factor": rf,
+                 # Leaders (and so transaction and group coordinators) move only when a test
+                 # moves them: the controller's automatic preferred-leader rebalance (every 5
+                 # minutes) would otherwise move them back after a broker's restart at a moment
+                 # of its own, in the middle of a later test.
+                 "auto.leader.rebalance.enable": "false",
                  **(properties or {})}
         cid = new_cluster_id()
         common = dict(host=host, properties=props, cluster_id=cid, release=self.release, heap=heap,
@@ -64,6 +69,24 @@ class KafkaCluster:
             n.launch()
         for n in launched:
             n.wait_ready(max(10.0, deadline - time.monotonic()))
+        return self
+
+    def settle(self, timeout: float = 120.0) -> KafkaCluster:
+        """Every node running and every partition's ISR all of its replicas: the state a test
+        after a broker stop or kill starts from. Leaders stay where the failover put them
+        (automatic leader rebalancing is off in this harness, see __init__)."""
+        from confluent_kafka.admin import AdminClient
+
+        from ..net import wait_for
+
+        self.start(timeout)
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+
+        def full() -> bool:
+            topics = admin.list_topics(timeout=10).topics
+            return all(sorted(md.isrs) == sorted(md.replicas) for tm in topics.values()
+                       for md in tm.partitions.values())
+        wait_for(full, timeout, what="every partition's ISR back to all of its replicas")
         return self
 
     def stop(self) -> None:

@@ -151,8 +151,7 @@ def resolve_version(spec: str | None = None) -> str:
         if known:    # Maven Central out of reach: the last answer stands
             return known["version"]
         raise
-    memo.parent.mkdir(parents=True, exist_ok=True)
-    memo.write_text(json.dumps({"version": v, "checked": time.time(), "spec": spec}))
+    maven.store(memo, json.dumps({"version": v, "checked": time.time(), "spec": spec}))
     return v
 
 
@@ -178,8 +177,7 @@ def resolve_classpath(version: str, component: str = "server") -> list[Path]:
         raise BrokerUnavailable(str(exc)) from None
     if not any(j.name.startswith(("kafka_2.13-", "kafka-streams-")) for j in jars):
         raise BrokerUnavailable(f"Maven resolved Apache Kafka {version} ({component}) without its main jar")
-    stored.parent.mkdir(parents=True, exist_ok=True)
-    stored.write_text(os.pathsep.join(str(j) for j in jars))
+    maven.store(stored, os.pathsep.join(str(j) for j in jars))
     return jars
 
 

@@ -33,7 +33,8 @@ it finds the markers of dead attempts after the committed one.
 
 The package, cut at its seams: settings.py (names, checks, the config shipped to tasks),
 progress.py (markers and dead attempts, read from the broker), executor.py (the task
-side), driver.py (the foreachBatch callables) and faults.py (test-only hooks).
+side), driver.py (the foreachBatch callables), metrics.py (where their transaction records go,
+in classic PySpark and under Spark Connect) and faults.py (test-only hooks).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from __future__ import annotations
 from .driver import AtLeastOnceKafkaSink, ExactlyOnceKafkaSink, ensure_progress_topic
 from .executor import prior_from, write_partition
 from .faults import InjectedFailure
+from .metrics import ForwardTo, SinkMetrics, SinkNotPortable
 from .progress import (
     Marker,
     PriorTransaction,
@@ -63,8 +65,8 @@ from .settings import (
     transactional_id,
 )
 
-__all__ = ["TXN_HEADER", "AtLeastOnceKafkaSink", "ExactlyOnceKafkaSink", "InjectedFailure", "Marker",
-           "PriorTransaction", "SinkConfig", "SinkLayoutError", "TaskProgress", "UnsafeSinkSettings",
+__all__ = ["TXN_HEADER", "AtLeastOnceKafkaSink", "ExactlyOnceKafkaSink", "ForwardTo", "InjectedFailure", "Marker",
+           "PriorTransaction", "SinkConfig", "SinkMetrics", "SinkNotPortable", "SinkLayoutError", "TaskProgress", "UnsafeSinkSettings",
            "check_settings", "committed_attempts", "dead_attempt_records", "default_progress_topic",
            "discover_broker_max_timeout_ms", "ensure_progress_topic", "fenced_by_init", "input_partitions",
            "prior_from", "progress_group", "task_progress", "transactional_id", "write_partition"]

@@ -7,7 +7,6 @@ import json
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable
 from typing import Any
 
 from txnwatch.producer import (
@@ -15,6 +14,7 @@ from txnwatch.producer import (
 )
 
 from .executor import _plain_partition, write_partition
+from .metrics import SinkMetrics
 from .progress import TaskProgress, task_progress
 from .settings import (
     DISCOVER,
@@ -32,19 +32,7 @@ from .settings import (
 
 log = logging.getLogger(__name__)
 
-MetricsTarget = Any   # TxnWatchListener (emit), SparkQueryState (apply) or a callable(event)
-
-
-def _emitter(metrics: MetricsTarget | None) -> Callable[[dict], object] | None:
-    if metrics is None:
-        return None
-    if hasattr(metrics, "emit"):
-        return metrics.emit
-    if hasattr(metrics, "apply"):
-        return metrics.apply
-    if callable(metrics):
-        return metrics
-    raise TypeError("metrics must be a TxnWatchListener, a SparkQueryState or a callable(event)")
+MetricsTarget = Any   # see metrics.py: a listener, a state, a Forwarder, ForwardTo, a URL or a callable(event)
 
 
 def ensure_progress_topic(bootstrap_servers: str, topic: str, num_tasks: int,
@@ -121,8 +109,11 @@ class ExactlyOnceKafkaSink(_Sink):
     - transaction_timeout_ms / trigger_interval_seconds / broker_max_timeout_ms: checked
       by `check_settings` (broker_max_timeout_ms="discover" asks DescribeConfigs; None
       skips the cap check).
-    - metrics: TxnWatchListener, SparkQueryState or callable receiving the
-      `producer_transactions` event of every batch.
+    - metrics: where the `producer_transactions` event of every batch goes: a
+      TxnWatchListener, a SparkQueryState or a callable(event) of this process, or the
+      exporter to forward to (`ForwardTo(url, token)`, its URL, a Forwarder, a listener
+      attached with forward_url). Under Spark Connect, which runs foreachBatch in the
+      server's Python process, only the latter travel (metrics.py).
     - producer_config / client_config: extra librdkafka settings (client_config is also
       used by the progress consumer: security settings go there).
     - partitioning: "key" (default) hashes each batch on `key` into num_tasks output
@@ -172,7 +163,7 @@ class ExactlyOnceKafkaSink(_Sink):
             warm_spares=bool(warm_spares))
         if create_progress_topic:
             ensure_progress_topic(bootstrap_servers, self.progress_topic, num_tasks, client_config)
-        self._emit = _emitter(metrics)
+        self.metrics = SinkMetrics(metrics, name)
         self._checked = False
         self._reported: OrderedDict[str, None] = OrderedDict()
         self.last_results: list[dict] = []
@@ -252,12 +243,9 @@ class ExactlyOnceKafkaSink(_Sink):
                     self._count(f"error_{rec['error']}")
                 records.append({k: rec[k] for k in ("transactional_id", "outcome", "duration_seconds",
                                                     "commit_seconds", "timeout_ms", "error")})
-        if records and self._emit is not None:
-            try:
-                self._emit({"type": "producer_transactions", "app": self.name, "timestamp": time.time(),
-                            "records": records})
-            except Exception:  # noqa: BLE001 - metrics never fail a batch
-                log.warning("sink %s: emitting metrics failed", self.name, exc_info=True)
+        if records and self.metrics:
+            self.metrics.emit({"type": "producer_transactions", "app": self.name, "timestamp": time.time(),
+                               "records": records})
 
 
 class AtLeastOnceKafkaSink(_Sink):

@@ -1,0 +1,110 @@
+"""The PySpark side under Spark Connect: the reference pipeline as `txnwatch pipeline
+--remote local[2]` (PySpark starts a local Spark Connect server; the foreachBatch sink is
+pickled and runs in the server's Python worker, the listener on the client), with the
+session broker and a real exporter that both send their metrics to.
+
+Through a task that fails mid-transaction and the restart from the checkpoint: every
+window is visible once to read_committed consumers, the failed attempt's rows are
+aborted, and the exporter shows the sink's transactions (`kafka_producer_*`, forwarded from
+the Connect server's Python process) and the listener's `spark_streaming_*` (forwarded
+from the client), as in classic mode (test_pipeline.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests import compat
+from tests.integration.helpers import (
+    WINDOW,
+    aborted_records,
+    assert_exactly_once,
+    cluster_config,
+    make_input,
+)
+from txnwatch.spark_listener.sink import committed_attempts
+from txnwatch_dev.workload import create_topics
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+TOKEN = "connect-ingest-token"
+
+
+def run_pipeline(bootstrap: str, name: str, checkpoint: str, exporter_url: str, tmp_path, tag: str,
+                 *extra: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "txnwatch.pipeline", "--remote", "local[2]", "--bootstrap", bootstrap,
+           "--input-topic", f"{name}-in", "--output-topic", f"{name}-out", "--checkpoint", checkpoint,
+           "--name", name, "--num-tasks", "2", "--trigger-seconds", "0.5", "--max-records-per-batch", "200",
+           "--window", f"{WINDOW} seconds", "--watermark", "5 seconds", "--transaction-timeout-ms", "30000",
+           "--broker-max-timeout-ms", "900000", "--forward-url", exporter_url, "--exit-when-idle", "3",
+           "--timeout", "240", *extra]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=420,
+                         env={**os.environ, "TXNWATCH_INGEST_TOKEN": TOKEN})
+    (tmp_path / f"pipeline-{tag}.log").write_text(out.stdout + out.stderr)
+    return out
+
+
+def test_pipeline_on_spark_connect_exactly_once_through_a_task_failure(broker, unique, tmp_path, exporter_factory,
+                                                                       request):
+    name = unique("connect").replace("-", "_")
+    create_topics(broker.bootstrap, [f"{name}-in", f"{name}-out"], partitions=2)
+    expected = make_input(broker.bootstrap, f"{name}-in")
+    cfg = cluster_config(broker.bootstrap, [f"{name}-out"])
+    cfg["http"] = {**cfg.get("http", {}), "ingest_token": TOKEN}
+    exp = exporter_factory(cfg)
+    checkpoint = str(tmp_path / "ckpt")
+    flag = tmp_path / "failed-once"
+    fault = {"batch": 3, "task": 1, "once_file": str(flag), "wait_others": True}
+
+    failed = run_pipeline(broker.bootstrap, name, checkpoint, exp.url, tmp_path, "failing",
+                          "--fault", f"fail_after_produce={json.dumps(fault)}")
+    assert failed.returncode == 1, failed.stdout + failed.stderr[-4000:]
+    assert flag.exists() and "injected failure in task 1 of batch 3" in failed.stderr, failed.stderr[-4000:]
+
+    again = run_pipeline(broker.bootstrap, name, checkpoint, exp.url, tmp_path, "restarted")
+    assert again.returncode == 0 and "stopped (idle)" in again.stdout, again.stdout + again.stderr[-4000:]
+
+    records = assert_exactly_once(broker.bootstrap, f"{name}-out", expected)
+    attempts = committed_attempts(broker.bootstrap, name)
+    aborted = aborted_records(broker.bootstrap, f"{name}-out", records)
+    assert aborted and len({r.attempt for r in aborted}) == 1          # the failed attempt's rows, aborted
+    assert {r.attempt for r in records} <= set(attempts)
+
+    # The sink's transactions, forwarded from the Connect server's Python worker, and the
+    # listener's query series, forwarded from the client, in the exporter.
+    tid1 = f"txnwatch.{name}.1"
+
+    def shown():
+        m = exp.metrics()
+        return {(n, tuple(sorted((k, v) for k, v in dict(lb).items() if k in ("outcome", "transactional_id",
+                                                                               "error")))): v
+                for (n, lb), v in m.items() if n.startswith(("kafka_producer_transactions", "kafka_producer_transaction_errors"))
+                } | {"spark_streaming series": len([1 for (n, _lb) in m if n.startswith("spark_streaming_")]),
+                     "committed attempts": len(attempts)}
+    m = exp.wait_metric(
+        lambda m: (m.get_value("kafka_producer_transactions_total", app=name, transactional_id=tid1,
+                               outcome="aborted") == 1
+                   and sum(v for lb, v in m.select("kafka_producer_transactions_total", app=name)
+                           if lb["outcome"] == "committed") >= len(attempts) - 1
+                   and m.select("spark_streaming_batch_duration_seconds_count", query=name)), 60,
+        what="the sink's transactions and the listener's series in the exporter", describe=shown)
+    assert m.get_value("kafka_producer_transaction_errors_total", app=name, transactional_id=tid1,
+                       error="_APPLICATION") == 1
+    committed = sum(v for lb, v in m.select("kafka_producer_transactions_total", app=name)
+                    if lb["outcome"] == "committed")
+    # Each committed transaction counted once, but for task 0's commit of batch 3: the batch
+    # failed (task 1), so the driver never got its results, and the replay skips it (as in
+    # classic mode: docs/spark-sink.md, Metrics).
+    assert committed == len(attempts) - 1, (committed, len(attempts))
+    assert not m.select("kafka_producer_transaction_errors_total", error="PRODUCER_FENCED")
+    import pyspark
+
+    row = "Spark Connect, local[2]"
+    compat.record(request.config, "spark", row, "PySpark run", pyspark.__version__)
+    compat.record(request.config, "spark", row, "Exactly once through a task failure", "yes")
+    compat.record(request.config, "spark", row, "Sink's kafka_producer_*", "forwarded from the server's Python worker")
+    compat.record(request.config, "spark", row, "Listener's spark_streaming_*", "forwarded from the client")
