@@ -27,8 +27,9 @@ unit: bootstrap
 # Two workers (pytest-xdist, a module at a time; the
 # compute-heavy modules together on one worker: tests/conftest.py): most integration tests wait on a broker's or
 # Spark's clocks, not on the CPU. Each worker has its own session broker and SparkSession;
-# ports come from one registry of the machine (txnwatch_dev/net.py). The compatibility
-# check reads what both workers recorded, so it runs after them.
+# ports come from one registry of the machine (txnwatch_dev/net.py). The demo (run_alone:
+# it takes the whole machine) and then the compatibility check, which reads what every
+# process recorded, run after the workers in one process.
 INTEGRATION_WORKERS ?= 2
 
 integration: bootstrap
@@ -37,9 +38,9 @@ integration: bootstrap
 	  TXNWATCH_COMPAT_RECORDS=$$rec .venv/bin/python -m pytest -q -n $(INTEGRATION_WORKERS) --dist loadgroup \
 	    --durations=15 tests/integration; status=$$?; \
 	  if [ $$status -eq 0 ]; then \
-	    echo ".venv/bin/python -m pytest -q tests/integration/test_compatibility.py (what the workers recorded)"; \
-	    TXNWATCH_COMPAT_RECORDS=$$rec .venv/bin/python -m pytest -q tests/integration/test_compatibility.py; \
-	    status=$$?; fi; \
+	    echo ".venv/bin/python -m pytest -q -m 'run_alone or run_last' tests/integration (alone, then what all recorded)"; \
+	    TXNWATCH_COMPAT_RECORDS=$$rec .venv/bin/python -m pytest -q -m "run_alone or run_last" --durations=3 \
+	      tests/integration; status=$$?; fi; \
 	  rm -rf $$rec; exit $$status
 
 lint: bootstrap

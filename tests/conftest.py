@@ -105,10 +105,11 @@ def pytest_collection_finish(session):
 # Modules whose tests start Spark, Flink or a Kafka Streams app: each takes both cores while
 # it computes. Under xdist they run one after another on one worker (one xdist group, handed
 # out first), while the other worker runs the rest, which mostly waits on brokers' clocks;
-# two of them at once would only slow each other down.
+# two of them at once would only slow each other down. (The listener's and the trigger modes'
+# small queries on the `spark` session go beside them, to even the two workers out.)
 COMPUTE_HEAVY = frozenset({
-    "test_dashboards_e2e", "test_demo", "test_flink_job", "test_pipeline", "test_sink", "test_spark_faults",
-    "test_spark_connect", "test_spark_kafka", "test_spark_listener", "test_spark_trigger_modes", "test_streams"})
+    "test_dashboards_e2e", "test_flink_job", "test_pipeline", "test_sink", "test_spark_faults",
+    "test_spark_connect", "test_spark_kafka", "test_streams"})
 # (test_spark_connect's local Spark Connect server listens on PySpark's fixed port 15002: in
 # this group no two start at once.)
 HEAVY_GROUP = "spark-flink-streams"
@@ -123,7 +124,8 @@ def pytest_collection_modifyitems(session, config, items):
     `make test` does). Under xdist (--dist loadgroup) a module is one group (its module
     fixtures start once), and the compute-heavy modules together are one, handed out first."""
     if _parallel_worker(config):
-        last = [i for i in items if i.get_closest_marker("run_last") is not None]
+        last = [i for i in items if i.get_closest_marker("run_last") is not None
+                or i.get_closest_marker("run_alone") is not None]
         if last:
             config.hook.pytest_deselected(items=last)
             items[:] = [i for i in items if i not in last]
@@ -133,6 +135,9 @@ def pytest_collection_modifyitems(session, config, items):
         items.sort(key=lambda item: item.path.stem not in COMPUTE_HEAVY)   # stable
         return
     items.sort(key=lambda item: item.get_closest_marker("run_last") is not None)   # stable
+# (run_alone: the demo, which starts a broker, Spark, Flink, Streams, an exporter and Prometheus
+# and takes the whole machine; beside another test it misses its own deadlines. Under xdist it
+# is left out like run_last, and `make integration` runs it after the workers, alone.)
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -179,7 +179,10 @@ def test_transaction_log_below_min_isr(cluster, tmp_path, unique, exporter_facto
                             and m.get_value("kafka_transaction_state_log_partition_min_isr_replicas",
                                             partition=0) == 2, 90,
                             what="canary records visible on all three partitions, the log's ISR healthy")
-        assert not failures(m), failures(m)
+        # Before the fault the canary may have had a slow produce on a busy machine (counted, as
+        # it should be), never a failed init or commit: those are what the fault must cause.
+        before = failures(m)
+        assert not {stage for stage, _e in before} & {"init", "commit"}, before
         assert m.get_value("txnwatch_canary_visibility_violations_total", cluster="test") == 0
         assert m.get_value("kafka_transaction_state_log_partition_isr_replicas", partition=0) == 3
 
@@ -187,7 +190,7 @@ def test_transaction_log_below_min_isr(cluster, tmp_path, unique, exporter_facto
         cluster.node(2).stop()   # returns once node 2 has exited: __transaction_state's ISR shrank before
         at_stop = rounds_tried(exp.metrics())
         m = exp.wait_metric(lambda m: any(stage in ("init", "commit") for stage, _ in failures(m)), 60,
-                            what="the canary failing at init or commit")
+                            what="the canary failing at init or commit", describe=lambda: failures(exp.metrics()))
         # within two intervals, counted in rounds (each round ends within its interval): the
         # round in flight when the brokers stopped and the next one
         assert rounds_tried(m) - at_stop <= 2, (at_stop, rounds_tried(m), failures(m))

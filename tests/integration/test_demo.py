@@ -22,7 +22,7 @@ from txnwatch_dev.kafka import kafka_tool
 from txnwatch_dev.net import free_port, port_open, wait_for
 from txnwatch_dev.prometheus import PrometheusProcess
 
-pytestmark = [pytest.mark.integration, pytest.mark.spark]
+pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.run_alone]
 ROOT = Path(__file__).resolve().parents[2]
 FENCING = ("PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "_FENCED")
 APP, OUTBOX, GROUP = "balance-app", "alert-outbox", "alert-outbox-sink"
