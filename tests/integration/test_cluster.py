@@ -23,6 +23,7 @@ import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
+from tests import compat
 from tests.integration.helpers import cluster_config
 from txnwatch.alerts.config import AlertConfig
 from txnwatch.alerts.rules import generate_alerts
@@ -159,7 +160,7 @@ def test_a_dead_broker_costs_its_own_partitions_only(cluster, unique, exporter_f
                     90, what="the broker back: nothing unavailable")
 
 
-def test_transaction_log_below_min_isr(cluster, tmp_path, unique, exporter_factory):
+def test_transaction_log_below_min_isr(cluster, tmp_path, unique, exporter_factory, request):
     """Two of three brokers stopped: __transaction_state (RF 3, min ISR 2) below its minimum
     ISR on every partition; the finding names the partitions, the alert fires, the canary
     fails at init or commit within two intervals and TxnwatchCanaryFailing fires, a new
@@ -234,6 +235,51 @@ def test_transaction_log_below_min_isr(cluster, tmp_path, unique, exporter_facto
         again.close()
     finally:
         prom.stop()
+    compat.record(request.config, "features", "4.x", MIN_ISR_COLUMN, MIN_ISR_SHOWN)
+
+
+MIN_ISR_COLUMN = "Three nodes, __transaction_state RF 3 and min.isr=2, two brokers stopped"
+MIN_ISR_SHOWN = "finding names the partitions, init blocked, recovers"
+
+
+def test_transaction_log_below_min_isr_on_3_9(tmp_path, unique, request):
+    """The same fault on the 3.9 line (its own three nodes): with two brokers stopped,
+    `check` names every __transaction_state partition below its minimum ISR and exits 2, a
+    new producer cannot initialise; with the brokers back, the finding is gone and a
+    transaction commits. (The exporter, the alert and the canary read the same finding: the
+    4.x test above runs them.)"""
+    from txnwatch_dev.kafka import kafka_release
+
+    c = KafkaCluster(3, workdir=tmp_path / "cluster", release=kafka_release("3.9")).start()
+    try:
+        _producer(c.bootstrap, unique("first")).init_transactions(120)   # creates __transaction_state
+        c.settle()
+        out = _check(c.nodes[0].bootstrap)
+        assert not [f for f in json.loads(out.stdout)["clusters"][0]["findings"] if f["kind"] == "min_isr"], out.stdout
+
+        c.node(3).stop()
+        c.node(2).stop()
+
+        def below() -> dict | None:
+            out = _check(c.nodes[0].bootstrap)
+            found = [f for f in json.loads(out.stdout)["clusters"][0]["findings"] if f["kind"] == "min_isr"]
+            return found and {"code": out.returncode, **found[0]}
+        f = wait_for(below, 60, what="the min_isr finding with two brokers stopped")
+        assert f["code"] == 2 and f["severity"] == "critical" and "(ISR 1 < 2)" in f["message"], f
+        blocked = _producer(c.nodes[0].bootstrap, unique("blocked-app"))
+        with pytest.raises(KafkaException) as ei:
+            blocked.init_transactions(5)
+        assert ei.value.args[0].name() in ("_TIMED_OUT", "NOT_ENOUGH_REPLICAS", "COORDINATOR_NOT_AVAILABLE")
+        blocked.close()
+
+        c.settle()
+        assert not below()
+        topic = unique("t")
+        create_topics(c.bootstrap, [topic], partitions=1, replication_factor=3)
+        commit_rows(c.bootstrap, unique("recovered-app"), topic, [0])
+    finally:
+        c.cleanup()
+    compat.record(request.config, "features", "3.9", MIN_ISR_COLUMN, MIN_ISR_SHOWN)
 
 
 def test_a_frozen_partition_leader_shows_on_its_canary_partition_only(cluster, unique, exporter_factory):

@@ -459,3 +459,27 @@ def test_a_refused_tls_handshake_stays_the_reported_cause_of_later_transport_fai
         assert tap._refusal is None
     finally:
         tap.stop()
+
+
+def test_one_broker_lost_is_counted_not_a_failure(monkeypatch):
+    """One broker of several gone: librdkafka reports its connection through error_cb while
+    the tap reads on from the others. That is counted; txnwatch_up (and so /readyz) stays up.
+    (Seen on a 3-node cluster with node 3 killed: /readyz flapped to 503 on each reconnect.)"""
+    import confluent_kafka
+
+    class Client(ReplaceableClient):
+        made = []
+
+        def consume(self, n, timeout):
+            self.error_cb(confluent_kafka.KafkaError(confluent_kafka.KafkaError._TRANSPORT,
+                                                     "127.0.0.1:9094/3: Connect failed: Connection refused"))
+            return super().consume(n, timeout)
+
+    monkeypatch.setattr(confluent_kafka, "Consumer", Client)
+    tap = _following_tap(metadata_interval=30)
+    try:
+        _wait(lambda: tap.health().errors.get("transport", 0) >= 3)
+        h = tap.health()
+        assert h.up and not tap._lost_cluster, h
+    finally:
+        tap.stop()

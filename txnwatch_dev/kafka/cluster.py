@@ -87,7 +87,22 @@ class KafkaCluster:
             return all(sorted(md.isrs) == sorted(md.replicas) for tm in topics.values()
                        for md in tm.partitions.values())
         wait_for(full, timeout, what="every partition's ISR back to all of its replicas")
+        wait_for(self._coordinators_loaded, timeout,
+                 what="every broker's transaction coordinator done loading __transaction_state")
         return self
+
+    def _coordinators_loaded(self) -> bool:
+        """ListTransactions answered by every broker: a coordinator still loading a partition
+        it took over (after a failover) answers COORDINATOR_LOAD_IN_PROGRESS, and a producer
+        initialising meanwhile would fail at init (as a canary rightly counts)."""
+        from txnwatch.exporter.kafka.kip664 import TransactionAPI
+
+        api = TransactionAPI({"bootstrap.servers": self.bootstrap}, 10.0)
+        try:
+            api.list_transactions()
+            return True
+        finally:
+            api.close()
 
     def stop(self) -> None:
         for n in reversed(self.nodes):

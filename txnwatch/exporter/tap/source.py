@@ -60,6 +60,8 @@ SOURCE = "tap"
 LIBRDKAFKA_LOGGER = "txnwatch.librdkafka"
 # A request of ours failing with one of these means the client has lost the cluster
 LOST_CLUSTER_CAUSES = frozenset({"transport", "all_brokers_down", "timed_out"})
+# what librdkafka reports through error_cb about one broker's connection
+ONE_BROKER_CAUSES = frozenset({"transport", "resolve", "timed_out"})
 RENEW_LOST_CLIENT_AFTER = 10.0   # seconds without an answer before the client is replaced anyway
 
 
@@ -114,7 +116,7 @@ class TransactionLogTap:
         # The last refused login or TLS handshake (cause, message) since the last success: a
         # metadata or consume failure meanwhile is its consequence, and is reported as it
         self._refusal: tuple[str, str] | None = None
-        self._down = False   # the client reported all brokers down / transport errors
+        self._down = False   # the client reported all brokers down, or a refused login or TLS handshake
         # partitions whose last fetch was refused (ACLs): librdkafka reports it once and then
         # fetches nothing, so the tap is down until a record or the end of the log arrives
         self._denied: set[int] = set()
@@ -194,10 +196,18 @@ class TransactionLogTap:
             name, message = "tls", tls_failure_message(self._client_config, detail)
         else:
             message = f"kafka client: {detail}"
+        if name in ONE_BROKER_CAUSES:
+            # One broker's connection (a broker stopped, restarting or slow): the client goes
+            # on with the others and follows the leaders they take over. Counted, not a
+            # failure: with one broker of three dead, the tap kept reading and a flapping
+            # txnwatch_up and /readyz would have said otherwise. All brokers gone is
+            # all_brokers_down; a request of the tap's own that fails is a failure below.
+            self._health.count_error(name)
+            return
         self._poll_error = name
         if name in ("auth", "tls"):
             self._refusal = (name, message)
-        if name in ("all_brokers_down", "transport", "resolve", "timed_out", "auth", "tls"):
+        if name in ("all_brokers_down", "auth", "tls"):
             self._down = True
         if name == "all_brokers_down":
             self._mark_lost()
