@@ -7,7 +7,7 @@ import os
 import sys
 
 from . import __version__
-from .config import ConfigError, load_config
+from .config import LOG_FORMATS, ConfigError, load_config
 
 
 def _cluster_flags(p: argparse.ArgumentParser) -> None:
@@ -19,6 +19,7 @@ def _cluster_flags(p: argparse.ArgumentParser) -> None:
                    help="without KIP-664: an LSO stalled this long counts as a hanging transaction "
                         "(default: broker transaction.max.timeout.ms + 5 min)")
     p.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.add_argument("--log-format", choices=list(LOG_FORMATS), help="log lines as text (default), json or logfmt")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,8 +38,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="this replica's shard (0-based), or auto: the StatefulSet pod ordinal "
                             "($POD_NAME / $HOSTNAME ending in -N); default $TXNWATCH_SHARD")
     serve.add_argument("--total-shards", type=int, metavar="M",
-                       default=int(os.environ["TXNWATCH_TOTAL_SHARDS"]) if os.environ.get("TXNWATCH_TOTAL_SHARDS")
-                       else None, help="replicas splitting the work (default 1, $TXNWATCH_TOTAL_SHARDS)")
+                       help="replicas splitting the work (default 1, $TXNWATCH_TOTAL_SHARDS)")
+    serve.add_argument("--check-config", action="store_true",
+                       help="validate the configuration (flags, environment, file) and exit: 0 valid, "
+                            "2 not; contacts no Kafka cluster")
 
     check = sub.add_parser("check", help="one-shot diagnosis: exit 0 healthy, 1 warnings, 2 critical")
     _cluster_flags(check)
@@ -81,13 +84,22 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(map(str, generate_alerts(args.out, cfg))))
         return 0
     flags = {k: v for k, v in vars(args).items()
-             if k not in ("command", "json", "sample_seconds", "shard", "total_shards")}
+             if k not in ("command", "json", "sample_seconds", "shard", "total_shards", "check_config")}
     shard = None
     if args.command == "serve":
         from .sharding import ShardError, from_flags
 
+        total = args.total_shards
+        if total is None and os.environ.get("TXNWATCH_TOTAL_SHARDS"):
+            raw = os.environ["TXNWATCH_TOTAL_SHARDS"]
+            try:
+                total = int(raw)
+            except ValueError:
+                print(f"txnwatch: TXNWATCH_TOTAL_SHARDS: expected a whole number of replicas (1 or more), "
+                      f"got {raw!r}", file=sys.stderr)
+                return 2
         try:
-            shard = from_flags(args.shard, args.total_shards)
+            shard = from_flags(args.shard, total)
         except ShardError as exc:
             print(f"txnwatch: {exc}", file=sys.stderr)
             return 2
@@ -99,8 +111,11 @@ def main(argv: list[str] | None = None) -> int:
     from .logsetup import setup_logging
 
     secrets = config.secret_values()
+    if args.command == "serve" and args.check_config:
+        print(config_summary(config, shard))
+        return 0
     if args.command == "serve":
-        setup_logging(config.log_level, secrets)
+        setup_logging(config.log_level, secrets, config.log_format)
         # Scrape threads wait for the GIL while polls parse big responses; a shorter switch
         # interval bounds that wait (costs a little throughput in the poll thread).
         sys.setswitchinterval(0.001)
@@ -115,6 +130,22 @@ def main(argv: list[str] | None = None) -> int:
         print(text)
         return code
     return 2
+
+
+def config_summary(config, shard) -> str:
+    """What `serve --check-config` prints for a valid configuration (no secrets: the
+    clusters' client properties are not shown)."""
+    lines = [f"configuration valid ({config.source or 'defaults'}): {len(config.clusters)} cluster(s)"]
+    for c in config.clusters:
+        sources = ["poller"] + (["tap"] if c.transaction_log_tap else []) + (["canary"] if c.canary.enabled else [])
+        lines.append(f"  {c.name}: {c.bootstrap_servers} ({', '.join(sources)}; poll every "
+                     f"{c.poll_interval_seconds:g} s)")
+    http = config.http
+    lines.append(f"  http: {http.host}:{http.port}" + (", TLS" if http.tls else "")
+                 + f"; log {config.log_level} as {config.log_format}")
+    if shard is not None and shard.sharded:
+        lines.append(f"  shard {shard.index} of 0..{shard.total - 1}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -152,6 +152,7 @@ class Config:
     http: HttpConfig = HttpConfig()
     log_level: str = "INFO"
     source: str | None = None
+    log_format: str = "text"       # text, json or logfmt (logsetup.FORMATS)
 
     def secret_values(self) -> list[str]:
         """Every configured secret (SASL passwords, tokens): log lines never show them."""
@@ -191,7 +192,7 @@ _CLUSTER_KEYS = {"name", "bootstrap_servers", "poll_interval_seconds", "poll_dut
                  "default_transactional_id_expiration_ms", "describe_configs_every"}
 _HTTP_KEYS = {"host", "port", "threads", "ingest_token", "ingest_max_bytes", "spark_query_ttl_seconds",
               "auth", "tls", "worker_processes"}
-_TOP_KEYS = {"clusters", "http", "log_level"}
+_TOP_KEYS = {"clusters", "http", "log_level", "log_format"}
 
 
 class _Parser:
@@ -444,11 +445,14 @@ def parse_config(data: Any, source: str | None = None) -> Config:
     level = str(top.get("log_level", "INFO")).upper()
     if level not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
         raise p.err("log_level", f"must be DEBUG, INFO, WARNING or ERROR, got {level!r}")
+    fmt = str(top.get("log_format", "text")).lower()
+    if fmt not in LOG_FORMATS:
+        raise p.err("log_format", f"must be one of {', '.join(LOG_FORMATS)}, got {fmt!r}")
     http = p.http("http", top.get("http"))
     default_interval = WORKER_POLL_INTERVAL if http.worker_processes else IN_PROCESS_POLL_INTERVAL
     clusters = tuple(c if c.poll_interval_seconds is not None else replace(c, poll_interval_seconds=default_interval)
                      for c in clusters)
-    return Config(clusters, http, level, source)
+    return Config(clusters, http, level, source, fmt)
 
 
 def load_file(path: str | os.PathLike) -> Config:
@@ -467,6 +471,7 @@ def load_file(path: str | os.PathLike) -> Config:
 
 
 ENV_PREFIX = "TXNWATCH_"
+LOG_FORMATS = ("text", "json", "logfmt")
 # flag/env name -> (section, key)
 OVERRIDES = {
     "config": None,
@@ -479,6 +484,7 @@ OVERRIDES = {
     "transaction_log_tap": ("cluster", "transaction_log_tap"),
     "hanging_threshold": ("cluster", "hanging_threshold_seconds"),
     "log_level": ("top", "log_level"),
+    "log_format": ("top", "log_format"),
 }
 
 
@@ -521,8 +527,9 @@ def load_config(flags: Mapping[str, Any] | None = None, env: Mapping[str, str] |
             http[OVERRIDES[k][1]] = v
     if http:
         data["http"] = http
-    if "log_level" in merged:
-        data["log_level"] = merged["log_level"]
+    for key in ("log_level", "log_format"):
+        if key in merged:
+            data[key] = merged[key]
     cfg = parse_config(data, source or ("flags/environment" if merged else None))
     if require_cluster and not cfg.clusters:
         raise ConfigError("clusters", "no cluster configured: pass --bootstrap-servers or a --config "

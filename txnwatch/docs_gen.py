@@ -21,7 +21,11 @@ def render() -> str:
     out = ["# Metrics reference", "",
            "Generated from `txnwatch/metrics.py` by `python -m txnwatch.docs_gen`; "
            "`tests/unit/test_docs.py` fails when this file and the code drift.", "",
-           "Counters are exposed with the `_total` suffix; histograms as `_bucket`, `_sum`, `_count`.", ""]
+           "Counters are exposed with the `_total` suffix; histograms as `_bucket`, `_sum`, `_count`.", "",
+           "Besides these, client_python's `process_*` series (CPU seconds, resident and virtual memory, "
+           "open and maximum file descriptors, start time): the serving process's without labels, and "
+           "each worker process's (which holds a cluster's poller, tap and canary) with its `cluster` label.",
+           ""]
     for source, title in SECTIONS:
         specs = sorted((s for s in CATALOG.values() if s.source == source), key=lambda s: s.name)
         if not specs:

@@ -69,9 +69,70 @@ class RateLimitFilter(logging.Filter):
         return True
 
 
-def setup_logging(level: str = "INFO", secrets: Iterable[str] = ()) -> None:
+class JsonFormatter(logging.Formatter):
+    """One JSON object a line (Loki, Elasticsearch): time (RFC 3339, UTC), level, logger,
+    message, and the traceback as `exception` when there is one."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        import json
+
+        out = {"time": _rfc3339(record.created), "level": record.levelname.lower(), "logger": record.name,
+               "message": record.getMessage()}
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        return json.dumps(out, ensure_ascii=False)
+
+
+class LogfmtFormatter(logging.Formatter):
+    """logfmt (key=value, as Prometheus and Grafana's own components log): time, level,
+    logger, msg, and exception when there is one; values quoted where they need it."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        pairs = [("time", _rfc3339(record.created)), ("level", record.levelname.lower()),
+                 ("logger", record.name), ("msg", record.getMessage())]
+        if record.exc_info:
+            pairs.append(("exception", self.formatException(record.exc_info)))
+        return " ".join(f"{k}={_logfmt_value(v)}" for k, v in pairs)
+
+
+def _rfc3339(created: float) -> str:
+    import datetime
+
+    return datetime.datetime.fromtimestamp(created, datetime.UTC).isoformat(timespec="milliseconds") \
+        .replace("+00:00", "Z")
+
+
+def _logfmt_value(v: str) -> str:
+    if v and not any(c in v for c in ' ="\\\n\t') and v.isprintable():
+        return v
+    return '"' + v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t") + '"'
+
+
+class ScrubbingFormatter(logging.Formatter):
+    """Any formatter's line with every known secret replaced by ***: SecretFilter scrubs the
+    message, this also the traceback (an exception's text can carry what a client was given)."""
+
+    def __init__(self, inner: logging.Formatter, secrets: Iterable[str]) -> None:
+        super().__init__()
+        self.inner = inner
+        self.secrets = SecretFilter(secrets).secrets
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = self.inner.format(record)
+        for s in self.secrets:
+            line = line.replace(s, "***")
+        return line
+
+
+FORMATS = {"text": lambda: logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"),
+           "json": JsonFormatter, "logfmt": LogfmtFormatter}
+
+
+def setup_logging(level: str = "INFO", secrets: Iterable[str] = (), fmt: str = "text") -> None:
+    """The root logger's one handler (stderr) in `fmt` (text, json or logfmt), secrets
+    scrubbed, the client libraries rate-limited."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(ScrubbingFormatter(FORMATS[fmt](), secrets))
     handler.addFilter(SecretFilter(secrets))
     # On the handler, not the loggers: logger filters do not apply to child loggers
     # (kafka-python logs from kafka.net.manager, kafka.cluster, ...).

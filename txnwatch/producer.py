@@ -129,6 +129,18 @@ class TransactionalProducer:
         self.timeout_ms = int(conf.get("transaction.timeout.ms", DEFAULT_TRANSACTION_TIMEOUT_MS))
         # librdkafka refuses message.timeout.ms > transaction.timeout.ms at creation.
         conf.setdefault("message.timeout.ms", min(300000, self.timeout_ms))
+        # After a fatal error librdkafka fails every call with a bare _FATAL; the cause (a
+        # fence by a newer instance, ...) reaches only error_cb, which confluent-kafka calls
+        # with the underlying error. Kept so a fence stays a fence however it surfaces.
+        self._fatal_cause: str | None = None
+        user_error_cb = conf.get("error_cb")
+
+        def on_error(err: Any) -> None:
+            if _flag(err, "fatal") and self._fatal_cause is None:
+                self._fatal_cause = str(err.name())
+            if user_error_cb is not None:
+                user_error_cb(err)
+        conf["error_cb"] = on_error
         if producer_factory is None:
             from confluent_kafka import Producer
 
@@ -218,7 +230,9 @@ class TransactionalProducer:
         if err is None:
             return   # not the client's error (the caller's own, recorded when it aborts)
         name = error_name(exc)
-        fatal = _flag(err, "fatal") or is_fencing(name)
+        if name == "_FATAL":
+            name = self.fatal_cause() or name
+        fatal = _flag(err, "fatal") or is_fencing(name) or name == "_FATAL"
         if self.in_transaction:
             if self._txn_error is None:
                 self._txn_error = name
@@ -228,6 +242,15 @@ class TransactionalProducer:
         elif fatal and self.broken is None:
             self.broken = name
             self._emit(make_record(self.transactional_id, None, 0.0, timeout_ms=self.timeout_ms, error=name))
+
+    def fatal_cause(self) -> str | None:
+        """The error that made the producer fatal (e.g. _FENCED), served from error_cb."""
+        if self._fatal_cause is None:
+            try:
+                self._producer.poll(0)    # serves a queued error_cb
+            except Exception:  # noqa: BLE001 - a fatal producer may refuse that too
+                pass
+        return self._fatal_cause
 
     def elapsed(self) -> float | None:
         """Seconds since begin() of the open transaction (None when none is open)."""
@@ -274,6 +297,8 @@ class TransactionalProducer:
             except Exception as exc:
                 err = kafka_error_of(exc)
                 name = error_name(exc)
+                if name == "_FATAL":
+                    name = self.fatal_cause() or name
                 if err is not None and _flag(err, "retriable") and self._clock() < deadline:
                     continue
                 fatal = err is None or _flag(err, "fatal") or is_fencing(name)
@@ -308,7 +333,8 @@ class TransactionalProducer:
         try:
             self._producer.abort_transaction(timeout)
         except Exception as exc:  # noqa: BLE001
-            self.broken = self.broken or error_name(exc)
+            failed = error_name(exc)
+            self.broken = self.broken or (self.fatal_cause() if failed == "_FATAL" else None) or failed
             name = name or self.broken
         return self._finish("aborted", None, name)
 

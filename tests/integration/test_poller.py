@@ -227,12 +227,14 @@ def test_check_exits_2_when_cluster_unreachable():
 
 def test_broker_down_at_start_then_dies_mid_run_is_survived(own_broker, unique, exporter_factory):
     b = own_broker(start=False)
-    # Down at start: serving, not ready, up=0, errors counted.
+    # Down at start: serving, up=0, errors counted, and ready once that first poll has failed
+    # (a rollout completes during a Kafka outage; Kafka's health is txnwatch_up's to say).
     exp = exporter_factory(cluster_config(b.bootstrap, poll_timeout_seconds=1))
     m = exp.wait_metric(lambda m: m.get_value("txnwatch_poll_errors_total", source="poller") or 0,
                         what="poll errors while the broker is down")
     assert m.get_value("txnwatch_up", source="poller") == 0
-    assert exp.get("/readyz")[0] == 503
+    status, body = exp.get("/readyz")
+    assert status == 200, body
     b.start()
     topic = unique("survive")
     create_topics(b.bootstrap, [topic])
@@ -243,7 +245,7 @@ def test_broker_down_at_start_then_dies_mid_run_is_survived(own_broker, unique, 
         before = exp.metrics().get_value("txnwatch_poll_errors_total", source="poller") or 0
         exp.wait_metric(lambda m: m.get_value("txnwatch_up", source="poller") == 0,
                         what=f"up=0 after kill #{round_ + 1}")
-        assert exp.get("/readyz")[0] == 503
+        assert exp.get("/readyz")[0] == 200    # still serving what it knows
         assert exp.get("/healthz")[0] == 200
         status, page = exp.get("/")
         assert status == 200 and "down" in page and "stale since" in page

@@ -85,7 +85,7 @@ def test_scrapes_close_together_share_one_response_until_a_publish():
 
 
 def test_a_shared_response_is_not_served_once_a_source_went_up_or_down():
-    """/readyz reads the sources' up flags live: a response rendered before one of them
+    """The sources' up flags are live facts: a response rendered before one of them
     changed is not shared any more, so /metrics never shows an older txnwatch_up."""
     up = [0]
     c = ExporterCollector([Part("live", lambda w: w.add("txnwatch_up", {"cluster": "a", "source": "tap"}, up[0]))],
@@ -95,3 +95,37 @@ def test_a_shared_response_is_not_served_once_a_source_went_up_or_down():
     assert b'txnwatch_up{cluster="a",source="tap"} 0.0' in first and c.exposition(False) is first
     up[0] = 1
     assert b'txnwatch_up{cluster="a",source="tap"} 1.0' in c.exposition(False)
+
+
+def test_ready_once_every_source_finished_its_first_attempt_up_or_down():
+    """/readyz: the orchestrator's question is whether txnwatch serves what it knows, not
+    whether Kafka is healthy (txnwatch_up says that): a first failed poll is ready."""
+    from txnwatch.exporter.health import HealthTracker, first_attempts_done
+
+    poller, tap = HealthTracker("poller"), HealthTracker("tap")
+    assert not first_attempts_done([poller.view(), tap.view()])
+    poller.failure("transport", "all brokers down")
+    assert not first_attempts_done([poller.view(), tap.view()])     # the tap has not tried yet
+    tap.success(0.1)
+    assert first_attempts_done([poller.view(), tap.view()])
+    assert not poller.view().up
+
+
+def test_each_running_worker_has_its_process_series_by_cluster():
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        pids = {"prod": proc.pid}
+        c = ExporterCollector([], worker_pids=lambda: dict(pids))
+        body = c.exposition(False).decode()
+        assert 'process_resident_memory_bytes{cluster="prod"}' in body
+        assert "\nprocess_resident_memory_bytes " in body               # the serving process's own
+        assert body.count("# TYPE process_resident_memory_bytes gauge") == 1
+        pids["gone"] = 2 ** 22 + 1                                      # above pid_max: no such process
+        c.response_ttl = 0
+        assert 'cluster="gone"' not in c.exposition(False).decode()
+    finally:
+        proc.kill()
+        proc.wait()

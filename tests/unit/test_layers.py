@@ -26,6 +26,10 @@ FORBIDDEN = {
     "access": {"poll", "tap", "serve", "spark", "runtime", "health"},
 }
 HARNESS = ("txnwatch_dev", "tests", "bench")
+# packages outside the exporter -> the exporter layers they may use: the sink (on Spark's
+# executors) asks the brokers through the exporter's Kafka client layer, which imports only
+# the model, and never pulls in the server, the poller or the tap
+OUTSIDE = {"txnwatch.spark_listener": {"kafka", "model"}}
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -81,6 +85,10 @@ def violations(root: Path, package: str = "txnwatch") -> list[str]:
         for target, line, _ in edges:
             if target.split(".")[0] in HARNESS:
                 found.append(f"{mod}:{line} imports the harness ({target}): nothing shipped may")
+            for pkg, allowed in OUTSIDE.items():
+                if (mod == pkg or mod.startswith(pkg + ".")) and layer(target) and layer(target) not in allowed:
+                    found.append(f"{mod}:{line} imports {target}: {pkg} may use only the exporter's "
+                                 f"{' and '.join(sorted(allowed))} layers")
             src, dst = layer(mod), layer(target)
             if src and dst and dst in FORBIDDEN.get(src, ()):
                 found.append(f"{mod}:{line} imports {target}: {src} must not import {dst}")
@@ -173,6 +181,10 @@ BASE = {"txnwatch/__init__.py": "", "txnwatch/exporter/__init__.py": "",
     ({"txnwatch/exporter/model.py": "def f():\n    from . import health\n",
       "txnwatch/exporter/health.py": "from .model import X\n"},
      "import circle: txnwatch.exporter.health -> txnwatch.exporter.model -> txnwatch.exporter.health"),
+    ({"txnwatch/spark_listener/__init__.py": "", "txnwatch/spark_listener/sink.py":
+      "from txnwatch.exporter.kafka.admin import KafkaIO\ndef f():\n    from txnwatch.exporter.poll import poller\n"},
+     "txnwatch.spark_listener.sink:3 imports txnwatch.exporter.poll: txnwatch.spark_listener may use only the "
+     "exporter's kafka and model layers"),
 ])
 def test_the_rule_catches_a_broken_import(tmp_path, change, expected):
     write(tmp_path, BASE)

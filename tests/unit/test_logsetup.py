@@ -51,3 +51,48 @@ def test_kafka_python_outage_lines_are_one_line_each_and_rate_limited(capsys):
         assert err.count("txnwatch.exporter.poll.poller") == 3
     finally:
         setup_logging("WARNING")
+
+
+def _one_error_with_traceback(fmt: str, secret: str, capsys) -> str:
+    setup_logging("INFO", [secret], fmt)
+    try:
+        try:
+            raise RuntimeError(f"login refused for password {secret}")
+        except RuntimeError:
+            logging.getLogger("txnwatch.poller").exception('poll of "prod" failed: %s', secret)
+        return capsys.readouterr().err
+    finally:
+        setup_logging("WARNING")
+
+
+def test_json_lines_carry_the_fields_and_no_secret(capsys):
+    import json
+
+    err = _one_error_with_traceback("json", "s3cr3t-token", capsys)
+    (line,) = err.splitlines()
+    rec = json.loads(line)
+    assert rec["level"] == "error" and rec["logger"] == "txnwatch.poller"
+    assert rec["message"] == 'poll of "prod" failed: ***' and rec["time"].endswith("Z")
+    assert "RuntimeError: login refused for password ***" in rec["exception"]
+    assert "s3cr3t-token" not in err
+
+
+def test_logfmt_lines_quote_what_needs_it_and_carry_no_secret(capsys):
+    err = _one_error_with_traceback("logfmt", "s3cr3t-token", capsys)
+    (line,) = err.splitlines()
+    assert line.startswith("time=") and " level=error logger=txnwatch.poller " in line
+    assert 'msg="poll of \\"prod\\" failed: ***"' in line
+    assert 'exception="Traceback' in line and "\\n" in line
+    assert "s3cr3t-token" not in err
+
+
+def test_text_tracebacks_are_scrubbed_too(capsys):
+    err = _one_error_with_traceback("text", "s3cr3t-token", capsys)
+    assert "RuntimeError: login refused for password ***" in err and "s3cr3t-token" not in err
+
+
+def test_every_configurable_format_has_a_formatter():
+    from txnwatch.config import LOG_FORMATS
+    from txnwatch.logsetup import FORMATS
+
+    assert set(FORMATS) == set(LOG_FORMATS)

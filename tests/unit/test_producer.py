@@ -316,3 +316,24 @@ def test_errors_outside_transactions_are_counted_but_not_as_transactions():
     assert not any(n == "kafka_producer_transactions_total" for n, _, _ in names)
     with pytest.raises(ValueError, match="error"):
         make_record("a", None, 0.0)
+
+
+def test_a_bare_fatal_error_is_named_by_its_cause_from_error_cb():
+    """librdkafka fails calls on a fatal producer with a bare _FATAL; confluent-kafka hands
+    error_cb the underlying error (here a fence by a newer instance, surfaced asynchronously
+    while adding a partition). The producer is broken *by the fence*, so a caller that
+    re-initialises fenced producers (the Spark sink's cached ones) recognises it."""
+    seen = []
+    p, fake, _, records = make(conf={"error_cb": seen.append},
+                               raises={"produce": [kerr(KafkaError._FATAL, fatal=True)]})
+
+    def poll(timeout):   # what confluent-kafka serves from poll(): the queued error_cb
+        fake.calls.append("poll")
+        fake.conf["error_cb"](KafkaError(KafkaError._FENCED, "fenced by a newer instance", fatal=True))
+    fake.poll = poll
+    p.begin()
+    with pytest.raises(KafkaException):
+        p.produce("out", value=b"v")
+    assert p.broken == "_FENCED" and is_fencing(p.broken)
+    assert records[-1]["outcome"] == "aborted" and records[-1]["error"] == "_FENCED"
+    assert [e.code() for e in seen] == [KafkaError._FENCED]      # the caller's own error_cb still called

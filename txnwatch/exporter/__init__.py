@@ -21,4 +21,5 @@ The rule (tests/unit/test_layers.py keeps it): serve/ and spark/ never import ka
 tap/ or runtime/, so no scrape can reach a Kafka client; kafka/ imports nothing of the
 exporter but the model; poll/ and tap/ never import serve/, spark/ or runtime/; only
 runtime/ imports every layer. access.py (missing-ACL findings, pure) serves poll/ and tap/.
+Outside the exporter, the Spark sink (on executors) uses kafka/ and the model only.
 """

@@ -25,6 +25,15 @@ class SourceHealth:
     errors: Mapping[str, int] = field(default_factory=dict)  # cause -> count (monotonic)
 
 
+def first_attempts_done(sources) -> bool:
+    """Ready (/readyz) once every source has finished its first attempt (a poll, the tap's
+    first metadata or fetch), whether the cluster answered or not: from then on /metrics
+    says what txnwatch knows, txnwatch_up included. Kafka's health is txnwatch_up's and the
+    page's to tell, not the orchestrator's: a rollout (helm --wait, Argo) must complete
+    during a Kafka outage, when a fix is deployed."""
+    return all(h.last_attempt is not None for h in sources)
+
+
 class HealthTracker:
     """Thread-safe recorder a source updates; `view()` returns an immutable SourceHealth."""
 

@@ -10,7 +10,7 @@ from ...canary.stats import render_canary
 from ...config import ClusterConfig
 from ...metrics import FamilyWriter
 from ...sharding import WHOLE, ClusterShare
-from ..health import render_health
+from ..health import first_attempts_done, render_health
 from ..poll.poller import ClusterPoller
 from ..poll.render import render_snapshot
 from ..serve.collector import ExporterCollector
@@ -48,19 +48,16 @@ class ClusterRuntime:
             yield self.tap.health()
 
     def readiness(self) -> tuple[bool, ...]:
-        """The facts readiness goes by, each as /metrics shows it: txnwatch_up of every source
-        and, with the tap, txnwatch_tap_rebuilt of its published view (the one scrapes render)."""
+        """The health facts scrapes show live (txnwatch_up of every source and, with the
+        tap, txnwatch_tap_rebuilt of its published view): a response cached between scrapes
+        is not served once one of them changed."""
         facts = [h.up for h in self.sources()]
         if self.tap is not None:
             facts.append(self.tap.view().rebuilt)
         return tuple(facts)
 
     def ready(self) -> bool:
-        # Ready when every source of the cluster is up: the poller has polled successfully
-        # and, with the tap, the tap is up and has rebuilt its state from the log. Not while
-        # the cluster is unreachable: data would be stale. (A tap that has rebuilt an empty
-        # log is not up until its first fetch succeeds.)
-        return all(self.readiness())
+        return first_attempts_done(self.sources())
 
     def render_live(self, w: FamilyWriter) -> None:
         """Health of every source (small; changes with each attempt)."""

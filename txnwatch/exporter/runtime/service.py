@@ -50,7 +50,7 @@ class Exporter:
             # Pollers and taps run in worker processes; this one holds no Kafka client.
             for c in watched:
                 wr = WorkerRuntime(c, lambda name=c.name: self._worker_base() / _safe(name), lambda: self.collector,
-                                   self.spark_state.topics, log_level=config.log_level,
+                                   self.spark_state.topics, log_level=config.log_level, log_format=config.log_format,
                                    secrets=tuple(config.secret_values()), share=shares[c.name])
                 self.clusters[c.name] = wr
                 parts.append(Part(f"health:{c.name}", wr.render_live))
@@ -72,7 +72,16 @@ class Exporter:
                                                                            "total_shards": self.shard.total}, 1)))
         # a response shared between scrapes is not served once what /readyz goes by changed
         self.collector = ExporterCollector(parts, live_key=lambda: tuple(
-            rt.readiness() for rt in self.clusters.values()))
+            rt.readiness() for rt in self.clusters.values()), worker_pids=self.worker_pids)
+
+    def worker_pids(self) -> dict[str, int]:
+        """cluster -> pid of its running worker process (none without worker processes)."""
+        out = {}
+        for name, rt in self.clusters.items():
+            proc = getattr(rt, "proc", None)
+            if proc is not None and proc.poll() is None:
+                out[name] = proc.pid
+        return out
 
     def spark_partitions(self):
         """The Spark queries' read positions matched with the clusters' partitions."""

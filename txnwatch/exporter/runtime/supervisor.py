@@ -25,7 +25,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from ...metrics import FamilyWriter
-from ..health import SourceHealth, render_health
+from ..health import SourceHealth, first_attempts_done, render_health
 from .published import ClusterDigest, PublishedFile, WorkerStatus, write_atomic_text
 
 log = logging.getLogger(__name__)
@@ -40,7 +40,7 @@ class WorkerRuntime:
     """One cluster's worker process, as the serving process sees it."""
 
     def __init__(self, cfg, workdir: Callable[[], Path], collector: Callable[[], object],
-                 spark_topics: Callable[[], frozenset[str]], *, log_level: str = "INFO",
+                 spark_topics: Callable[[], frozenset[str]], *, log_level: str = "INFO", log_format: str = "text",
                  secrets: tuple[str, ...] = (), stall_seconds: float | None = None,
                  kill_stalled_after: float | None = None, share=None) -> None:
         self.cfg = cfg
@@ -49,7 +49,7 @@ class WorkerRuntime:
         self.dir: Path | None = None
         self._collector = collector
         self._spark_topics = spark_topics
-        self.log_level, self.secrets = log_level, tuple(secrets)
+        self.log_level, self.log_format, self.secrets = log_level, log_format, tuple(secrets)
         # A worker publishes its status every 0.5 s; a poll never blocks that (it runs on its
         # own thread), so silence means the process is stuck (or stopped).
         self.stall_seconds = stall_seconds if stall_seconds is not None else 5.0
@@ -80,7 +80,7 @@ class WorkerRuntime:
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE)
         try:
             # the config may carry SASL passwords: a pipe, never a file
-            proc.stdin.write(pickle.dumps((self.cfg, self.log_level, self.secrets, self.share)))
+            proc.stdin.write(pickle.dumps((self.cfg, self.log_level, self.log_format, self.secrets, self.share)))
             proc.stdin.close()
         except OSError:
             pass   # it died at once: the supervisor sees the exit
@@ -238,7 +238,11 @@ class WorkerRuntime:
         return tuple(st.readiness)
 
     def ready(self) -> bool:
-        return all(self.readiness())
+        """The worker runs (not exited, not stalled) and has published its sources' first
+        attempts (first_attempts_done)."""
+        with self._lock:
+            st, problem = self._status, self._problem
+        return st is not None and problem is None and first_attempts_done(st.sources)
 
     def render_live(self, w: FamilyWriter) -> None:
         now = time.time()

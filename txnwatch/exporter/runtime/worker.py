@@ -241,8 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     out_dir = Path(argv[0])
     parent = int(argv[1]) if len(argv) > 1 else os.getppid()
-    cfg, log_level, secrets, share = pickle.load(sys.stdin.buffer)   # noqa: S301 - from our parent process
-    setup_logging(log_level, secrets)
+    cfg, log_level, log_format, secrets, share = pickle.load(sys.stdin.buffer)   # noqa: S301 - from our parent
+    setup_logging(log_level, secrets, log_format)
     worker = Worker(cfg, out_dir, share=share)
 
     def stop(*_) -> None:

@@ -54,13 +54,17 @@ class ExporterCollector:
     formats the small live parts and appends them: it never waits for a render."""
 
     def __init__(self, parts: Iterable[Part | tuple[str, Callable[[FamilyWriter], None]]] = (),
-                 live_key: Callable[[], object] | None = None) -> None:
+                 live_key: Callable[[], object] | None = None,
+                 worker_pids: Callable[[], dict[str, int]] | None = None) -> None:
         self._live = [p if isinstance(p, Part) else Part(*p) for p in parts]
         self._lock = threading.Lock()           # counters
         self._publish_lock = threading.Lock()   # one publisher at a time
         self._dropped: dict[tuple[str, str, str], int] = defaultdict(int)
         self._part_errors: set[str] = set()
         self._process = ProcessCollector(registry=None)
+        # cluster -> pid of the worker process that holds its state: process_* of each,
+        # labelled by cluster, beside this process's own (unlabelled)
+        self._worker_pids = worker_pids or dict
         self._published = _Published({}, {})
         # Whole responses, shared by scrapes within `response_ttl` seconds of each other
         # (several Prometheus servers arriving together); a new publish invalidates them.
@@ -144,8 +148,16 @@ class ExporterCollector:
             w.add("txnwatch_series_dropped", {"cluster": cluster, "metric": metric, "reason": reason}, n)
         w.info("txnwatch_build", {"version": __version__, "python": platform.python_version()})
         chunks = w.chunks()
-        chunks.update(family_chunks(self._process.collect()))
+        chunks.update(family_chunks([*self._process.collect(), *self._worker_process_families()]))
         return chunks
+
+    def _worker_process_families(self):
+        """process_* of every running worker (read from /proc, as for this process), with
+        its cluster label; a worker that just exited has none."""
+        for cluster, pid in sorted(self._worker_pids().items()):
+            for fam in ProcessCollector(pid=lambda pid=pid: pid, registry=None).collect():
+                fam.samples = [s._replace(labels={**s.labels, "cluster": cluster}) for s in fam.samples]
+                yield fam
 
     def exposition(self, openmetrics: bool, gzip: bool = False) -> bytes:
         now = time.monotonic()
