@@ -22,6 +22,34 @@ def _cluster_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-format", choices=list(LOG_FORMATS), help="log lines as text (default), json or logfmt")
 
 
+MIXIN_CONFIG_HELP = ("YAML mapping of alert and dashboard settings (thresholds, for durations, selectors, "
+                     "link bases, extra labels; docs/alerts.md); the same file for `alerts` and `dashboards`")
+
+
+def mixin_config(path: str | None, **overrides: object):
+    """The AlertConfig of `--config FILE` (a flat YAML mapping of its fields), with the
+    flags' overrides; ValueError names the file and the key."""
+    import yaml
+
+    from .alerts.config import AlertConfig
+
+    values: dict = {}
+    if path:
+        try:
+            values = yaml.safe_load(open(path).read()) or {}
+        except OSError as exc:
+            raise ValueError(f"cannot read {path}: {exc.strerror}") from None
+        except yaml.YAMLError as exc:
+            raise ValueError(f"{path}: not valid YAML: {exc}") from None
+        if not isinstance(values, dict):
+            raise ValueError(f"{path}: expected a mapping of settings, got {type(values).__name__}")
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return AlertConfig.from_mapping(values)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{path or 'flags'}: {exc}") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="txnwatch", description="Monitoring for exactly-once Kafka pipelines.")
     parser.add_argument("--version", action="version", version=f"txnwatch {__version__}")
@@ -54,8 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     dash = sub.add_parser("dashboards", help="write the Grafana dashboards (JSON) and provisioning files")
     dash.add_argument("--out", required=True, metavar="DIR")
+    dash.add_argument("--config", metavar="FILE", help=MIXIN_CONFIG_HELP)
     alerts = sub.add_parser("alerts", help="write the Prometheus rule file and a PrometheusRule manifest")
     alerts.add_argument("--out", required=True, metavar="DIR")
+    alerts.add_argument("--config", metavar="FILE", help=MIXIN_CONFIG_HELP)
     alerts.add_argument("--cluster-selector", default=None, metavar="MATCHERS",
                         help='label matchers added to every rule, e.g. \'cluster=~"prod-.*"\'')
     pipeline = sub.add_parser("pipeline", help="run the reference exactly-once Spark pipeline", add_help=False)
@@ -70,18 +100,22 @@ def main(argv: list[str] | None = None) -> int:
 
         return pipeline_main(argv[1:])
     args = build_parser().parse_args(argv)
-    if args.command == "dashboards":
-        from .dashboards.build import generate_dashboards, generate_provisioning
+    if args.command in ("dashboards", "alerts"):
+        try:
+            cfg = mixin_config(args.config, cluster_selector=getattr(args, "cluster_selector", None))
+        except ValueError as exc:
+            print(f"txnwatch: {args.command} config error in {exc}", file=sys.stderr)
+            return 2
+        if args.command == "dashboards":
+            from .dashboards.build import generate_dashboards, generate_provisioning
 
-        paths = generate_dashboards(f"{args.out}/dashboards") + generate_provisioning(f"{args.out}/provisioning")
+            paths = generate_dashboards(f"{args.out}/dashboards", cfg) + \
+                generate_provisioning(f"{args.out}/provisioning")
+        else:
+            from .alerts.rules import generate_alerts
+
+            paths = generate_alerts(args.out, cfg)
         print("\n".join(map(str, paths)))
-        return 0
-    if args.command == "alerts":
-        from .alerts.config import AlertConfig
-        from .alerts.rules import generate_alerts
-
-        cfg = AlertConfig(cluster_selector=args.cluster_selector) if args.cluster_selector else AlertConfig()
-        print("\n".join(map(str, generate_alerts(args.out, cfg))))
         return 0
     flags = {k: v for k, v in vars(args).items()
              if k not in ("command", "json", "sample_seconds", "shard", "total_shards", "check_config")}

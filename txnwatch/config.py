@@ -495,18 +495,46 @@ def load_config(flags: Mapping[str, Any] | None = None, env: Mapping[str, str] |
     flags = {k: v for k, v in (flags or {}).items() if v is not None}
     env = os.environ if env is None else env
     merged: dict[str, Any] = {}
+    origin: dict[str, str] = {}     # key -> the variable or flag its value came from
     for key in OVERRIDES:
         ev = env.get(ENV_PREFIX + key.upper())
         if ev not in (None, ""):
             merged[key] = ev
+            origin[key] = ENV_PREFIX + key.upper()
     merged.update(flags)
+    origin.update({k: "--" + k.replace("_", "-") for k in flags})
+    if merged.get("config"):
+        load_file(merged["config"])   # the file on its own first: its errors name the file
+    try:
+        return _load_merged(merged, require_cluster)
+    except ConfigError as exc:
+        came_from = _origin_of(exc.key, origin)
+        if came_from is None:
+            raise
+        raise ConfigError(exc.key, f"{str(exc).split(f'{exc.key}: ', 1)[-1]} (set by {came_from})",
+                          exc.source) from None
+
+
+def _origin_of(key_path: str, origin: Mapping[str, str]) -> str | None:
+    """The environment variable or flag that set the setting at `key_path` (a ConfigError's
+    dotted path), if one did."""
+    for key, where in origin.items():
+        target = OVERRIDES.get(key)
+        if target is None:
+            continue
+        section, name = target
+        if (section == "http" and key_path == f"http.{name}") or (section == "top" and key_path == name) or \
+                (section == "cluster" and re.fullmatch(rf"clusters\[\d+\]\.{re.escape(name)}", key_path)):
+            return where
+    return None
+
+
+def _load_merged(merged: dict[str, Any], require_cluster: bool) -> Config:
     path = merged.get("config")
     data: dict[str, Any] = {}
     source = None
     if path:
         source = str(path)
-        base = load_file(path)  # validates the file on its own, with its name in errors
-        del base
         data = yaml.safe_load(Path(path).read_text()) or {}
     data = dict(data)
     clusters = [dict(c) for c in data.get("clusters") or []] if isinstance(data.get("clusters"), list) else []

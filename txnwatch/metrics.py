@@ -46,7 +46,14 @@ class MetricSpec:
         return self.name + "_total" if self.kind == "counter" else self.name
 
 
+# The admin poller's families are served from its last completed poll, never fetched at
+# scrape time: their HELP says so, and where to read how old that is.
+AS_OF_LAST_POLL = "As of the last poll (see txnwatch_data_age_seconds)."
+
+
 def _m(name, kind, help_, labels, buckets=(), source="exporter") -> MetricSpec:
+    if source == "exporter":
+        help_ = f"{help_} {AS_OF_LAST_POLL}"
     return MetricSpec(name, kind, help_, tuple(labels), tuple(buckets), source)
 
 

@@ -169,3 +169,10 @@ def children(pid: int) -> list[int]:
             if int(fields[1]) == pid and b"txnwatch.exporter.runtime.worker" in cmd:
                 out.append(int(d.name))
     return out
+
+
+def tap_caught_up(m) -> bool:
+    """/metrics shows the poller and the tap up and the tap's state rebuilt from the log (what
+    /readyz waited for before it became ready at each source's first attempt)."""
+    return (m.get_value("txnwatch_up", source="poller") == 1 and m.get_value("txnwatch_up", source="tap") == 1
+            and m.get_value("txnwatch_tap_rebuilt") == 1)

@@ -524,7 +524,9 @@ def test_every_dashboard_query_has_data_and_the_hanging_alert_fires(spark, tmp_p
                              what="the tap to rebuild from __transaction_state")
 
         rules, _ = generate_alerts(tmp_path / "rules", AlertConfig(hanging_for="2s", spark_blocked_seconds=5,
-                                                                   spark_blocked_for="2s"))
+                                                                   spark_blocked_for="2s",
+                                                                   dashboard_base_url="https://grafana.example",
+                                                                   runbook_base_url="https://wiki.example/rb"))
         prom = PrometheusProcess([f"127.0.0.1:{exporter.port}"], [rules], interval="1s",
                                  log_path=tmp_path / "prometheus.log", data_dir=tmp_path / "prometheus").start()
         stack.callback(prom.stop)
@@ -642,7 +644,11 @@ def test_every_dashboard_query_has_data_and_the_hanging_alert_fires(spark, tmp_p
         print(f"KafkaTransactionHanging firing after {time.monotonic() - t0:.0f}s: {firing[0]['labels']}")
         assert firing[0]["labels"]["cluster"] == CLUSTER
         assert firing[0]["labels"]["severity"] == "critical"
-        assert "dashboard_url" in firing[0]["annotations"] and "runbook_url" in firing[0]["annotations"]
+        ann = firing[0]["annotations"]
+        assert ann["runbook"] == "docs/runbooks/KafkaTransactionHanging.md", ann
+        assert ann["runbook_url"] == "https://wiki.example/rb/KafkaTransactionHanging.md", ann
+        assert ann["dashboard_url"].startswith("https://grafana.example/d/txnwatch-partitions/"), ann
+        assert ann["dashboard_url"].endswith(f"&var-cluster={CLUSTER}"), ann
         assert client.outcomes.get("committed") and client.outcomes.get("aborted"), client.outcomes
 
         # The Spark query waiting at the hanging transaction's LSO: blocked, not slow.

@@ -13,7 +13,7 @@ import urllib.request
 import pytest
 import yaml
 
-from tests.integration.helpers import cluster_config
+from tests.integration.helpers import cluster_config, tap_caught_up
 from txnwatch_dev.exporter_proc import ExporterProcess
 from txnwatch_dev.net import free_port, wait_for
 from txnwatch_dev.proxy import KafkaProxy
@@ -102,7 +102,9 @@ def test_exporter_sigkill_restart_rebuilds_state_and_readiness(broker, producers
         exp2.start()
         seen_not_ready = exp2.get("/readyz")[0] == 503
         wait_for(lambda: exp2.get("/readyz")[0] == 200, 30, what="ready after restart")
-        after = exp2.metrics().get_value("kafka_partition_lso_stalled_seconds", topic=topic)
+        after = exp2.wait_metric(lambda m: m.get_value("kafka_partition_lso_stalled_seconds", topic=topic), 30,
+                                 what="the stalled partition after the restart").get_value(
+            "kafka_partition_lso_stalled_seconds", topic=topic)
         assert after >= before, (before, after)
         assert seen_not_ready or exp2.metrics().get_value("txnwatch_up", source="poller") == 1
     finally:
@@ -232,7 +234,7 @@ def test_broker_restarts_during_the_tap_never_double_count(own_broker, tmp_path,
     exp = ExporterProcess(cluster_config(b.bootstrap, [topic], transaction_log_tap=True, poll_interval_seconds=0.5,
                                          poll_timeout_seconds=2), log_path=tmp_path / "exporter.log").start()
     try:
-        wait_for(lambda: exp.get("/readyz")[0] == 200, 60, what="ready (tap rebuilt)")
+        exp.wait_metric(tap_caught_up, 60, what="the poller and the tap up, the tap rebuilt")
 
         def counts(m):
             return tuple(sum(v for _labels, v in m.select("kafka_transactions_total", outcome=outcome))

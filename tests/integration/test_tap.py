@@ -31,7 +31,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-from tests.integration.helpers import cluster_config
+from tests.integration.helpers import cluster_config, tap_caught_up
 from tests.txnlog_encoder import (
     COMPLETE_ABORT,
     COMPLETE_COMMIT,
@@ -764,7 +764,7 @@ def test_exporter_serves_the_real_tap_and_a_restarted_one_counts_only_new_comple
     config = cluster_config(broker.bootstrap, [topic], transaction_log_tap=True,
                             default_transactional_id_expiration_ms=3_600_000)
     exp = exporter_factory(config)
-    wait_for(lambda: exp.get("/readyz")[0] == 200, 60, what="ready (tap rebuilt)")
+    exp.wait_metric(tap_caught_up, 60, what="the poller and the tap up, the tap rebuilt")
 
     def g(m, name, **labels):
         return m.get_value(name, cluster="test", **labels)
@@ -808,7 +808,7 @@ def test_exporter_serves_the_real_tap_and_a_restarted_one_counts_only_new_comple
 
     exp.kill()                                            # SIGKILL; a new exporter starts from scratch
     exp = exporter_factory(config)
-    wait_for(lambda: exp.get("/readyz")[0] == 200, 60, what="ready again (tap rebuilt)")
+    exp.wait_metric(tap_caught_up, 60, what="the poller and the tap up again, the tap rebuilt")
     m = exp.metrics()
     for outcome in ("committed", "aborted"):
         assert g(m, "kafka_transactions_total", app=orders, outcome=outcome) == 0

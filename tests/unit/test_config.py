@@ -214,3 +214,24 @@ def test_transactional_ids_filter_and_the_pattern_a_broker_gets():
     assert _re.fullmatch(pattern, "payments-12") and not _re.fullmatch(pattern, "xpayments-12")
     every = parse_config({"clusters": [{"name": "a", "bootstrap_servers": "x:1"}]}, "f.yaml").clusters[0]
     assert every.transactional_ids.everything and every.transactional_ids.include_pattern() is None
+
+
+@pytest.mark.parametrize("flags, env, says", [
+    ({"bootstrap_servers": "b:1"}, {"TXNWATCH_PORT": "abc"}, "http.port: expected an integer, got 'abc' (set by TXNWATCH_PORT)"),
+    ({"bootstrap_servers": "b:1", "port": 99999}, {}, "(set by --port)"),
+    ({}, {"TXNWATCH_BOOTSTRAP_SERVERS": "b:1", "TXNWATCH_POLL_INTERVAL": "fast"},
+     "clusters[0].poll_interval_seconds: expected a number, got 'fast' (set by TXNWATCH_POLL_INTERVAL)"),
+    ({"bootstrap_servers": "b:1"}, {"TXNWATCH_LOG_FORMAT": "xml"}, "(set by TXNWATCH_LOG_FORMAT)"),
+])
+def test_a_bad_value_from_the_environment_or_a_flag_names_where_it_came_from(flags, env, says):
+    with pytest.raises(ConfigError) as ei:
+        load_config(flags, env=env)
+    assert says in str(ei.value)
+
+
+def test_a_bad_file_is_named_before_the_environment(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("http: {port: 70000}\nclusters: [{name: a, bootstrap_servers: 'x:1'}]\n")
+    with pytest.raises(ConfigError) as ei:
+        load_config({"config": str(path)}, env={"TXNWATCH_PORT": "80"})
+    assert str(ei.value).startswith(f"config error in {path}: http.port") and "set by" not in str(ei.value)

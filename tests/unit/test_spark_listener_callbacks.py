@@ -82,3 +82,41 @@ def test_producer_transactions_via_emit():
 def test_attach_needs_a_way_out():
     with pytest.raises(ValueError):
         attach(object())
+
+
+def test_detach_from_a_connect_session_waits_for_the_terminated_event_in_flight():
+    """PySpark Connect's listener bus deadlocks when its last listener is removed while an
+    event is on its way (SPARK-59623): detach waits for a stopped query's terminated event
+    (the reference pipeline hung at exit in 1 of 4 Connect runs before)."""
+    import threading
+    import time
+    import types
+
+    from txnwatch.spark_listener.listener import detach
+
+    started, _progress, _idle, terminated = spark_events()
+    listener = TxnWatchListener(state=SparkQueryState())
+    listener.onQueryStarted(started)
+    removed_when = []
+
+    class Streams:
+        active = []              # the query was stopped: its terminated event is still on its way
+
+        def removeListener(self, lst):
+            removed_when.append(set(lst.not_terminated()))
+
+    ConnectSession = type("SparkSession", (), {"__module__": "pyspark.sql.connect.session"})
+    spark = ConnectSession()
+    spark.streams = Streams()
+    threading.Timer(0.3, listener.onQueryTerminated, (terminated,)).start()
+    t0 = time.monotonic()
+    detach(spark, listener, timeout=10)
+    assert removed_when == [set()] and time.monotonic() - t0 >= 0.25
+    # a classic session removes at once; a query still active is not waited for
+    listener.onQueryStarted(started)
+    classic = types.SimpleNamespace(streams=Streams())
+    detach(classic, listener, timeout=10)
+    spark.streams.active = [types.SimpleNamespace(id=QID)]
+    t0 = time.monotonic()
+    detach(spark, listener, timeout=10)
+    assert time.monotonic() - t0 < 1

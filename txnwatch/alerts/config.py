@@ -26,10 +26,15 @@ class AlertConfig:
     exporter_job_selector: str = 'job="txnwatch"'   # the scrape job(s) of the exporter, for `up`
     client_selector: str = ""                  # kafka_producer_* (instrumented producers, Spark sink)
     spark_selector: str = ""                   # spark_streaming_*
-    # -- links
-    dashboard_base_url: str = "http://localhost:3000"
-    runbook_base_url: str = "https://github.com/txnwatch/txnwatch/blob/main/docs/runbooks"
+    # -- links: none unless set (a made-up default would be a link that does not resolve).
+    # Every alert names its runbook (`runbook`: docs/runbooks/<Alert>.md); with a base URL
+    # it also gets `runbook_url` (<base>/<Alert>.md), and with Grafana's URL `dashboard_url`.
+    dashboard_base_url: str = ""
+    runbook_base_url: str = ""
     extra_labels: Mapping[str, str] = field(default_factory=dict)   # added to every alert
+    # -- routing: target labels every aggregation and join keeps (e.g. namespace, job, team), so an
+    # alert still carries what Alertmanager routes on; none by default
+    routing_labels: tuple[str, ...] = ()
     # -- prometheus-operator manifest
     prometheus_rule_name: str = "txnwatch"
     prometheus_rule_namespace: str = ""
@@ -102,6 +107,9 @@ class AlertConfig:
     def __post_init__(self) -> None:
         if self.commit_latency_quantile not in QUANTILES:
             raise ValueError(f"commit_latency_quantile must be one of {QUANTILES}")
+        bad = [x for x in self.routing_labels if not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", x) or x == "le"]
+        if bad:
+            raise ValueError(f"routing_labels: {bad} are not label names one can aggregate by")
 
     def replace(self, **changes: Any) -> AlertConfig:
         return dataclasses.replace(self, **changes)
@@ -121,6 +129,9 @@ class AlertConfig:
             default = getattr(defaults, key)
             if isinstance(default, Mapping):
                 ok = isinstance(value, Mapping)
+            elif isinstance(default, tuple):
+                ok = isinstance(value, list | tuple) and all(isinstance(v, str) for v in value)
+                value = tuple(value) if ok else value
             elif isinstance(default, int | float) and not isinstance(default, bool):
                 ok = isinstance(value, int | float) and not isinstance(value, bool)
                 value = float(value) if ok else value

@@ -8,9 +8,10 @@ builds the rule groups; `generate_alerts(out_dir, config)` writes
 - `rules.yml`: a Prometheus rule file (`rule_files:`), and
 - `prometheusrule.yaml`: the same groups as a prometheus-operator PrometheusRule.
 
-Every alert carries `severity`, a `summary`, a `description` quoting the value,
-`runbook_url` (docs/runbooks/<AlertName>.md) and `dashboard_url` (the Grafana panel that
-explains it, `viewPanel=<id>`, with the alert's cluster/query as dashboard variables).
+Every alert carries `severity`, a `summary`, a `description` quoting the value and
+`runbook` (docs/runbooks/<AlertName>.md); with the config's base URLs also `runbook_url`
+(<base>/<AlertName>.md) and `dashboard_url` (the Grafana panel that explains it,
+`viewPanel=<id>`, with the alert's cluster/query as dashboard variables).
 
 Which series each alert can use, and the limits of what they express, are written
 next to each rule; docs/runbooks/<AlertName>.md says what to do.
@@ -18,6 +19,7 @@ next to each rule; docs/runbooks/<AlertName>.md says what to do.
 
 from __future__ import annotations
 
+import re
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,6 +72,7 @@ def _new_or_increased(metric: str, by: str, window: str) -> str:
             f"((sum by ({by}) ({metric}) > 0) unless sum by ({by}) ({metric} offset {window}))")
 
 
+RUNBOOK_DIR = "docs/runbooks"      # in the txnwatch repository
 VAR_CLUSTER = "{{ with $labels.cluster }}&var-cluster={{ . }}{{ end }}"
 VAR_APP = "{{ with $labels.app }}&var-app={{ . }}{{ end }}"
 VAR_QUERY = "{{ with $labels.query }}&var-query={{ . }}{{ end }}"
@@ -105,8 +108,10 @@ class Alert:
             "annotations": {
                 "summary": self.summary,
                 "description": self.description,
-                "runbook_url": runbook_url(cfg, self.name),
-                "dashboard_url": dashboard_url(cfg, self.dashboard, self.panel, self.variables),
+                "runbook": f"{RUNBOOK_DIR}/{self.name}.md",
+                **({"runbook_url": runbook_url(cfg, self.name)} if cfg.runbook_base_url else {}),
+                **({"dashboard_url": dashboard_url(cfg, self.dashboard, self.panel, self.variables)}
+                   if cfg.dashboard_base_url else {}),
             },
         }
 
@@ -520,8 +525,32 @@ def alerts(cfg: AlertConfig | None = None) -> list[Alert]:
             + exporter_alerts(cfg))
 
 
+_GROUPING = re.compile(r"\b(by|on)\s*\(([^)]*)\)")
+
+
+def with_routing_labels(expr: str, labels: tuple[str, ...]) -> str:
+    """`expr` with `labels` added to every `by (...)` and `on (...)`: aggregations and joins
+    keep the target labels an Alertmanager routes on (every join here matches series of one
+    source, so both sides carry the same ones)."""
+    if not labels:
+        return expr
+
+    def add(m: re.Match) -> str:
+        have = [x.strip() for x in m.group(2).split(",") if x.strip()]
+        return f"{m.group(1)} ({', '.join(have + [x for x in labels if x not in have])})"
+    return _GROUPING.sub(add, expr)
+
+
 def rule_groups(cfg: AlertConfig | None = None) -> list[dict[str, Any]]:
     cfg = cfg or AlertConfig()
+    groups = _rule_groups(cfg)
+    for g in groups:
+        for r in g["rules"]:
+            r["expr"] = with_routing_labels(r["expr"], cfg.routing_labels)
+    return groups
+
+
+def _rule_groups(cfg: AlertConfig) -> list[dict[str, Any]]:
     rec = recording_rules(cfg)
     groups = [
         ("txnwatch.transactions", transaction_alerts(cfg)),

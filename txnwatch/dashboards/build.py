@@ -43,7 +43,7 @@ from txnwatch.alerts.config import AlertConfig
 from txnwatch.dashboards import ids
 from txnwatch.dashboards.ids import DashboardRef
 
-CFG = AlertConfig()          # thresholds shown on panels follow the alerts' defaults
+# thresholds shown on panels follow the alerts' (AlertConfig: the file both commands read)
 DS = {"type": "prometheus", "uid": "${datasource}"}
 RI = "$__rate_interval"
 
@@ -180,7 +180,7 @@ def ratio(metric: str, by: str, matchers: tuple[str, ...], num: str = ABORTED) -
 
 
 # ---------------------------------------------------------------- dashboards
-def overview() -> list[P]:
+def overview(cfg: AlertConfig) -> list[P]:
     T, PA, SP, EX = ids.TRANSACTIONS, ids.PARTITIONS, ids.SPARK, ids.EXPORTER
     return [
         P("open", "Open transactions",
@@ -222,29 +222,29 @@ def overview() -> list[P]:
            (f"min by (cluster, app) (kafka_transaction_timeout_headroom_seconds{s(C, A)})",
             "min headroom {{cluster}}/{{app}}"),
            (f"max by (cluster) (kafka_broker_transaction_max_timeout_seconds{s(C)})", "max timeout {{cluster}}")],
-          thresholds=steps(GREEN, (CFG.headroom_low_seconds, YELLOW)), links=[link_to(T)]),
+          thresholds=steps(GREEN, (cfg.headroom_low_seconds, YELLOW)), links=[link_to(T)]),
         P("abort_ratio", "Abort ratio",
           "Share of transactions that aborted, from the coordinator's log (tap, per cluster/app) and from "
-          f"instrumented producers (client, per app). The alert fires above {CFG.abort_ratio:.0%}.", "percentunit",
+          f"instrumented producers (client, per app). The alert fires above {cfg.abort_ratio:.0%}.", "percentunit",
           [(ratio("kafka_transactions_total", "cluster, app", (C, A)), "{{cluster}}/{{app}} (broker)"),
            (ratio("kafka_producer_transactions_total", "app", (A,)), "{{app}} (client)")],
-          thresholds=steps(GREEN, (CFG.abort_ratio, RED)), threshold_style="line", links=[link_to(T)]),
+          thresholds=steps(GREEN, (cfg.abort_ratio, RED)), threshold_style="line", links=[link_to(T)]),
         P("fencing_rate", "Fencing rate",
           "Producers fenced per minute: by the coordinator (tap: reason new_instance or timeout) and as "
           "PRODUCER_FENCED / INVALID_PRODUCER_EPOCH errors seen by instrumented producers. An occasional fence is "
-          f"normal; the alert fires on a steady rate above {CFG.fencing_per_minute:g}/min.", "cpm",
+          f"normal; the alert fires on a steady rate above {cfg.fencing_per_minute:g}/min.", "cpm",
           [(f"sum by (cluster, app, reason) (rate(kafka_transaction_fencing_events_total{s(C, A)}[{RI}])) * 60",
             "{{cluster}}/{{app}} {{reason}}"),
            (f"sum by (app) (rate(kafka_producer_transaction_errors_total"
             f"{s(A, FENCED)}[{RI}])) * 60", "{{app}} (client)")],
-          thresholds=steps(GREEN, (CFG.fencing_per_minute, RED)), threshold_style="line", links=[link_to(T)]),
+          thresholds=steps(GREEN, (cfg.fencing_per_minute, RED)), threshold_style="line", links=[link_to(T)]),
         P("commit_latency", "Commit latency p99",
           "p99 commit latency: coordinator PrepareCommit to CompleteCommit (tap) and the producer's "
           "commit_transaction() call (client).", "s",
           quantiles("kafka_transaction_completion_seconds", "cluster, app", s(C, A, COMMITTED),
                     "{{cluster}}/{{app}} (broker)", ("0.99",))
           + quantiles("kafka_producer_transaction_commit_seconds", "app", s(A), "{{app}} (client)", ("0.99",)),
-          thresholds=steps(GREEN, (CFG.commit_latency_seconds, RED)), threshold_style="line", links=[link_to(T)]),
+          thresholds=steps(GREEN, (cfg.commit_latency_seconds, RED)), threshold_style="line", links=[link_to(T)]),
         P("spark_behind", "Spark queries behind their sources",
           "Offsets each Spark query is behind the latest offsets of its sources (max over the stats the source "
           "reports). Growing means the query does not keep up; see the Spark queries dashboard.", "short",
@@ -258,18 +258,18 @@ def overview() -> list[P]:
           "value growing past a few intervals means a transaction cannot commit on this cluster right now.",
           "s", [(f"time() - max by (cluster) (txnwatch_canary_last_success_timestamp_seconds{s(C)})",
                  "{{cluster}}")],
-          kind="stat", thresholds=steps(GREEN, (CFG.canary_failing_seconds, RED)), w=6, h=5),
+          kind="stat", thresholds=steps(GREEN, (cfg.canary_failing_seconds, RED)), w=6, h=5),
         P("canary_commit", "Canary commit latency p99",
           "p99 of the canary's commit_transaction() call: what any transactional producer of the cluster pays "
           "to commit right now.", "s",
           quantiles("txnwatch_canary_commit_seconds", "cluster", s(C), "{{cluster}}", ("0.99",)),
-          thresholds=steps(GREEN, (CFG.commit_latency_seconds, RED)), threshold_style="line", w=6, h=5),
+          thresholds=steps(GREEN, (cfg.commit_latency_seconds, RED)), threshold_style="line", w=6, h=5),
         P("canary_visibility", "Canary visibility p99 per partition",
           "p99 from the canary's produce to a read_committed consumer returning the record, per canary "
           "partition (one per broker, each led by a different broker): a slow broker shows on its partition.",
           "s", quantiles("txnwatch_canary_visibility_seconds", "cluster, partition", s(C),
                          "{{cluster}} p{{partition}}", ("0.99",)),
-          thresholds=steps(GREEN, (CFG.canary_visibility_seconds, RED)), threshold_style="line", w=6, h=5),
+          thresholds=steps(GREEN, (cfg.canary_visibility_seconds, RED)), threshold_style="line", w=6, h=5),
         P("canary_failures", "Canary failures and violations",
           "Canary failures per minute by stage and error, and visibility violations (a read_committed consumer "
           "returned an aborted canary record: must stay 0).", "cpm",
@@ -280,7 +280,7 @@ def overview() -> list[P]:
     ]
 
 
-def transactions() -> list[P]:
+def transactions(cfg: AlertConfig) -> list[P]:
     CA, CAT = s(C, A), s(C, A, TID)
     committed = s(C, A, COMMITTED)
     return [
@@ -288,12 +288,12 @@ def transactions() -> list[P]:
           "PrepareCommit to CompleteCommit: how long the coordinator takes to write commit markers to every "
           "partition of a transaction (transaction-log tap), quantiles per app.", "s",
           quantiles("kafka_transaction_completion_seconds", "cluster, app", committed, "{{cluster}}/{{app}}"),
-          thresholds=steps(GREEN, (CFG.commit_latency_seconds, RED)), threshold_style="line"),
+          thresholds=steps(GREEN, (cfg.commit_latency_seconds, RED)), threshold_style="line"),
         P("client_commit_latency", "Commit latency (producer)",
           "commit_transaction() call latency of instrumented producers and the Spark sink, quantiles per app; "
           "includes flushing the transaction's outstanding messages.", "s",
           quantiles("kafka_producer_transaction_commit_seconds", "app", s(A), "{{app}}"),
-          thresholds=steps(GREEN, (CFG.commit_latency_seconds, RED)), threshold_style="line"),
+          thresholds=steps(GREEN, (cfg.commit_latency_seconds, RED)), threshold_style="line"),
         P("duration", "Transaction duration",
           "Start to completion of transactions: coordinator view (tap, by outcome) and producer view "
           "(begin_transaction() to commit/abort). Compare with transaction.timeout.ms.", "s",
@@ -323,11 +323,11 @@ def transactions() -> list[P]:
             "{{app}} {{outcome}} (client)")],
           thresholds=steps(GREEN), stack=False),
         P("abort_ratio", "Abort ratio",
-          f"Share of aborted transactions per app. The alert fires above {CFG.abort_ratio:.0%} with at least "
-          f"{CFG.abort_ratio_min_transactions:g} transactions in 5 minutes.", "percentunit",
+          f"Share of aborted transactions per app. The alert fires above {cfg.abort_ratio:.0%} with at least "
+          f"{cfg.abort_ratio_min_transactions:g} transactions in 5 minutes.", "percentunit",
           [(ratio("kafka_transactions_total", "cluster, app", (C, A)), "{{cluster}}/{{app}} (broker)"),
            (ratio("kafka_producer_transactions_total", "app", (A,)), "{{app}} (client)")],
-          thresholds=steps(GREEN, (CFG.abort_ratio, RED)), threshold_style="line"),
+          thresholds=steps(GREEN, (cfg.abort_ratio, RED)), threshold_style="line"),
         P("client_outcomes_by_id", "Transactions by transactional id (top 20)",
           "Transactions per second per transactional id and outcome, from instrumented producers.", "ops",
           [(f"topk(20, sum by (app, transactional_id, outcome) "
@@ -345,13 +345,13 @@ def transactions() -> list[P]:
           "aborted the open transaction of the id: a zombie), timeout (the coordinator aborted it), operator "
           "(kafka-transactions.sh forceTerminateTransaction) or startup_abort (a Flink sink's start-up), and "
           "fencing errors seen by producers. Idle ids taken over are re-initialisations, not fences. "
-          f"The alert fires on more than {CFG.fencing_per_minute:g}/min sustained for {CFG.fencing_for}.", "cpm",
+          f"The alert fires on more than {cfg.fencing_per_minute:g}/min sustained for {cfg.fencing_for}.", "cpm",
           [(f"sum by (cluster, app, reason) (rate(kafka_transaction_fencing_events_total{CA}[{RI}])) * 60",
             "{{cluster}}/{{app}} {{reason}}"),
            (f"sum by (app, transactional_id) (rate(kafka_producer_transaction_errors_total"
             f"{s(A, TID, FENCED)}[{RI}])) * 60",
             "{{transactional_id}} (client)")],
-          thresholds=steps(GREEN, (CFG.fencing_per_minute, RED)), threshold_style="line", w=8),
+          thresholds=steps(GREEN, (cfg.fencing_per_minute, RED)), threshold_style="line", w=8),
         P("reinits", "Re-initialisations (restart churn)",
           "InitProducerIds per minute that took an idle transactional id over: restarts, tasks moved to "
           "another worker or executor (the Spark sink), a pool's re-init (Flink). Churn, not a fault: "
@@ -372,26 +372,26 @@ def transactions() -> list[P]:
           thresholds=steps(GREEN)),
         P("headroom", "Timeout headroom of open transactions",
           "start + transaction.timeout.ms - now for open transactions, the minimum per transactional id "
-          f"(ids past the cap fold into __other__). Yellow below {CFG.headroom_low_seconds:g}s, red below 0: "
+          f"(ids past the cap fold into __other__). Yellow below {cfg.headroom_low_seconds:g}s, red below 0: "
           "past its timeout and not aborted means the transaction hangs.", "s",
           [(f"min by (cluster, app, transactional_id) (kafka_transaction_timeout_headroom_seconds{CAT})",
             "{{cluster}}/{{transactional_id}}")],
-          thresholds=steps(RED, (0, YELLOW), (CFG.headroom_low_seconds, GREEN)), threshold_style="line"),
+          thresholds=steps(RED, (0, YELLOW), (cfg.headroom_low_seconds, GREEN)), threshold_style="line"),
         P("two_phase", "Two-phase-commit transactions (KIP-939)",
           "Open two-phase-commit transactions per app and the age of the oldest. They carry the timeout "
           "Integer.MAX_VALUE: the coordinator never aborts them, an external transaction manager commits or "
           "aborts them, and read_committed consumers wait behind them meanwhile. Not in the headroom panels. "
-          f"The alert fires when one stays open longer than {CFG.two_phase_max_age_seconds:g}s.", "s",
+          f"The alert fires when one stays open longer than {cfg.two_phase_max_age_seconds:g}s.", "s",
           [(f"max by (cluster, app) (kafka_transaction_two_phase_oldest_age_seconds{CA})",
             "oldest {{cluster}}/{{app}}"),
            (f"sum by (cluster, app) (kafka_transaction_two_phase_open{CA})", "open {{cluster}}/{{app}}")],
-          thresholds=steps(GREEN, (CFG.two_phase_max_age_seconds, RED)), threshold_style="line"),
+          thresholds=steps(GREEN, (cfg.two_phase_max_age_seconds, RED)), threshold_style="line"),
         P("client_headroom", "Timeout headroom of completed transactions (producer)",
           "transaction.timeout.ms - duration of each instrumented producer's last and smallest transaction: "
           "how close real transactions come to their timeout.", "s",
           [(f"min by (app, transactional_id, stat) (kafka_producer_transaction_timeout_headroom_seconds{s(A, TID)})",
             "{{transactional_id}} {{stat}}")],
-          thresholds=steps(RED, (0, YELLOW), (CFG.headroom_low_seconds, GREEN)), threshold_style="line"),
+          thresholds=steps(RED, (0, YELLOW), (cfg.headroom_low_seconds, GREEN)), threshold_style="line"),
         P("timeout_vs_cap", "Producer timeout vs broker cap",
           "The broker's transaction.max.timeout.ms against the largest timeout headroom seen per transactional id "
           "(open transactions and instrumented producers; headroom is a lower bound of the producer's "
@@ -408,7 +408,7 @@ def transactions() -> list[P]:
           "expires the id and its producer fails with InvalidPidMappingException.", "s",
           [(f"min by (cluster, app, transactional_id) (kafka_transactional_id_expiration_headroom_seconds{CAT})",
             "{{cluster}}/{{transactional_id}}")],
-          thresholds=steps(RED, (CFG.id_expiration_headroom_seconds, GREEN))),
+          thresholds=steps(RED, (cfg.id_expiration_headroom_seconds, GREEN))),
         P("transactional_ids", "Transactional ids",
           "Transactional ids in the coordinator's log per app (tap). Ids beyond the per-id series cap fold into "
           "transactional_id=\"__other__\" in the per-id panels.", "short",
@@ -431,7 +431,7 @@ def transactions() -> list[P]:
     ]
 
 
-def partitions() -> list[P]:
+def partitions(cfg: AlertConfig) -> list[P]:
     CT = s(C, TOPIC)
     return [
         P("hanging_table", "Hanging transactions and stalled LSOs",
@@ -454,11 +454,11 @@ def partitions() -> list[P]:
           thresholds=steps(GREEN)),
         P("lso_stalled", "LSO stalled time, top 20",
           "How long each partition's LSO has stayed below its HWM without advancing. Orange from "
-          f"{CFG.blocked_lso_stalled_seconds:g}s (consumers blocked), red from {CFG.lso_stalled_hanging_seconds:g}s "
+          f"{cfg.blocked_lso_stalled_seconds:g}s (consumers blocked), red from {cfg.lso_stalled_hanging_seconds:g}s "
           "(hanging).", "s",
           [(f"topk(20, max by (cluster, topic, partition) (kafka_partition_lso_stalled_seconds{CT}))",
             "{{topic}}-{{partition}}")],
-          thresholds=steps(GREEN, (CFG.blocked_lso_stalled_seconds, ORANGE), (CFG.lso_stalled_hanging_seconds, RED)),
+          thresholds=steps(GREEN, (cfg.blocked_lso_stalled_seconds, ORANGE), (cfg.lso_stalled_hanging_seconds, RED)),
           threshold_style="line"),
         P("group_lag", "Consumer lag: read_committed vs HWM",
           "Group lag against the last stable offset (isolation=read_committed: what a read_committed consumer "
@@ -500,9 +500,9 @@ def partitions() -> list[P]:
     ]
 
 
-def spark() -> list[P]:
+def spark(cfg: AlertConfig) -> list[P]:
     SQ = s(Q)
-    trig = CFG.spark_trigger_interval_seconds
+    trig = cfg.spark_trigger_interval_seconds
     return [
         P("active", "Active queries", "Running streaming queries (1) and terminated ones still known (0).", "short",
           [(f"sum(spark_streaming_query_active{SQ})", "active")], kind="stat", thresholds=steps(BLUE), w=6, h=5),
@@ -511,9 +511,9 @@ def spark() -> list[P]:
           thresholds=steps(BLUE), w=6, h=5),
         P("last_progress", "Time since last progress",
           "Seconds since each query's last progress event. Idle queries report QueryIdleEvents instead; the "
-          f"stalled alert fires above {CFG.spark_stalled_seconds:g}s for an active, non-idle query.", "s",
+          f"stalled alert fires above {cfg.spark_stalled_seconds:g}s for an active, non-idle query.", "s",
           [(f"time() - max by (query) (spark_streaming_last_progress_timestamp_seconds{SQ})", "{{query}}")],
-          kind="stat", thresholds=steps(GREEN, (trig, YELLOW), (CFG.spark_stalled_seconds, RED)), w=12, h=5),
+          kind="stat", thresholds=steps(GREEN, (trig, YELLOW), (cfg.spark_stalled_seconds, RED)), w=12, h=5),
         P("batch_vs_trigger", "Micro-batch duration vs trigger",
           "Mean and p99 micro-batch duration per query. Above the trigger interval "
           f"(default {trig:g}s, the line) the query falls behind its sources.", "s",
@@ -555,11 +555,11 @@ def spark() -> list[P]:
         P("blocked", "Blocked by an open transaction",
           "Partitions a query has read up to the last stable offset while an open transaction holds that LSO below "
           "the high watermark: how long the LSO has been stalled. Computed by the exporter from the listener's read "
-          f"positions and the poller's offsets; above {CFG.spark_blocked_seconds:g}s fires "
+          f"positions and the poller's offsets; above {cfg.spark_blocked_seconds:g}s fires "
           "SparkStreamingQueryBlockedByOpenTransaction.", "s",
           [(f"max by (cluster, query, topic, partition) (spark_streaming_source_blocked_seconds{s(C, Q)})",
             "{{query}} {{cluster}} {{topic}}-{{partition}}")],
-          thresholds=steps(GREEN, (CFG.spark_blocked_seconds, RED)), w=12),
+          thresholds=steps(GREEN, (cfg.spark_blocked_seconds, RED)), w=12),
         P("state_rows", "State store rows",
           "Rows in each stateful operator's state store (stateful queries only).", "short",
           [(f"sum by (query, operator) (spark_streaming_state_rows{SQ})", "{{query}} {{operator}}")],
@@ -583,7 +583,7 @@ def spark() -> list[P]:
           "exactly-once sink, per app (the sink name).", "s",
           quantiles("kafka_producer_transaction_commit_seconds", "app", s(A), "{{app}}", ("0.99",))
           + quantiles("kafka_producer_transaction_duration_seconds", "app", s(A), "duration {{app}}", ("0.99",)),
-          thresholds=steps(GREEN, (CFG.commit_latency_seconds, RED)), threshold_style="line"),
+          thresholds=steps(GREEN, (cfg.commit_latency_seconds, RED)), threshold_style="line"),
         P("idle", "Idle events",
           "QueryIdleEvents per minute: the query is running but its sources have no new data.", "cpm",
           [(f"sum by (query) (rate(spark_streaming_idle_events_total{SQ}[{RI}])) * 60", "{{query}}")],
@@ -591,14 +591,14 @@ def spark() -> list[P]:
     ]
 
 
-def exporter() -> list[P]:
+def exporter(cfg: AlertConfig) -> list[P]:
     return [
         P("scrape_up", "Exporter scrape up",
           "1 when Prometheus could scrape the exporter (up). 0 pages as TxnwatchExporterDown.", "short",
           [(f"up{s(JOB)}", "{{instance}}")], thresholds=steps(RED, (1, GREEN)), w=8),
         P("sources_up", "Sources up",
           "1 when the source's last poll succeeded (poller: admin API; tap: transaction-log reader). 0 for "
-          f"{CFG.source_failing_for} fires TxnwatchSourceFailing.", "short",
+          f"{cfg.source_failing_for} fires TxnwatchSourceFailing.", "short",
           [(f"min by (cluster, source) (txnwatch_up{s(C, JOB)})", "{{cluster}} {{source}}")],
           thresholds=steps(RED, (1, GREEN)), w=8),
         P("since_success", "Time since last successful poll",
@@ -664,7 +664,7 @@ def _layout(panels: list[P], dash: DashboardRef) -> list[Any]:
     return out
 
 
-def dashboard(dash: DashboardRef) -> Dashboard:
+def dashboard(dash: DashboardRef, cfg: AlertConfig | None = None) -> Dashboard:
     build, description, extra = DEFINITIONS[dash.uid]
     return Dashboard(
         title=dash.title, uid=dash.uid, description=description, tags=["txnwatch"],
@@ -673,12 +673,12 @@ def dashboard(dash: DashboardRef) -> Dashboard:
         templating=variables(extra),
         links=[DashboardLink(title="txnwatch", type="dashboards", tags=["txnwatch"], asDropdown=True,
                              includeVars=True, keepTime=True)],
-        panels=_layout(build(), dash),
+        panels=_layout(build(cfg or AlertConfig()), dash),
     )
 
 
-def dashboard_json(dash: DashboardRef) -> dict[str, Any]:
-    out = json.loads(json.dumps(dashboard(dash).to_json_data(), cls=DashboardEncoder))
+def dashboard_json(dash: DashboardRef, cfg: AlertConfig | None = None) -> dict[str, Any]:
+    out = json.loads(json.dumps(dashboard(dash, cfg).to_json_data(), cls=DashboardEncoder))
     for var in out["templating"]["list"]:
         if var.get("includeAll"):
             var["current"] = {"selected": True, "text": ["All"], "value": ["$__all"]}
@@ -712,13 +712,14 @@ def generate_provisioning(out_dir: str | Path, prometheus_url: str = PROMETHEUS_
     return paths
 
 
-def generate_dashboards(out_dir: str | Path) -> list[Path]:
-    """Write one Grafana dashboard JSON file per dashboard into out_dir."""
+def generate_dashboards(out_dir: str | Path, cfg: AlertConfig | None = None) -> list[Path]:
+    """Write one Grafana dashboard JSON file per dashboard into out_dir (thresholds and
+    texts from `cfg`, the alerts' config)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     for dash in ids.DASHBOARDS:
         path = out / dash.file
-        path.write_text(json.dumps(dashboard_json(dash), indent=2, sort_keys=True) + "\n")
+        path.write_text(json.dumps(dashboard_json(dash, cfg), indent=2, sort_keys=True) + "\n")
         paths.append(path)
     return paths

@@ -55,6 +55,7 @@ class TxnWatchListener(StreamingQueryListener):
         self.callback_seconds = 0.0
         self.counts: dict[str, int] = {}      # callbacks seen, by event type
         self.server: Any = None               # the MetricsServer when attach() served /metrics
+        self._running: set[str] = set()       # query ids seen started or progressing, not yet terminated
 
     # ------------------------------------------------------------------ Spark callbacks
     def onQueryStarted(self, event: Any) -> None:
@@ -70,6 +71,20 @@ class TxnWatchListener(StreamingQueryListener):
         self._handle("terminated", event)
 
     # ------------------------------------------------------------------ internals
+    def _track(self, kind: str, query_id: str | None) -> None:
+        if not query_id:
+            return
+        with self._lock:
+            if kind == "terminated":
+                self._running.discard(query_id)
+            elif kind in ("started", "progress") and len(self._running) < _MAX_NAMES:
+                self._running.add(query_id)
+
+    def not_terminated(self) -> set[str]:
+        """Queries this listener saw run and not (yet) terminate."""
+        with self._lock:
+            return set(self._running)
+
     def errors(self) -> dict[str, int]:
         with self._lock:
             return dict(self._errors)
@@ -128,6 +143,7 @@ class TxnWatchListener(StreamingQueryListener):
             except Exception as exc:  # noqa: BLE001 - never raise into Spark
                 self._count_error("convert", exc)
                 return
+            self._track(kind, out.get("query_id"))
             self.emit(out)
         finally:
             dt = time.perf_counter() - t0
@@ -196,6 +212,30 @@ def attach(spark: Any, serve_port: int | None = None, forward_url: str | None = 
 def detach(spark: Any, listener: TxnWatchListener, timeout: float = 5.0) -> None:
     """Unregister the listener and close its forwarder and server."""
     try:
+        if is_connect(spark):
+            _await_terminated_events(spark, listener, timeout)
         spark.streams.removeListener(listener)
     finally:
         listener.close(timeout)
+
+
+def is_connect(spark: Any) -> bool:
+    """A Spark Connect session (pyspark.sql.connect), not a classic one."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def _await_terminated_events(spark: Any, listener: TxnWatchListener, timeout: float) -> None:
+    """Until every query the listener saw run has either delivered its terminated event or
+    is still active (at most `timeout` s). PySpark Connect's client listener bus deadlocks
+    when its last listener is removed while an event is on its way (remove() joins the event
+    thread while holding the lock that thread needs to post it: SPARK-59623, open for
+    PySpark 4.3): a query stopped just before detach() has its terminated event in flight."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            active = {str(q.id) for q in spark.streams.active}
+        except Exception:  # noqa: BLE001 - a session going away: nothing more to wait for
+            return
+        if not listener.not_terminated() - active or time.monotonic() >= deadline:
+            return
+        time.sleep(0.05)
