@@ -106,9 +106,11 @@ def pytest_collection_finish(session):
 # it computes. Under xdist they run one after another on one worker (one xdist group, handed
 # out first), while the other worker runs the rest, which mostly waits on brokers' clocks;
 # two of them at once would only slow each other down. (The listener's and the trigger modes'
-# small queries on the `spark` session go beside them, to even the two workers out.)
+# small queries on the `spark` session, and the dashboards' end-to-end run, mostly waiting on
+# Prometheus and the exporter, go beside them, to even the two workers out: with it in the
+# group, the group's worker was the last to finish by minutes.)
 COMPUTE_HEAVY = frozenset({
-    "test_dashboards_e2e", "test_flink_job", "test_pipeline", "test_sink", "test_spark_faults",
+    "test_flink_job", "test_pipeline", "test_sink", "test_spark_faults",
     "test_spark_connect", "test_spark_kafka", "test_streams"})
 # (test_spark_connect's local Spark Connect server listens on PySpark's fixed port 15002: in
 # this group no two start at once.)
@@ -143,6 +145,25 @@ def pytest_collection_modifyitems(session, config, items):
 def pytest_sessionfinish(session, exitstatus):
     if _session_broker is not None:
         _session_broker.cleanup()
+
+
+# Busy seconds per xdist worker (setup, call and teardown of its tests), summed on the
+# controller from the reports the workers send: the two totals show how even the split is
+# (the run lasts as long as the busier worker).
+_worker_busy: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    node = getattr(report, "node", None)          # set by xdist on the controller
+    gateway = getattr(node, "gateway", None)
+    if gateway is not None:
+        _worker_busy[gateway.id] = _worker_busy.get(gateway.id, 0.0) + (report.duration or 0.0)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _worker_busy:
+        terminalreporter.write_line("busy per worker: " + ", ".join(
+            f"{w} {s:.0f} s" for w, s in sorted(_worker_busy.items())))
 
 
 @pytest.fixture(scope="session")
