@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterable
 
 from confluent_kafka import Consumer, TopicPartition
@@ -103,28 +105,34 @@ class ProducerProcess:
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True, start_new_session=True)
         self.lines: list[str] = []
+        # Lines are read by a thread of their own. (Waiting with select() on the pipe and then
+        # readline() lost lines: two printed together, e.g. "committed 2" and "open", went
+        # into the reader's buffer at once, and select() then had nothing more to report.)
+        self._seen = threading.Condition()
+        self._eof = False
+        threading.Thread(target=self._read_lines, daemon=True).start()
+
+    def _read_lines(self) -> None:
+        for line in self.proc.stdout:
+            with self._seen:
+                self.lines.append(line.strip())
+                self._seen.notify_all()
+        with self._seen:
+            self._eof = True
+            self._seen.notify_all()
 
     def wait_line(self, prefix: str, timeout: float = 60.0) -> str:
         """Block until the child prints a line starting with `prefix` (reads stdout)."""
-        import selectors
-
-        sel = selectors.DefaultSelector()
-        sel.register(self.proc.stdout, selectors.EVENT_READ)
-        import time
-
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for line in self.lines:
-                if line.startswith(prefix):
-                    return line
-            if not sel.select(timeout=0.5):
-                if self.proc.poll() is not None:
+        with self._seen:
+            while True:
+                found = next((line for line in self.lines if line.startswith(prefix)), None)
+                left = deadline - time.monotonic()
+                if found is not None:
+                    return found
+                if self._eof or left <= 0:
                     break
-                continue
-            line = self.proc.stdout.readline()
-            if not line:
-                break
-            self.lines.append(line.strip())
+                self._seen.wait(left)
         err = self.proc.stderr.read() if self.proc.poll() is not None else ""
         raise TimeoutError(f"producer never printed {prefix!r}; lines={self.lines} stderr={err[-2000:]}")
 
