@@ -226,6 +226,15 @@ def start(spark, s: Settings, transform: str):
     return start_query(spark, s) if transform == "agg" else start_projection(spark, s)
 
 
+def n_rows(p) -> int:
+    """A progress's input rows. (Under Spark Connect a progress can lack numInputRows: its
+    sources still say theirs.)"""
+    v = p["numInputRows"]
+    if v is None:
+        v = sum((src["numInputRows"] or 0) for src in (p["sources"] or []))
+    return int(v)
+
+
 def wait_consumed(q, total: int, closing_batch: bool, trigger: float, timeout: float) -> None:
     """Until all `total` input rows were read (and, with `closing_batch`, a no-data batch
     ran after that: the one that emits the last windows) and no batch is running."""
@@ -236,8 +245,8 @@ def wait_consumed(q, total: int, closing_batch: bool, trigger: float, timeout: f
         if not q.isActive:
             raise RuntimeError(f"query {q.name} stopped: {q.exception()}")
         progress = [p for p in q.recentProgress if executed(p)]
-        rows = sum(p["numInputRows"] for p in progress)
-        done = rows >= total and (not closing_batch or progress[-1]["numInputRows"] == 0)
+        rows = sum(n_rows(p) for p in progress)
+        done = rows >= total and (not closing_batch or n_rows(progress[-1]) == 0)
         if done and not q.status.get("isTriggerActive", False):
             return
         current = progress[-1]["batchId"] if progress else None
@@ -266,16 +275,16 @@ def batch_stats(q) -> dict:
     from txnwatch.spark_listener.events import parse_timestamp
 
     progress = [p for p in q.recentProgress if executed(p)]
-    data = [p for p in progress if p["numInputRows"] > 0]
+    data = [p for p in progress if n_rows(p) > 0]
     t0 = parse_timestamp(progress[0]["timestamp"])
     t1 = parse_timestamp(progress[-1]["timestamp"]) + progress[-1]["batchDuration"] / 1000.0
     # After the first data batch: the one where eos initialises its (per-run, fresh)
     # transactional ids and both sinks open their first connections.
     first = progress.index(data[0]) if data else len(progress)
     later = progress[first + 1:]
-    later_rows = sum(p["numInputRows"] for p in later)
+    later_rows = sum(n_rows(p) for p in later)
     later_busy = sum(p["batchDuration"] for p in later) / 1000.0
-    return {"rows": sum(p["numInputRows"] for p in progress), "batches": len(progress),
+    return {"rows": sum(n_rows(p) for p in progress), "batches": len(progress),
             "first_batch_ms": data[0]["batchDuration"] if data else 0,
             "later_rows_per_s": later_rows / later_busy if later_rows and later_busy else None,
             "data_batches": len(data), "busy_s": sum(p["batchDuration"] for p in progress) / 1000.0,
