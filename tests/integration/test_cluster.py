@@ -63,6 +63,17 @@ def _producer(bootstrap: str, tid: str) -> TransactionalProducer:
                                   "transaction.timeout.ms": 10000, "linger.ms": 0, "log_level": 3})
 
 
+def assert_init_blocked(bootstrap: str, tid: str) -> None:
+    """A new transactional id cannot be registered (its InitProducerId times out or is refused)."""
+    blocked = _producer(bootstrap, tid)
+    try:
+        with pytest.raises(KafkaException) as ei:
+            blocked.init_transactions(5)
+        assert ei.value.args[0].name() in ("_TIMED_OUT", "NOT_ENOUGH_REPLICAS", "COORDINATOR_NOT_AVAILABLE")
+    finally:
+        blocked.close()
+
+
 def _check(bootstrap: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "txnwatch.cli", "check", "--bootstrap-servers", bootstrap, "--json"],
                           capture_output=True, text=True, timeout=120)
@@ -215,11 +226,7 @@ def test_transaction_log_below_min_isr(cluster, tmp_path, unique, exporter_facto
         wait_for(lambda: prom.firing("TxnwatchCanaryFailing"), 90, what="TxnwatchCanaryFailing to fire")
 
         # What an application sees meanwhile: a new transactional id cannot be registered.
-        blocked = _producer(cluster.nodes[0].bootstrap, unique("blocked-app"))
-        with pytest.raises(KafkaException) as ei:
-            blocked.init_transactions(5)
-        assert ei.value.args[0].name() in ("_TIMED_OUT", "NOT_ENOUGH_REPLICAS", "COORDINATOR_NOT_AVAILABLE")
-        blocked.close()
+        assert_init_blocked(cluster.nodes[0].bootstrap, unique("blocked-app"))
 
         # The brokers return: the finding, the alerts and the canary recover by themselves.
         cluster.start()
@@ -270,11 +277,7 @@ def test_transaction_log_below_min_isr_on_3_9(tmp_path, unique, request):
             return found and {"code": out.returncode, **found[0]}
         f = wait_for(below, 60, what="the min_isr finding with two brokers stopped")
         assert f["code"] == 2 and f["severity"] == "critical" and "(ISR 1 < 2)" in f["message"], f
-        blocked = _producer(c.nodes[0].bootstrap, unique("blocked-app"))
-        with pytest.raises(KafkaException) as ei:
-            blocked.init_transactions(5)
-        assert ei.value.args[0].name() in ("_TIMED_OUT", "NOT_ENOUGH_REPLICAS", "COORDINATOR_NOT_AVAILABLE")
-        blocked.close()
+        assert_init_blocked(c.nodes[0].bootstrap, unique("blocked-app"))
 
         c.settle()
         assert not below()
