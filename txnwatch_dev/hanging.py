@@ -48,6 +48,7 @@ from kafka.record.memory_records import MemoryRecordsBuilder
 from .rawkafka import Connection, error_name, retry, split, transaction_coordinator
 
 INVALID_TXN_STATE = 48
+TRANSACTION_ABORTABLE = 120   # KIP-890: what a 4.x leader answers new clients instead of the above
 
 
 @dataclass(frozen=True)
@@ -130,8 +131,9 @@ def make_hanging_transaction(bootstrap: str, topic: str, partition: int = 0,
     def produce():
         with Connection(host, port) as conn:
             part = conn.call(req, ProduceResponse, 3).responses[0].partition_responses[0]
-        # INVALID_TXN_STATE: the leader still verifies (a config change takes a moment)
-        retriable = verification != "keep" and part.error_code == INVALID_TXN_STATE
+        # The leader still verifies (a config change takes a moment): INVALID_TXN_STATE, or
+        # TRANSACTION_ABORTABLE from a 4.x broker to a client of the new error set (KIP-890)
+        retriable = verification != "keep" and part.error_code in (INVALID_TXN_STATE, TRANSACTION_ABORTABLE)
         return part, (part.error_code if retriable else 0)
 
     if verification == "keep":
