@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 from . import __version__
 from .config import LOG_FORMATS, ConfigError, load_config
@@ -36,7 +37,7 @@ def mixin_config(path: str | None, **overrides: object):
     values: dict = {}
     if path:
         try:
-            values = yaml.safe_load(open(path).read()) or {}
+            values = yaml.safe_load(Path(path).read_text()) or {}
         except OSError as exc:
             raise ValueError(f"cannot read {path}: {exc.strerror}") from None
         except yaml.YAMLError as exc:

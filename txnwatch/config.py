@@ -23,11 +23,14 @@ SECRET_KEY_RE = re.compile(r"(password|secret|token|credential|\.key$|key\.pem|s
 _REF_RE = re.compile(r"^\$\{(env|file):([^}]+)\}$")
 
 
+LOG_FORMATS = ("text", "json", "logfmt")     # logsetup.FORMATS has a formatter for each
+
+
 class ConfigError(Exception):
     """A configuration problem; `key` is the dotted path of the offending setting."""
 
     def __init__(self, key: str, message: str, source: str | None = None) -> None:
-        self.key, self.source = key, source
+        self.key, self.source, self.message = key, source, message
         where = f" in {source}" if source else ""
         super().__init__(f"config error{where}: {key}: {message}")
 
@@ -471,7 +474,6 @@ def load_file(path: str | os.PathLike) -> Config:
 
 
 ENV_PREFIX = "TXNWATCH_"
-LOG_FORMATS = ("text", "json", "logfmt")
 # flag/env name -> (section, key)
 OVERRIDES = {
     "config": None,
@@ -511,8 +513,7 @@ def load_config(flags: Mapping[str, Any] | None = None, env: Mapping[str, str] |
         came_from = _origin_of(exc.key, origin)
         if came_from is None:
             raise
-        raise ConfigError(exc.key, f"{str(exc).split(f'{exc.key}: ', 1)[-1]} (set by {came_from})",
-                          exc.source) from None
+        raise ConfigError(exc.key, f"{exc.message} (set by {came_from})", exc.source) from None
 
 
 def _origin_of(key_path: str, origin: Mapping[str, str]) -> str | None:
