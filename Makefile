@@ -1,4 +1,4 @@
-.PHONY: bootstrap test unit integration demo lint generate clean
+.PHONY: bootstrap test unit integration demo lint generate schema clean
 
 bootstrap:
 	@bash scripts/bootstrap.sh
@@ -45,6 +45,11 @@ integration: bootstrap
 
 lint: bootstrap
 	.venv/bin/ruff check .
+
+# The configuration's JSON Schema, generated from txnwatch/config_schema.py
+# (tests/unit/test_config_env.py fails when the checked-in file is stale).
+schema:
+	.venv/bin/python -m txnwatch.config_schema
 
 demo: bootstrap
 	.venv/bin/python -m txnwatch_dev.demo $(DEMO_ARGS)

@@ -89,6 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     alerts.add_argument("--config", metavar="FILE", help=MIXIN_CONFIG_HELP)
     alerts.add_argument("--cluster-selector", default=None, metavar="MATCHERS",
                         help='label matchers added to every rule, e.g. \'cluster=~"prod-.*"\'')
+    sub.add_parser("config-schema", help="print the configuration file's JSON Schema "
+                                         "(schema/txnwatch-config.schema.json)")
     pipeline = sub.add_parser("pipeline", help="run the reference exactly-once Spark pipeline", add_help=False)
     pipeline.add_argument("args", nargs=argparse.REMAINDER)
     return parser
@@ -101,6 +103,11 @@ def main(argv: list[str] | None = None) -> int:
 
         return pipeline_main(argv[1:])
     args = build_parser().parse_args(argv)
+    if args.command == "config-schema":
+        from .config_schema import render
+
+        sys.stdout.write(render())
+        return 0
     if args.command in ("dashboards", "alerts"):
         try:
             cfg = mixin_config(args.config, cluster_selector=getattr(args, "cluster_selector", None))
@@ -177,7 +184,8 @@ def config_summary(config, shard) -> str:
                      f"{c.poll_interval_seconds:g} s)")
     http = config.http
     lines.append(f"  http: {http.host}:{http.port}" + (", TLS" if http.tls else "")
-                 + f"; log {config.log_level} as {config.log_format}")
+                 + f"; log {config.log_level} as {config.log_format}; cluster name in label "
+                 f"{config.cluster_label}")
     if shard is not None and shard.sharded:
         lines.append(f"  shard {shard.index} of 0..{shard.total - 1}")
     return "\n".join(lines)

@@ -1,8 +1,10 @@
 """Configuration: flags > TXNWATCH_* environment > YAML file > defaults.
 
-A bad config raises ConfigError naming the key (as a dotted path) and the file;
-the CLI turns it into exit status 2. Secrets in client properties may be given as
-`${env:NAME}` or `${file:/path}` and are never logged or rendered (see `redacted`).
+A bad config raises ConfigError naming the key (as a dotted path) and the file, or the
+flag or variable the value came from; the CLI turns it into exit status 2. Secrets in
+client properties may be given as `${env:NAME}` or `${file:/path}` and are never logged
+or rendered (see `redacted`). The keys are declared once in txnwatch.config_schema: the
+key sets below, the environment mapping and the JSON Schema come from there.
 """
 
 from __future__ import annotations
@@ -17,13 +19,11 @@ from typing import Any
 import yaml
 
 from .apps import KNOWN_SCHEMES, AppRule
+from .config_schema import DEFAULT_PORT, LABEL_NAME_RE, LOG_FORMATS, LOG_LEVELS, ROOT, Key
+from .metrics import DEFAULT_CLUSTER_LABEL
 
-DEFAULT_PORT = 10129  # 9100-9999 (Prometheus's exporter range) is fully allocated.
 SECRET_KEY_RE = re.compile(r"(password|secret|token|credential|\.key$|key\.pem|sasl\.jaas)", re.I)
 _REF_RE = re.compile(r"^\$\{(env|file):([^}]+)\}$")
-
-
-LOG_FORMATS = ("text", "json", "logfmt")     # logsetup.FORMATS has a formatter for each
 
 
 class ConfigError(Exception):
@@ -81,8 +81,15 @@ class CanaryConfig:
     instance: str | None = None             # None: the host name (and shard): in the transactional id
 
 
-_CANARY_KEYS = {"enabled", "interval_seconds", "abort_every", "topic", "create_topic", "replication_factor",
-                "visibility_timeout_seconds", "instance"}
+# The parser's key sets, from the one declaration (txnwatch.config_schema).
+_TOP_KEYS = ROOT.names
+_HTTP_KEYS = ROOT.child("http").names
+_AUTH_KEYS = ROOT.child("http").child("auth").names
+_TLS_KEYS = ROOT.child("http").child("tls").names
+_CLUSTER_KEYS = ROOT.child("clusters").items.names
+_CANARY_KEYS = ROOT.child("clusters").items.child("canary").names
+_FILTER_KEYS = ROOT.child("clusters").items.child("topics").names
+_APP_RULE_KEYS = ROOT.child("clusters").items.child("app_rules").items.names
 
 
 @dataclass(frozen=True)
@@ -156,6 +163,7 @@ class Config:
     log_level: str = "INFO"
     source: str | None = None
     log_format: str = "text"       # text, json or logfmt (logsetup.FORMATS)
+    cluster_label: str = DEFAULT_CLUSTER_LABEL   # the label carrying ClusterConfig.name on Kafka-side series
 
     def secret_values(self) -> list[str]:
         """Every configured secret (SASL passwords, tokens): log lines never show them."""
@@ -187,17 +195,6 @@ def redacted(props: Mapping[str, Any]) -> dict[str, str]:
 
 
 # ---------------------------------------------------------------- parsing helpers
-_CLUSTER_KEYS = {"name", "bootstrap_servers", "poll_interval_seconds", "poll_duty_cycle", "poll_timeout_seconds",
-                 "open_transaction_min_age_seconds", "client", "canary",
-                 "topics", "groups", "transactional_ids", "app_rules", "max_transactional_id_series", "granularity",
-                 "transaction_log_tap", "hanging_threshold_seconds", "two_phase_commit_max_age_seconds",
-                 "default_transaction_max_timeout_ms",
-                 "default_transactional_id_expiration_ms", "describe_configs_every"}
-_HTTP_KEYS = {"host", "port", "threads", "ingest_token", "ingest_max_bytes", "spark_query_ttl_seconds",
-              "auth", "tls", "worker_processes"}
-_TOP_KEYS = {"clusters", "http", "log_level", "log_format"}
-
-
 class _Parser:
     def __init__(self, source: str | None) -> None:
         self.source = source
@@ -250,7 +247,7 @@ class _Parser:
     def name_filter(self, key: str, value: Any, default: NameFilter) -> NameFilter:
         if value is None:
             return default
-        v = self.mapping(key, value, {"include", "exclude"})
+        v = self.mapping(key, value, _FILTER_KEYS)
         out = {}
         for part in ("include", "exclude"):
             items = v.get(part) or []
@@ -271,7 +268,7 @@ class _Parser:
         rules = []
         for i, item in enumerate(value):
             k = f"{key}[{i}]"
-            item = self.mapping(k, item, {"match", "app", "scheme"})
+            item = self.mapping(k, item, _APP_RULE_KEYS)
             if "match" not in item or "app" not in item:
                 raise self.err(k, "needs both `match` (regex) and `app` (name or template like \\1)")
             pattern = self.regex(f"{k}.match", item["match"])
@@ -391,7 +388,7 @@ class _Parser:
         if "worker_processes" in v:
             kw["worker_processes"] = self.boolean(f"{key}.worker_processes", v["worker_processes"])
         if v.get("auth") is not None:
-            a = self.mapping(f"{key}.auth", v["auth"], {"username", "password", "bearer_token"})
+            a = self.mapping(f"{key}.auth", v["auth"], _AUTH_KEYS)
             for k in a:
                 kw[f"auth_{k}"] = resolve_secret(self.string(f"{key}.auth.{k}", a[k]))
             if ("username" in a) != ("password" in a):
@@ -399,7 +396,7 @@ class _Parser:
             if not a:
                 raise self.err(f"{key}.auth", "set username and password, or bearer_token")
         if v.get("tls") is not None:
-            t = self.mapping(f"{key}.tls", v["tls"], {"cert_file", "key_file"})
+            t = self.mapping(f"{key}.tls", v["tls"], _TLS_KEYS)
             for k in ("cert_file", "key_file"):
                 if k not in t:
                     raise self.err(f"{key}.tls.{k}", "is required when tls is set")
@@ -446,7 +443,7 @@ def parse_config(data: Any, source: str | None = None) -> Config:
     if dupes:
         raise p.err("clusters", f"duplicate cluster name {sorted(dupes)[0]!r}")
     level = str(top.get("log_level", "INFO")).upper()
-    if level not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
+    if level not in LOG_LEVELS:
         raise p.err("log_level", f"must be DEBUG, INFO, WARNING or ERROR, got {level!r}")
     fmt = str(top.get("log_format", "text")).lower()
     if fmt not in LOG_FORMATS:
@@ -455,7 +452,32 @@ def parse_config(data: Any, source: str | None = None) -> Config:
     default_interval = WORKER_POLL_INTERVAL if http.worker_processes else IN_PROCESS_POLL_INTERVAL
     clusters = tuple(c if c.poll_interval_seconds is not None else replace(c, poll_interval_seconds=default_interval)
                      for c in clusters)
-    return Config(clusters, http, level, source, fmt)
+    label = _cluster_label(p, top.get("cluster_label", DEFAULT_CLUSTER_LABEL))
+    return Config(clusters, http, level, source, fmt, label)
+
+
+def _cluster_label(p: _Parser, value: Any) -> str:
+    label = p.string("cluster_label", value)
+    if not re.fullmatch(LABEL_NAME_RE, label) or label.startswith("__"):
+        raise p.err("cluster_label", f"must be a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*, not starting "
+                                     f"with __), got {label!r}")
+    taken = _other_label_names().get(label)
+    if taken:
+        raise p.err("cluster_label", f"{label!r} is already a label of txnwatch's series ({taken}): "
+                                     "choose another name")
+    return label
+
+
+def _other_label_names() -> dict[str, str]:
+    """Label names txnwatch's series use besides the cluster's -> where (for the error)."""
+    from .metrics import CATALOG  # lazily: it imports prometheus_client, which the CLI's start does not need
+
+    out = {"le": "histogram buckets", "quantile": "summary quantiles"}
+    for spec in CATALOG.values():
+        for name in spec.labels:
+            if name != "cluster":
+                out.setdefault(name, f"e.g. {spec.name}")
+    return out
 
 
 def load_file(path: str | os.PathLike) -> Config:
@@ -492,8 +514,10 @@ OVERRIDES = {
 
 def load_config(flags: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None,
                 require_cluster: bool = True) -> Config:
-    """Merge flags > TXNWATCH_* env > YAML file. Single-cluster flags/env override (or add)
-    the cluster named by --cluster-name (default: the only cluster in the file, else 'default')."""
+    """Merge flags > TXNWATCH_* env > YAML file. Single-cluster flags and the flat variables
+    (OVERRIDES) override (or add) the cluster named by --cluster-name (default: the only
+    cluster in the file, else 'default'); the nested variables (TXNWATCH_HTTP__PORT,
+    TXNWATCH_CLUSTERS__0__NAME: `_apply_env`) merge into the file's document key by key."""
     flags = {k: v for k, v in (flags or {}).items() if v is not None}
     env = os.environ if env is None else env
     merged: dict[str, Any] = {}
@@ -505,20 +529,23 @@ def load_config(flags: Mapping[str, Any] | None = None, env: Mapping[str, str] |
             origin[key] = ENV_PREFIX + key.upper()
     merged.update(flags)
     origin.update({k: "--" + k.replace("_", "-") for k in flags})
+    data: dict[str, Any] = {}
     if merged.get("config"):
         load_file(merged["config"])   # the file on its own first: its errors name the file
+        data = yaml.safe_load(Path(merged["config"]).read_text()) or {}
+    env_origin = _apply_env(data, env)
     try:
-        return _load_merged(merged, require_cluster)
+        return _load_merged(data, merged, require_cluster, bool(env_origin))
     except ConfigError as exc:
-        came_from = _origin_of(exc.key, origin)
+        came_from = _origin_of(exc.key, origin) or _env_origin_of(exc.key, env_origin)
         if came_from is None:
             raise
         raise ConfigError(exc.key, f"{exc.message} (set by {came_from})", exc.source) from None
 
 
 def _origin_of(key_path: str, origin: Mapping[str, str]) -> str | None:
-    """The environment variable or flag that set the setting at `key_path` (a ConfigError's
-    dotted path), if one did."""
+    """The flat environment variable or flag that set the setting at `key_path` (a
+    ConfigError's dotted path), if one did."""
     for key, where in origin.items():
         target = OVERRIDES.get(key)
         if target is None:
@@ -530,36 +557,138 @@ def _origin_of(key_path: str, origin: Mapping[str, str]) -> str | None:
     return None
 
 
-def _load_merged(merged: dict[str, Any], require_cluster: bool) -> Config:
-    path = merged.get("config")
-    data: dict[str, Any] = {}
-    source = None
-    if path:
-        source = str(path)
-        data = yaml.safe_load(Path(path).read_text()) or {}
-    data = dict(data)
-    clusters = [dict(c) for c in data.get("clusters") or []] if isinstance(data.get("clusters"), list) else []
-    cluster_over = {OVERRIDES[k][1]: v for k, v in merged.items() if OVERRIDES.get(k) and OVERRIDES[k][0] == "cluster"}
-    if cluster_over:
-        name = cluster_over.get("name") or (clusters[0].get("name") if len(clusters) == 1 else "default")
-        cluster_over["name"] = name
-        target = next((c for c in clusters if isinstance(c, dict) and c.get("name") == name), None)
-        if target is None:
-            clusters.append(cluster_over)
+def _env_origin_of(key_path: str, env_origin: Mapping[str, str]) -> str | None:
+    """The nested variable that set `key_path`, or the mapping or list item it lies in;
+    else the variables that set something under it (a duplicate cluster name, half of
+    basic auth)."""
+    own = [p for p in env_origin if key_path == p or key_path.startswith((p + ".", p + "["))]
+    if own:
+        return env_origin[max(own, key=len)]
+    return ", ".join(sorted({v for p, v in env_origin.items()
+                             if p.startswith((key_path + ".", key_path + "["))})) or None
+
+
+# librdkafka's property names use dots, so a variable's underscores become dots; but for these two
+# (CONFIGURATION.md: its other names with underscores are callbacks, not settable as text).
+_UNDERSCORE_PROPERTIES = frozenset({"log_level", "enabled_events"})
+_BOOL_WORDS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+
+
+def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> dict[str, str]:
+    """Merge the nested variables into `data` (the file's document): each level's key upper-cased,
+    `__` between levels, list items by index (TXNWATCH_CLUSTERS__0__CLIENT__SASL_PASSWORD), and
+    the top-level keys not in OVERRIDES (TXNWATCH_CLUSTER_LABEL). Returns dotted key path ->
+    variable, for errors. Shallower variables go first, so TXNWATCH_CLUSTERS__0__NAME refines
+    TXNWATCH_CLUSTERS='[...]', and indexes in numeric order, so each new item is the next one."""
+    todo = []
+    for var, value in env.items():
+        rest = var[len(ENV_PREFIX):]
+        if not var.startswith(ENV_PREFIX) or value == "" or rest.lower() in OVERRIDES:
+            continue
+        if "__" in rest or rest.lower() in ROOT.names:   # no `__`: not a key (TXNWATCH_SHARD, ...)
+            parts = rest.split("__")
+            order = [(0, int(p), "") if _is_index(p) else (1, 0, p.lower()) for p in parts]
+            todo.append((len(parts), order, var, parts, value))
+    origin: dict[str, str] = {}
+    for _, _, var, parts, value in sorted(todo):
+        for path in _set_from_env(data, parts, value, var):
+            origin.setdefault(path, var)
+    return origin
+
+
+def _is_index(text: str) -> bool:
+    return text.isascii() and text.isdigit()
+
+
+def _set_from_env(doc: dict[str, Any], parts: list[str], value: str, var: str) -> list[str]:
+    """Set the key `parts` names; returns the dotted paths set or created (a list item)."""
+    def fail(path: str, message: str) -> ConfigError:
+        return ConfigError(path or var, f"{message} (set by {var})", "environment")
+
+    key, node, path, made = ROOT, doc, "", []
+    for i, raw in enumerate(parts):
+        name = raw.lower()
+        slot: str | int
+        if key.values is not None:                   # client: librdkafka properties
+            slot = name if name in _UNDERSCORE_PROPERTIES else name.replace("_", ".")
+            child, sub = None, f"{path}.{slot}"
+        elif key.object_list:                        # clusters, app_rules: an index
+            if not _is_index(raw):
+                raise fail(path, f"{raw!r} is not a list index (the items are numbered from 0)")
+            slot, child, sub = int(raw), key.items, f"{path}[{int(raw)}]"
+            if slot > len(node):
+                raise fail(path, f"index {slot} is past the end: there are {len(node)} item(s), so the next "
+                                 f"one is {len(node)}")
+            if slot == len(node):
+                node.append({})
+                made.append(sub)
+        elif name in key.names:
+            slot, child, sub = name, key.child(name), f"{path}.{name}" if path else name
         else:
-            target.update(cluster_over)
-    if clusters or "clusters" in data:
-        data["clusters"] = clusters
+            raise fail(f"{path}.{name}" if path else name, f"unknown key (allowed: {', '.join(sorted(key.names))})")
+        if i == len(parts) - 1:
+            node[slot] = value if child is None else _env_value(child, value, sub, fail)
+            return made + [sub]
+        if child is None or not (child.children or child.object_list or child.values is not None):
+            raise fail(sub, "takes a single value: no key may follow it in the variable's name")
+        cur = node[slot] if isinstance(node, list) else node.get(slot)
+        want = list if child.object_list else dict
+        if cur is None:
+            cur = want()
+        elif isinstance(cur, bool) and want is dict:
+            cur = {"enabled": cur}                   # `canary: true` in the file
+        elif not isinstance(cur, want):
+            raise fail(sub, f"holds a {type(cur).__name__}, so no key can be set under it")
+        node[slot] = cur
+        key, node, path = child, cur, sub
+    raise AssertionError("unreachable")
+
+
+def _env_value(key: Key, value: str, path: str, fail) -> Any:
+    """A variable's text as `key` takes it: a list or mapping as JSON (or YAML flow) text where
+    the key takes one; anything else as the string, which the parser reads as it reads the file's
+    strings (numbers, booleans; a plain string where a list of regexes goes is one item)."""
+    text = value.strip()
+    if {"array", "object"} & set(key.type) and text[:1] in ("[", "{"):
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise fail(path, f"not valid JSON (or YAML flow) text: {getattr(exc, 'problem', exc)}") from None
+    if "object" in key.type and "boolean" in key.type and text.lower() in _BOOL_WORDS:
+        return _BOOL_WORDS[text.lower()]             # canary: true
+    return value
+
+
+def _load_merged(data: dict[str, Any], merged: dict[str, Any], require_cluster: bool,
+                 from_env: bool) -> Config:
+    source = str(merged["config"]) if merged.get("config") else None
+    data = dict(data)
+    raw = data.get("clusters")
+    if raw is None or isinstance(raw, list):         # else the parser names the bad value
+        clusters = [dict(c) if isinstance(c, dict) else c for c in raw or []]
+        cluster_over = {OVERRIDES[k][1]: v for k, v in merged.items()
+                        if OVERRIDES.get(k) and OVERRIDES[k][0] == "cluster"}
+        if cluster_over:
+            only = clusters[0] if len(clusters) == 1 and isinstance(clusters[0], dict) else {}
+            name = cluster_over.get("name") or only.get("name") or "default"
+            cluster_over["name"] = name
+            target = next((c for c in clusters if isinstance(c, dict) and c.get("name") == name), None)
+            if target is None:
+                clusters.append(cluster_over)
+            else:
+                target.update(cluster_over)
+        if clusters or "clusters" in data:
+            data["clusters"] = clusters
     http = dict(data.get("http") or {}) if isinstance(data.get("http") or {}, dict) else data.get("http")
     for k, v in merged.items():
-        if OVERRIDES.get(k) and OVERRIDES[k][0] == "http":
+        if OVERRIDES.get(k) and OVERRIDES[k][0] == "http" and isinstance(http, dict):
             http[OVERRIDES[k][1]] = v
     if http:
         data["http"] = http
     for key in ("log_level", "log_format"):
         if key in merged:
             data[key] = merged[key]
-    cfg = parse_config(data, source or ("flags/environment" if merged else None))
+    cfg = parse_config(data, source or ("flags/environment" if merged or from_env else None))
     if require_cluster and not cfg.clusters:
         raise ConfigError("clusters", "no cluster configured: pass --bootstrap-servers or a --config "
                           "file with a `clusters:` list", source)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .metrics import CATALOG
+from .metrics import CATALOG, DEFAULT_CLUSTER_LABEL
 
 SECTIONS = [
     ("exporter", "Kafka side: admin poller"),
@@ -24,8 +24,12 @@ def render() -> str:
            "Counters are exposed with the `_total` suffix; histograms as `_bucket`, `_sum`, `_count`.", "",
            "Besides these, client_python's `process_*` series (CPU seconds, resident and virtual memory, "
            "open and maximum file descriptors, start time): the serving process's without labels, and "
-           "each worker process's (which holds a cluster's poller, tap and canary) with its `cluster` label.",
-           ""]
+           f"each worker process's (which holds a cluster's poller, tap and canary) with its `{DEFAULT_CLUSTER_LABEL}` "
+           "label.", "",
+           f"`{DEFAULT_CLUSTER_LABEL}` carries the configured cluster name. Its name is the exporter's "
+           "`cluster_label` setting (not `cluster`, the label multi-cluster Prometheus stacks attach to every "
+           "target); `txnwatch alerts` and `txnwatch dashboards` take the same setting. Renames since 0.1.0: "
+           "CHANGELOG.md.", ""]
     for source, title in SECTIONS:
         specs = sorted((s for s in CATALOG.values() if s.source == source), key=lambda s: s.name)
         if not specs:
@@ -34,7 +38,8 @@ def render() -> str:
         for s in specs:
             name = s.exposed_name if s.kind != "info" else s.name + "_info"
             extra = f" Buckets: {', '.join(f'{b:g}' for b in s.buckets)}." if s.buckets else ""
-            out.append(f"| `{name}` | {s.kind} | {', '.join(f'`{label}`' for label in s.labels) or '-'} | "
+            labels = [DEFAULT_CLUSTER_LABEL if label == "cluster" else label for label in s.labels]
+            out.append(f"| `{name}` | {s.kind} | {', '.join(f'`{label}`' for label in labels) or '-'} | "
                        f"{s.help.replace('|', '/')}{extra} |")
         out.append("")
     return "\n".join(out)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -57,7 +58,19 @@ def _m(name, kind, help_, labels, buckets=(), source="exporter") -> MetricSpec:
     return MetricSpec(name, kind, help_, tuple(labels), tuple(buckets), source)
 
 
+# "cluster" is the catalogue's name for the label that carries the configured Kafka cluster; it is
+# exposed under the configured `cluster_label` (default kafka_cluster, see FamilyWriter).
 C, CA = ("cluster",), ("cluster", "app")
+OBSERVED_PREFIX = "spark_streaming_observed_"
+# Not `cluster`: the label multi-cluster stacks attach to every target (and Thanos/Mimir as an
+# external label), which would rename txnwatch's to exported_cluster or override it.
+DEFAULT_CLUSTER_LABEL = "kafka_cluster"
+
+
+def observed_suffix(observation: str, metric: str) -> str:
+    """`<observation>_<metric>` as a metric-name fragment: lower case, runs of other
+    characters as one underscore."""
+    return re.sub(r"[^a-z0-9]+", "_", f"{observation}_{metric}".lower()).strip("_") or "unnamed"
 CTP = ("cluster", "topic", "partition")
 Q = ("query", "query_id")
 
@@ -115,40 +128,46 @@ CATALOG: dict[str, MetricSpec] = {s.name: s for s in [
     # --- Kafka side: partitions and groups
     _m("kafka_partition_high_watermark", "gauge", "High watermark (read_uncommitted end offset).", CTP),
     _m("kafka_partition_last_stable_offset", "gauge", "Last stable offset (read_committed end offset).", CTP),
-    _m("kafka_partition_lso_lag_messages", "gauge",
-       "High watermark - last stable offset: offsets held back by open transactions.", CTP),
+    _m("kafka_partition_lso_lag_offsets", "gauge",
+       "High watermark - last stable offset: offsets (records and transaction markers) held back by "
+       "open transactions.", CTP),
     _m("kafka_partition_lso_stalled_seconds", "gauge",
        "How long the LSO has stayed below the HWM without advancing (0 when it is caught up).", CTP),
     _m("kafka_partition_unavailable", "gauge",
        "1 for a partition whose offsets this poll could not read: cause=offline (no leader) or the "
        "error of its leader's answer (timeout, kafka_<error>). Its other series keep the last values "
        "read; every other partition's are current.", CTP + ("cause",)),
-    _m("kafka_consumergroup_lag_messages", "gauge",
-       "Consumer group lag: against the LSO (isolation=read_committed, what a read_committed consumer "
-       "can still read) and against the HWM (isolation=read_uncommitted).",
-       ("cluster", "group", "topic", "partition", "isolation")),
+    _m("kafka_consumergroup_read_committed_lag_offsets", "gauge",
+       "Last stable offset - committed offset: what a read_committed consumer of the group can still "
+       "read (offsets, transaction markers included).", ("cluster", "group", "topic", "partition")),
+    _m("kafka_consumergroup_read_uncommitted_lag_offsets", "gauge",
+       "High watermark - committed offset: the lag a read_uncommitted consumer (and kafka_exporter's "
+       "kafka_consumergroup_lag) sees; above the read_committed lag while transactions are open.",
+       ("cluster", "group", "topic", "partition")),
     _m("kafka_consumergroup_unavailable", "gauge",
        "1 for a consumer group whose committed offsets this poll could not read (its coordinator did "
        "not answer; cause as in txnwatch_poll_errors_total): its lag series keep the last values read.",
        ("cluster", "group", "cause")),
     _m("kafka_consumergroup_committed_offset", "gauge", "Committed offset of a consumer group.",
        ("cluster", "group", "topic", "partition")),
-    _m("kafka_brokers", "gauge", "Live brokers in the cluster metadata.", C),
+    _m("kafka_cluster_brokers", "gauge", "Live brokers in the cluster metadata.", C),
     _m("kafka_cluster_feature_level", "gauge",
        "The cluster's finalized feature levels (ApiVersions), e.g. feature=\"transaction.version\": 2 when "
        "4.x clients bump the epoch at every commit (KIP-890), group.version, share.version.",
        ("cluster", "feature")),
-    _m("kafka_groups", "gauge",
-       "Groups the brokers list, by type (ListGroups v5, refreshed with the broker configs): classic and "
+    _m("kafka_cluster_groups", "gauge",
+       "Groups the brokers list, by group_type (ListGroups v5, refreshed with the broker configs): classic and "
        "consumer (KIP-848) groups have committed-offset and lag series; share groups (KIP-932) have no "
-       "committed offsets and are only counted here (and named on the page).", ("cluster", "type")),
+       "committed offsets and are only counted here (and named on the page).", ("cluster", "group_type")),
     _m("kafka_broker_transaction_max_timeout_seconds", "gauge",
        "Broker transaction.max.timeout.ms (the cap on producers' transaction.timeout.ms).", C),
     _m("kafka_broker_transactional_id_expiration_seconds", "gauge",
        "Broker transactional.id.expiration.ms.", C),
     _m("kafka_broker_producer_id_expiration_seconds", "gauge", "Broker producer.id.expiration.ms.", C),
-    _m("kafka_transaction_state_log_min_isr", "gauge", "Broker transaction.state.log.min.isr.", C),
-    _m("kafka_transaction_state_log_replication_factor", "gauge",
+    _m("kafka_broker_transaction_state_log_min_isr_replicas", "gauge",
+       "Broker transaction.state.log.min.isr (each partition's effective minimum is "
+       "kafka_transaction_state_log_partition_min_isr_replicas).", C),
+    _m("kafka_broker_transaction_state_log_replication_factor", "gauge",
        "Broker transaction.state.log.replication.factor.", C),
     _m("kafka_transaction_state_log_partition_isr_replicas", "gauge",
        "In-sync replicas of each __transaction_state partition (cluster metadata).", C + ("partition",)),
@@ -162,7 +181,8 @@ CATALOG: dict[str, MetricSpec] = {s.name: s for s in [
     _m("kafka_broker_missing_replicas", "gauge",
        "Partitions (watched ones and __transaction_state) that list this broker as a replica while it "
        "is absent from the cluster metadata: a broker that is down.", C + ("broker",)),
-    _m("kafka_topic_retention_seconds", "gauge", "Topic retention.ms (-1: infinite).", ("cluster", "topic")),
+    _m("kafka_topic_retention_seconds", "gauge", "Topic retention.ms (+Inf: infinite, retention.ms=-1).",
+       ("cluster", "topic")),
     # --- client side: the instrumented transactional producer / Spark sink
     # Histograms per app only: per-id buckets would multiply series by ~16.
     _m("kafka_producer_transaction_commit_seconds", "histogram", "commit_transaction() call latency.",
@@ -176,8 +196,8 @@ CATALOG: dict[str, MetricSpec] = {s.name: s for s in [
        "Transaction errors by librdkafka error name (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH, ...).",
        ("app", "transactional_id", "error"), source="client"),
     _m("kafka_producer_transaction_timeout_headroom_seconds", "gauge",
-       "transaction.timeout.ms - transaction duration (stat=last|min).",
-       ("app", "transactional_id", "stat"), source="client"),
+       "transaction.timeout.ms - duration of the id's last transaction (its lowest over a window: "
+       "min_over_time).", ("app", "transactional_id"), source="client"),
     # --- Spark side (listener)
     _m("spark_streaming_query_active", "gauge", "1 while the query runs, 0 after it terminated.", Q,
        source="spark"),
@@ -197,18 +217,10 @@ CATALOG: dict[str, MetricSpec] = {s.name: s for s in [
     _m("spark_streaming_commit_seconds", "histogram", "walCommit + commitOffsets per micro-batch.", Q,
        COMMIT_BUCKETS, "spark"),
     _m("spark_streaming_input_rows", "counter", "Input rows processed.", Q, source="spark"),
-    _m("spark_streaming_input_rows_per_second", "gauge", "Input rate of the last micro-batch.", Q,
-       source="spark"),
-    _m("spark_streaming_processed_rows_per_second", "gauge", "Processing rate of the last micro-batch.", Q,
-       source="spark"),
-    _m("spark_streaming_source_offsets_behind_latest", "gauge",
-       "Offsets behind latest per source (stat=min|max|avg from the Kafka source's metrics, "
-       "or stat=total from start/end/latest offsets) and topic.", Q + ("source", "topic", "stat"),
-       source="spark"),
     _m("spark_streaming_source_partition_offset", "gauge",
        "Per Kafka partition, the offset the query reads next: its last micro-batch's endOffset.",
        Q + ("source", "topic", "partition"), source="spark"),
-    _m("spark_streaming_source_partition_offsets_behind_latest", "gauge",
+    _m("spark_streaming_source_partition_behind_latest_offsets", "gauge",
        "Per Kafka partition, latestOffset - endOffset of the last micro-batch (read_committed: "
        "latest is the partition's last stable offset, so 0 behind can still mean blocked).",
        Q + ("source", "topic", "partition"), source="spark"),
@@ -225,8 +237,11 @@ CATALOG: dict[str, MetricSpec] = {s.name: s for s in [
        source="spark"),
     _m("spark_streaming_watermark_delay_seconds", "gauge",
        "Progress timestamp - event-time watermark.", Q, source="spark"),
-    _m("spark_streaming_observed_metric", "gauge", "Numeric observedMetrics values.", Q + ("name", "metric"),
-       source="spark"),
+    # One family per observed metric (Dataset.observe): each is the query's own measurement, in its
+    # own unit, so they never share a family. FamilyWriter.add_observed names them.
+    _m(OBSERVED_PREFIX + "<name>_<metric>", "gauge",
+       "A numeric observedMetrics value (Dataset.observe(name, ...), column metric), in the unit the "
+       "query computes it in; names sanitised to [a-z0-9_].", Q, source="spark"),
     _m("spark_streaming_last_progress_timestamp_seconds", "gauge", "Timestamp of the last progress event.",
        Q, source="spark"),
     _m("spark_streaming_idle_events", "counter", "QueryIdleEvents received.", Q, source="spark"),
@@ -294,8 +309,8 @@ CATALOG: dict[str, MetricSpec] = {s.name: s for s in [
        "Age of the data a source last published (now - when it was taken): grows while a source or its "
        "worker process is down or stalled, whose last data keeps being served.", ("cluster", "source"),
        source="self"),
-    _m("txnwatch_shard", "gauge",
-       "1 on a replica started with --total-shards: which share of the work it has (see txnwatch.sharding).",
+    _m("txnwatch_shard", "info",
+       "On a replica started with --total-shards: which share of the work it has (see txnwatch.sharding).",
        ("shard", "total_shards"), source="self"),
     _m("txnwatch_worker_restarts", "counter",
        "Times the cluster's worker process (http.worker_processes) was restarted after it exited or stalled.",
@@ -330,11 +345,38 @@ class FamilyWriter:
     are kept as plain tuples: a big snapshot renders without building client objects.
     """
 
-    def __init__(self, catalog: Mapping[str, MetricSpec] = CATALOG) -> None:
+    def __init__(self, catalog: Mapping[str, MetricSpec] = CATALOG,
+                 cluster_label: str = DEFAULT_CLUSTER_LABEL) -> None:
         self._catalog = catalog
         self._samples: dict[str, list[tuple]] = {}
         self._info: dict[str, dict[str, str]] = {}
+        self._observed: dict[str, MetricSpec] = {}      # per-query observed metrics' families
+        self._observed_keys: set[tuple] = set()
+        # catalogue label name -> exposed name: the Kafka cluster's label is configurable
+        self._exposed = {"cluster": cluster_label}
         self.invalid: dict[str, int] = {}
+
+    def _spec(self, name: str) -> MetricSpec:
+        return self._observed.get(name) or self._catalog[name]
+
+    def _label_names(self, spec: MetricSpec) -> tuple[str, ...]:
+        return tuple([self._exposed.get(k, k) for k in spec.labels])
+
+    def add_observed(self, labels: Mapping[str, object], observation: str, metric: str,
+                     value: float | int | None) -> None:
+        """A Spark observedMetrics value: family spark_streaming_observed_<observation>_<metric>."""
+        full = OBSERVED_PREFIX + observed_suffix(observation, metric)
+        key = (full, tuple(sorted((k, str(v)) for k, v in labels.items())))
+        if key in self._observed_keys:    # two names that sanitise alike: keep the first
+            self._bad(full, f"{observation}.{metric} sanitises to a name already written")
+            return
+        if full not in self._observed:
+            template = self._catalog[OBSERVED_PREFIX + "<name>_<metric>"]
+            self._observed[full] = MetricSpec(
+                full, "gauge", f"observedMetrics {observation}.{metric} (Dataset.observe), in the query's unit.",
+                template.labels, source=template.source)
+        self._observed_keys.add(key)
+        self.add(full, labels, value)
 
     def _bad(self, name: str, why: str) -> None:
         self.invalid[name] = self.invalid.get(name, 0) + 1
@@ -345,7 +387,7 @@ class FamilyWriter:
         if value is None:
             return
         try:
-            spec = self._catalog[name]
+            spec = self._spec(name)
             v = float(value)
             if v != v or (spec.kind == "counter" and (v < 0 or v == math.inf)):
                 raise ValueError(f"value {value!r}")
@@ -385,8 +427,8 @@ class FamilyWriter:
         """{family name: FamilyChunk} formatted directly from the stored tuples."""
         out = {}
         for name, samples in self._samples.items():
-            spec = self._catalog[name]
-            names = spec.labels
+            spec = self._spec(name)
+            names = self._label_names(spec)
             lines: list[str] = []
             if spec.kind == "histogram":
                 bounds = [*map(_fmt_bound, spec.buckets), "+Inf"]
@@ -418,10 +460,10 @@ class FamilyWriter:
         """prometheus_client metric families (for a CollectorRegistry)."""
         out: list[Metric] = []
         for name, samples in self._samples.items():
-            spec = self._catalog[name]
+            spec = self._spec(name)
             cls = {"gauge": GaugeMetricFamily, "counter": CounterMetricFamily,
                    "histogram": HistogramMetricFamily}[spec.kind]
-            fam = cls(spec.name, spec.help, labels=list(spec.labels))
+            fam = cls(spec.name, spec.help, labels=list(self._label_names(spec)))
             if spec.kind == "histogram":
                 bounds = [*map(_fmt_bound, spec.buckets), "+Inf"]
                 for values, (cumulative, total) in samples:

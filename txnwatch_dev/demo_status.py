@@ -14,11 +14,11 @@ def _sum(m: Metrics, name: str, **labels) -> float:
 
 def outbox_status(m: Metrics, group: str) -> str:
     """The outbox group's lag against the LSO and the HWM, and what blocks it."""
-    rc = m.select("kafka_consumergroup_lag_messages", group=group, isolation="read_committed")
+    rc = m.select("kafka_consumergroup_read_committed_lag_offsets", group=group)
     if not rc:
         return f"outbox {group}: no committed offsets yet"
     ru = {(lbl["topic"], lbl["partition"]): v for lbl, v in
-          m.select("kafka_consumergroup_lag_messages", group=group, isolation="read_uncommitted")}
+          m.select("kafka_consumergroup_read_uncommitted_lag_offsets", group=group)}
     behind = sorted((lbl["topic"], lbl["partition"]) for lbl, v in rc
                     if ru.get((lbl["topic"], lbl["partition"]), 0) > v)
     hanging = [f"{t}-{p}" for t, p in behind
@@ -76,7 +76,7 @@ def status_line(m: Metrics, firing: str | None = None, outbox_group: str | None 
         parts.append(flink_status(m, *flink))
     batch = max((v for _, v in m.select("spark_streaming_batch_id")), default=None)
     spark = f"spark batch {'-' if batch is None else int(batch)}"
-    behind = m.select("spark_streaming_source_partition_offsets_behind_latest")
+    behind = m.select("spark_streaming_source_partition_behind_latest_offsets")
     if behind:
         spark += f", {sum(v for _, v in behind):.0f} offsets behind"
     blocked = m.select("spark_streaming_source_blocked_seconds")

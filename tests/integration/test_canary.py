@@ -86,15 +86,15 @@ def test_exporter_serves_the_canary_series(broker, unique, exporter_factory, wor
     exp = exporter_factory(cfg)
 
     def rounds(m, outcome):
-        return m.get_value("txnwatch_canary_rounds_total", cluster="test", outcome=outcome) or 0
+        return m.get_value("txnwatch_canary_rounds_total", kafka_cluster="test", outcome=outcome) or 0
 
     m = exp.wait_metric(lambda m: rounds(m, "committed") >= 2 and rounds(m, "aborted") >= 2
-                        and (m.get_value("txnwatch_canary_visibility_seconds_count", cluster="test",
+                        and (m.get_value("txnwatch_canary_visibility_seconds_count", kafka_cluster="test",
                                          partition="0") or 0) >= 2, 60,
                         what="canary rounds and visibility on /metrics")
-    assert m.get_value("txnwatch_canary_visibility_violations_total", cluster="test") == 0
-    assert m.get_value("txnwatch_canary_init_seconds", cluster="test") > 0
-    assert m.get_value("txnwatch_canary_last_success_timestamp_seconds", cluster="test") > 0
+    assert m.get_value("txnwatch_canary_visibility_violations_total", kafka_cluster="test") == 0
+    assert m.get_value("txnwatch_canary_init_seconds", kafka_cluster="test") > 0
+    assert m.get_value("txnwatch_canary_last_success_timestamp_seconds", kafka_cluster="test") > 0
     assert not m.select("txnwatch_canary_failures_total")
     # the page's canary row, from the same data (published by the worker, or in-process)
     status, page = exp.get("/")
@@ -113,7 +113,7 @@ def test_canary_counts_survive_a_killed_worker(broker, unique, exporter_factory)
     exp = exporter_factory(cfg)
 
     def committed(m):
-        return m.get_value("txnwatch_canary_rounds_total", cluster="test", outcome="committed") or 0
+        return m.get_value("txnwatch_canary_rounds_total", kafka_cluster="test", outcome="committed") or 0
 
     before = committed(exp.wait_metric(lambda m: committed(m) >= 3, 60, what="3 canary rounds"))
     [pid] = children(exp.proc.pid)
@@ -123,4 +123,4 @@ def test_canary_counts_survive_a_killed_worker(broker, unique, exporter_factory)
     m = exp.wait_metric(lambda m: seen.append(committed(m)) or committed(m) >= before + 3, 60,
                         what="rounds of the new worker on top of the old ones")
     assert min(seen) >= before                                   # never backwards
-    assert m.get_value("txnwatch_canary_visibility_violations_total", cluster="test") == 0
+    assert m.get_value("txnwatch_canary_visibility_violations_total", kafka_cluster="test") == 0

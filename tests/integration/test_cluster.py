@@ -80,11 +80,11 @@ def _check(bootstrap: str) -> subprocess.CompletedProcess:
 
 
 def visible(m, partition: int) -> float:
-    return m.get_value("txnwatch_canary_visibility_seconds_count", cluster="test", partition=partition) or 0
+    return m.get_value("txnwatch_canary_visibility_seconds_count", kafka_cluster="test", partition=partition) or 0
 
 
 def failures(m) -> dict[tuple[str, str], float]:
-    return {(lb["stage"], lb["error"]): v for lb, v in m.select("txnwatch_canary_failures_total", cluster="test")}
+    return {(lb["stage"], lb["error"]): v for lb, v in m.select("txnwatch_canary_failures_total", kafka_cluster="test")}
 
 
 def init_or_commit_failures(m) -> float:
@@ -93,12 +93,12 @@ def init_or_commit_failures(m) -> float:
 
 def rounds_tried(m) -> float:
     """Rounds ended (committed or aborted) plus rounds failed (a visibility timeout is not a round)."""
-    ended = sum(v for _lb, v in m.select("txnwatch_canary_rounds_total", cluster="test"))
+    ended = sum(v for _lb, v in m.select("txnwatch_canary_rounds_total", kafka_cluster="test"))
     return ended + sum(v for (stage, _e), v in failures(m).items() if stage != "visibility_timeout")
 
 
 def committed_rounds(m) -> float:
-    return m.get_value("txnwatch_canary_rounds_total", cluster="test", outcome="committed") or 0
+    return m.get_value("txnwatch_canary_rounds_total", kafka_cluster="test", outcome="committed") or 0
 
 
 def commit_rows(bootstrap: str, tid: str, topic: str, partitions, n: int = 3) -> None:
@@ -199,7 +199,7 @@ def test_transaction_log_below_min_isr(cluster, tmp_path, unique, exporter_facto
         # outlast its 3 s interval (counted, as it should be): the fault must add failed inits
         # or commits to those.
         base = init_or_commit_failures(m)
-        assert m.get_value("txnwatch_canary_visibility_violations_total", cluster="test") == 0
+        assert m.get_value("txnwatch_canary_visibility_violations_total", kafka_cluster="test") == 0
         assert m.get_value("kafka_transaction_state_log_partition_isr_replicas", partition=0) == 3
 
         cluster.node(3).stop()
@@ -236,9 +236,9 @@ def test_transaction_log_below_min_isr(cluster, tmp_path, unique, exporter_facto
                         what="the log's ISR back and the canary committing again by itself")
         wait_for(lambda: not prom.firing("KafkaTransactionStateLogBelowMinIsr")
                  and not prom.firing("TxnwatchCanaryFailing"), 90, what="the alerts to resolve")
-        m = exp.wait_metric(lambda m: (m.get_value("txnwatch_canary_rounds_total", cluster="test", outcome="aborted")
+        m = exp.wait_metric(lambda m: (m.get_value("txnwatch_canary_rounds_total", kafka_cluster="test", outcome="aborted")
                                        or 0) >= 1, 60, what="an aborted canary round")
-        assert m.get_value("txnwatch_canary_visibility_violations_total", cluster="test") == 0
+        assert m.get_value("txnwatch_canary_visibility_violations_total", kafka_cluster="test") == 0
         again = _producer(cluster.bootstrap, unique("recovered-app"))
         again.init_transactions(60)
         with again.transaction():
@@ -315,16 +315,16 @@ def test_a_frozen_partition_leader_shows_on_its_canary_partition_only(cluster, u
     pid = cluster.node(node).proc.pid
     os.kill(pid, signal.SIGSTOP)
     try:
-        m = exp.wait_metric(lambda m: (m.get_value("txnwatch_canary_visibility_timeouts_total", cluster="test",
+        m = exp.wait_metric(lambda m: (m.get_value("txnwatch_canary_visibility_timeouts_total", kafka_cluster="test",
                                                    partition=partition) or 0) >= 1, 60,
                             what=f"canary partition {partition} (leader {node} frozen) not visible in time")
     finally:
         os.kill(pid, signal.SIGCONT)
-    others = {lb["partition"]: v for lb, v in m.select("txnwatch_canary_visibility_timeouts_total", cluster="test")
+    others = {lb["partition"]: v for lb, v in m.select("txnwatch_canary_visibility_timeouts_total", kafka_cluster="test")
               if lb["partition"] != str(partition)}
     assert not any(others.values()), others            # that partition only
     assert {stage for (stage, _e) in failures(m)} <= {"produce"}, failures(m)
-    assert m.get_value("txnwatch_canary_visibility_violations_total", cluster="test") == 0
+    assert m.get_value("txnwatch_canary_visibility_violations_total", kafka_cluster="test") == 0
 
 
 def test_a_reassigned_leader_is_followed_not_fought(cluster, tmp_path, unique, exporter_factory):

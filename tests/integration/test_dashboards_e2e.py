@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import subprocess
 import tempfile
 import threading
 import time
@@ -55,6 +56,7 @@ from txnwatch.dashboards.queries import (
     dashboard_queries,
     query_requirements,
 )
+from txnwatch_dev import naming
 from txnwatch_dev.exporter_proc import ExporterProcess
 from txnwatch_dev.hanging import make_hanging_transaction
 from txnwatch_dev.kafka import KafkaBroker
@@ -479,12 +481,15 @@ def evaluate(prom: PrometheusProcess) -> tuple[list[str], list[str], list[str]]:
 
 # Series that appear last; a rate window of their samples means every window is full.
 WINDOW_SERIES = (
-    f'spark_streaming_source_offsets_behind_latest{{query="{Q_KAFKA}"}}',
+    f'spark_streaming_source_partition_behind_latest_offsets{{query="{Q_KAFKA}"}}',
     f'spark_streaming_state_rows{{query="{Q_WINDOWED}"}}',
     f'spark_streaming_query_terminations_total{{query="{Q_FAILING}"}}',
     f'kafka_producer_transaction_errors_total{{app="{CLIENT_APP}"}}',
-    f'kafka_transaction_fencing_events_total{{cluster="{CLUSTER}"}}',
+    f'kafka_transaction_fencing_events_total{{kafka_cluster="{CLUSTER}"}}',
 )
+
+
+K8S_CLUSTER = "k8s-east"    # the scrape's own `cluster` target label
 
 
 def test_every_dashboard_query_has_data_and_the_hanging_alert_fires(spark, tmp_path):
@@ -520,15 +525,18 @@ def test_every_dashboard_query_has_data_and_the_hanging_alert_fires(spark, tmp_p
                                    "canary": {"interval_seconds": 1}})
         exporter = ExporterProcess(config, log_path=tmp_path / "exporter.log").start()
         stack.callback(exporter.stop)
-        exporter.wait_metric(lambda m: m.get_value("txnwatch_tap_rebuilt", cluster=CLUSTER) == 1, 60,
+        exporter.wait_metric(lambda m: m.get_value("txnwatch_tap_rebuilt", kafka_cluster=CLUSTER) == 1, 60,
                              what="the tap to rebuild from __transaction_state")
 
         rules, _ = generate_alerts(tmp_path / "rules", AlertConfig(hanging_for="2s", spark_blocked_seconds=5,
                                                                    spark_blocked_for="2s",
                                                                    dashboard_base_url="https://grafana.example",
                                                                    runbook_base_url="https://wiki.example/rb"))
+        # The scrape attaches its own `cluster` target label, as multi-cluster stacks do: txnwatch's
+        # kafka_cluster label keeps the Kafka cluster apart from it (issue 27).
         prom = PrometheusProcess([f"127.0.0.1:{exporter.port}"], [rules], interval="1s",
-                                 log_path=tmp_path / "prometheus.log", data_dir=tmp_path / "prometheus").start()
+                                 log_path=tmp_path / "prometheus.log", data_dir=tmp_path / "prometheus",
+                                 target_labels={"cluster": K8S_CLUSTER}).start()
         stack.callback(prom.stop)
 
         txns = TxnWorkload(bootstrap).start()
@@ -566,22 +574,23 @@ def test_every_dashboard_query_has_data_and_the_hanging_alert_fires(spark, tmp_p
             checks = {
                 "state rows": (v("spark_streaming_state_rows", query=Q_WINDOWED) or 0) > 0,
                 "watermark": v("spark_streaming_watermark_delay_seconds", query=Q_WINDOWED) is not None,
-                "source lag": v("spark_streaming_source_offsets_behind_latest", query=Q_KAFKA) is not None,
-                "spark blocked": v("spark_streaming_source_blocked_seconds", cluster=CLUSTER, query=Q_BLOCKED,
+                "source lag": any(True for _ in m.select("spark_streaming_source_partition_behind_latest_offsets",
+                                                         query=Q_KAFKA)),
+                "spark blocked": v("spark_streaming_source_blocked_seconds", kafka_cluster=CLUSTER, query=Q_BLOCKED,
                                    topic=ORDERS, partition=HANG_PARTITION) is not None,
                 "idle events": (v("spark_streaming_idle_events_total", query=Q_IDLE) or 0) > 0,
                 "terminations": sum(n for lb, n in m.select("spark_streaming_query_terminations_total",
                                                             query=Q_FAILING) if lb["error_class"] != "none") >= 2,
                 "client fenced": (v("kafka_producer_transaction_errors_total", app=CLIENT_APP) or 0) > 0,
-                "tap timeouts": (v("kafka_transaction_fencing_events_total", cluster=CLUSTER, app="payments",
+                "tap timeouts": (v("kafka_transaction_fencing_events_total", kafka_cluster=CLUSTER, app="payments",
                                    reason="timeout") or 0) > 0,
                 "tap expirations": sum(n for _, n in m.select("kafka_transactional_id_expirations_total",
-                                                              cluster=CLUSTER)) > 0,
-                "epoch bumps": sum(n for _, n in m.select("kafka_transaction_epoch_bumps_total", cluster=CLUSTER)) > 0,
-                "broker configs": v("kafka_broker_transaction_max_timeout_seconds", cluster=CLUSTER) == 8,
-                "hanging": v("kafka_transaction_hanging", cluster=CLUSTER, topic=ORDERS,
+                                                              kafka_cluster=CLUSTER)) > 0,
+                "epoch bumps": sum(n for _, n in m.select("kafka_transaction_epoch_bumps_total", kafka_cluster=CLUSTER)) > 0,
+                "broker configs": v("kafka_broker_transaction_max_timeout_seconds", kafka_cluster=CLUSTER) == 8,
+                "hanging": v("kafka_transaction_hanging", kafka_cluster=CLUSTER, topic=ORDERS,
                              partition=HANG_PARTITION) == 1,
-                "poll errors": (v("txnwatch_poll_errors_total", cluster="e2e-unreachable") or 0) > 0,
+                "poll errors": (v("txnwatch_poll_errors_total", kafka_cluster="e2e-unreachable") or 0) > 0,
             }
             for name, ok in checks.items():
                 if ok:
@@ -631,6 +640,14 @@ def test_every_dashboard_query_has_data_and_the_hanging_alert_fires(spark, tmp_p
         assert kafka.error is None, kafka.error
         assert blocked.error is None, blocked.error
         assert not failures, summary
+        # The scrape that fed them, every source populated (poller, tap, canary, Spark ingest):
+        # clean for promtool's linter and for the naming rules it does not check.
+        status, body = exporter.get("/metrics")
+        assert status == 200
+        lint = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True, text=True,
+                              timeout=60)
+        assert (lint.returncode, lint.stdout.strip(), lint.stderr.strip()) == (0, "", ""), lint
+        assert naming.scrape_problems(body) == []
         assert len(excluded) == len(NO_DATA_ON_BROKER), excluded
         assert all(f"{d} / {p}" in "\n".join(ok) for d, p in FAULTS), "a fault-only panel without data"
 
@@ -642,7 +659,8 @@ def test_every_dashboard_query_has_data_and_the_hanging_alert_fires(spark, tmp_p
 
         firing = wait_for(hanging_alert, 30, interval=0.5, what="KafkaTransactionHanging firing")
         print(f"KafkaTransactionHanging firing after {time.monotonic() - t0:.0f}s: {firing[0]['labels']}")
-        assert firing[0]["labels"]["cluster"] == CLUSTER
+        assert firing[0]["labels"]["kafka_cluster"] == CLUSTER
+        assert firing[0]["labels"].get("cluster") in (None, K8S_CLUSTER)   # aggregated away, or kept
         assert firing[0]["labels"]["severity"] == "critical"
         ann = firing[0]["annotations"]
         assert ann["runbook"] == "docs/runbooks/KafkaTransactionHanging.md", ann
@@ -657,5 +675,10 @@ def test_every_dashboard_query_has_data_and_the_hanging_alert_fires(spark, tmp_p
                     if a["labels"].get("query") == Q_BLOCKED]
 
         firing = wait_for(blocked_alert, 30, interval=0.5, what="SparkStreamingQueryBlockedByOpenTransaction firing")
-        assert {k: firing[0]["labels"][k] for k in ("cluster", "topic", "partition")} == \
-            {"cluster": CLUSTER, "topic": ORDERS, "partition": str(HANG_PARTITION)}
+        assert {k: firing[0]["labels"][k] for k in ("kafka_cluster", "topic", "partition")} == \
+            {"kafka_cluster": CLUSTER, "topic": ORDERS, "partition": str(HANG_PARTITION)}
+        # Per Kafka cluster under the target's own `cluster` label: both Kafka clusters apart.
+        per_cluster = {(r["metric"].get("kafka_cluster"), r["metric"].get("cluster"))
+                       for r in prom.query("max by (kafka_cluster, cluster) (txnwatch_up)")}
+        assert per_cluster == {(CLUSTER, K8S_CLUSTER), ("e2e-unreachable", K8S_CLUSTER)}, per_cluster
+        assert prom.query('count({exported_cluster!=""})') == []   # no label of the target's renamed

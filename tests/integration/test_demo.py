@@ -185,10 +185,9 @@ class DemoWatch:
                 and ("caught up" in row or "behind</span>" in row))
 
     def _outbox_blocked(self, m, partition: int) -> bool:
-        lag = {lbl["isolation"]: v for lbl, v in
-               m.select("kafka_consumergroup_lag_messages", group=GROUP, topic=OUTBOX, partition=partition)}
-        return (set(lag) == {"read_committed", "read_uncommitted"}
-                and lag["read_uncommitted"] > lag["read_committed"])
+        lag = {iso: m.get_value(f"kafka_consumergroup_{iso}_lag_offsets", group=GROUP, topic=OUTBOX,
+                                partition=partition) for iso in ("read_committed", "read_uncommitted")}
+        return None not in lag.values() and lag["read_uncommitted"] > lag["read_committed"]
 
 
 # The alerts `make demo` means to cause, by the workload its faults hit (alertname -> the

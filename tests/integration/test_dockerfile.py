@@ -103,9 +103,9 @@ def test_dockerfile_commands_install_and_start_the_exporter(tmp_path, broker):
                  what="the image's HEALTHCHECK to pass")
         import urllib.request
         body = wait_for(lambda: (b := urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode())
-                        and 'txnwatch_up{cluster="docker",source="poller"} 1.0' in b and b, 60,
+                        and 'txnwatch_up{kafka_cluster="docker",source="poller"} 1.0' in b and b, 60,
                         what="the exporter in the fresh venv to poll the broker")
-        assert "kafka_brokers" in body
+        assert "kafka_cluster_brokers" in body
         # Only the pinned packages (and the project) are in the venv.
         frozen = subprocess.run([str(bin_dir / "pip"), "freeze"], capture_output=True, text=True).stdout
         pinned = {line.split("==")[0].lower() for line in (ROOT / "requirements/exporter.txt").read_text().splitlines()

@@ -68,17 +68,17 @@ def test_one_stalled_cluster_delays_no_other(proxied_broker, broker, exporter_fa
         {"name": "healthy", "bootstrap_servers": broker.bootstrap, "poll_interval_seconds": 0.5,
          "poll_timeout_seconds": 5}]}
     exp = exporter_factory(cfg)
-    exp.wait_metric(lambda m: m.get_value("txnwatch_up", cluster="stalled") == 1
-                    and m.get_value("txnwatch_up", cluster="healthy") == 1, what="both clusters polled")
+    exp.wait_metric(lambda m: m.get_value("txnwatch_up", kafka_cluster="stalled") == 1
+                    and m.get_value("txnwatch_up", kafka_cluster="healthy") == 1, what="both clusters polled")
     proxy.stall()
     # Once the proxy holds a request, the stalled cluster's poll is stuck inside its 20 s timeout.
     wait_for(lambda: proxy.held > 0, 15, what="a poll of the stalled cluster to be held")
-    stuck_at = exp.metrics().get_value("txnwatch_last_success_timestamp_seconds", cluster="stalled")
-    first = exp.metrics().get_value("txnwatch_last_success_timestamp_seconds", cluster="healthy")
+    stuck_at = exp.metrics().get_value("txnwatch_last_success_timestamp_seconds", kafka_cluster="stalled")
+    first = exp.metrics().get_value("txnwatch_last_success_timestamp_seconds", kafka_cluster="healthy")
     # The healthy cluster completes several more polls while the other is stuck.
-    m = exp.wait_metric(lambda m: m.get_value("txnwatch_last_success_timestamp_seconds", cluster="healthy")
+    m = exp.wait_metric(lambda m: m.get_value("txnwatch_last_success_timestamp_seconds", kafka_cluster="healthy")
                         >= first + 3, timeout=15, what="healthy cluster to keep polling")
-    assert m.get_value("txnwatch_last_success_timestamp_seconds", cluster="stalled") == stuck_at
+    assert m.get_value("txnwatch_last_success_timestamp_seconds", kafka_cluster="stalled") == stuck_at
     proxy.resume()
 
 

@@ -2,7 +2,7 @@
 KIP-848 `consumer` group (librdkafka, group.protocol=consumer) read_committed behind an open
 transaction, each with its lag against the LSO and the HWM; and a KIP-932 share group (the
 release's console share consumer), which has no committed offsets: left out of OffsetFetch,
-counted in kafka_groups{type="share"} and named on the page, never an error per poll."""
+counted in kafka_cluster_groups{group_type="share"} and named on the page, never an error per poll."""
 
 from __future__ import annotations
 
@@ -65,8 +65,8 @@ def test_classic_consumer_and_share_groups(broker, unique, exporter_factory, tmp
         def lags(m, group: str) -> tuple:
             at = dict(topic=topic, partition=0)
             return (m.get_value("kafka_consumergroup_committed_offset", group=group, **at),
-                    m.get_value("kafka_consumergroup_lag_messages", group=group, isolation="read_committed", **at),
-                    m.get_value("kafka_consumergroup_lag_messages", group=group, isolation="read_uncommitted", **at))
+                    m.get_value("kafka_consumergroup_read_committed_lag_offsets", group=group, **at),
+                    m.get_value("kafka_consumergroup_read_uncommitted_lag_offsets", group=group, **at))
 
         m = exp.wait_metric(lambda m: m.get_value("kafka_partition_high_watermark", topic=topic, partition=0) == 8
                             and all(None not in lags(m, g) for g in (classic, kip848)), 60,
@@ -77,12 +77,12 @@ def test_classic_consumer_and_share_groups(broker, unique, exporter_factory, tmp
             committed, rc, ru = lags(m, g)
             # it read all 4 committed records (its position may already be past the marker)
             assert committed in (4, 5) and (rc, ru) == (lso - committed, 8 - committed), (g, committed, rc, ru)
-        m = exp.wait_metric(lambda m: (m.get_value("kafka_groups", type="share") or 0) >= 1, 60,
+        m = exp.wait_metric(lambda m: (m.get_value("kafka_cluster_groups", group_type="share") or 0) >= 1, 60,
                             what="the share group counted")
-        assert (m.get_value("kafka_groups", type="consumer") or 0) >= 1
+        assert (m.get_value("kafka_cluster_groups", group_type="consumer") or 0) >= 1
         assert m.get_value("kafka_cluster_feature_level", feature="transaction.version") == 2
         assert m.get_value("kafka_cluster_feature_level", feature="share.version") == features["share.version"]
-        assert (m.get_value("kafka_groups", type="classic") or 0) >= 1
+        assert (m.get_value("kafka_cluster_groups", group_type="classic") or 0) >= 1
         assert m.get_value("kafka_consumergroup_committed_offset", group=share, topic=topic, partition=0) is None
         page = html.unescape(exp.get("/")[1])
         assert "share groups (KIP-932)" in page and share in page

@@ -72,7 +72,7 @@ def test_committed_and_aborted_transactions_leave_lso_at_hwm(broker, producers, 
     # 5 transactions of 2 records, each ended by a marker that takes an offset of its own
     assert m.get_value("kafka_partition_high_watermark", topic=topic, partition=0) == 15
     assert m.get_value("kafka_partition_last_stable_offset", topic=topic, partition=0) == 15
-    assert m.get_value("kafka_partition_lso_lag_messages", topic=topic, partition=0) == 0
+    assert m.get_value("kafka_partition_lso_lag_offsets", topic=topic, partition=0) == 0
     assert m.get_value("kafka_partition_lso_stalled_seconds", topic=topic, partition=0) == 0
     assert m.get_value("kafka_transaction_hanging", topic=topic, partition=0) == 0
     # read_committed hides the aborted records: 6 of the 10 are readable, and the position ends at the HWM
@@ -92,21 +92,19 @@ def test_open_transaction_with_headroom_lso_and_read_committed_lag(broker, produ
     exp = exporter_factory(cluster_config(broker.bootstrap, [topic]))
     first = exp.wait_metric(lambda m: m.get_value("kafka_transaction_timeout_headroom_seconds",
                                                   transactional_id=tid) is not None
-                            and m.get_value("kafka_consumergroup_lag_messages", group=group, topic=topic,
-                                            partition=1, isolation="read_committed") is not None,
+                            and m.get_value("kafka_consumergroup_read_committed_lag_offsets", group=group, topic=topic,
+                                            partition=1) is not None,
                             what="the open transaction and the group's lag")
     for api in ("list_transactions", "describe_transactions", "describe_producers"):
         assert first.get_value("txnwatch_capability", api=api) == 1
     # Kafka's LSO is the first offset of the oldest open transaction
     assert first.get_value("kafka_partition_high_watermark", topic=topic, partition=1) == 11
     assert first.get_value("kafka_partition_last_stable_offset", topic=topic, partition=1) == 8
-    assert first.get_value("kafka_partition_lso_lag_messages", topic=topic, partition=1) == 3
-    assert first.get_value("kafka_partition_lso_lag_messages", topic=topic, partition=0) == 0
+    assert first.get_value("kafka_partition_lso_lag_offsets", topic=topic, partition=1) == 3
+    assert first.get_value("kafka_partition_lso_lag_offsets", topic=topic, partition=0) == 0
     # The group's lag against the LSO is what a read_committed consumer can read; against the HWM it is not.
-    rc = first.get_value("kafka_consumergroup_lag_messages", group=group, topic=topic, partition=1,
-                         isolation="read_committed")
-    ru = first.get_value("kafka_consumergroup_lag_messages", group=group, topic=topic, partition=1,
-                         isolation="read_uncommitted")
+    rc = first.get_value("kafka_consumergroup_read_committed_lag_offsets", group=group, topic=topic, partition=1)
+    ru = first.get_value("kafka_consumergroup_read_uncommitted_lag_offsets", group=group, topic=topic, partition=1)
     assert (rc, ru) == (8, 11)
     read, position = read_committed_position(broker.bootstrap, topic, 1, 0)
     assert (read, position) == (6, 8) and position - 0 == rc
@@ -160,7 +158,7 @@ def test_coordinator_timeout_and_fence_show_as_epoch_bumps(broker, producers, un
     # The coordinator bumps the epoch at PrepareAbort and writes the abort markers after it: a
     # poll can see the bump while the LSO still waits for the marker, so both are waited for.
     m = exp.wait_metric(lambda m: m.get_value("kafka_transaction_epoch_bumps_total", app="timed-out-writer") == 1
-                        and m.get_value("kafka_partition_lso_lag_messages", topic=topic, partition=0) == 0,
+                        and m.get_value("kafka_partition_lso_lag_offsets", topic=topic, partition=0) == 0,
                         timeout=60, what="the coordinator's timeout abort (an epoch bump) and the LSO caught up")
     assert m.get_value("kafka_transaction_timeout_headroom_seconds", transactional_id=timed_out) is None
     assert m.get_value("kafka_transaction_hanging", topic=topic, partition=0) == 0
@@ -171,7 +169,7 @@ def test_coordinator_timeout_and_fence_show_as_epoch_bumps(broker, producers, un
                                           transactional_id=fenced) is not None, what="the zombie's transaction")
     producers(broker.bootstrap, topic, fenced, action="commit", count=1, partition=1).wait()
     m = exp.wait_metric(lambda m: (m.get_value("kafka_transaction_epoch_bumps_total", app="fenced-writer") or 0) >= 1
-                        and m.get_value("kafka_partition_lso_lag_messages", topic=topic, partition=1) == 0,
+                        and m.get_value("kafka_partition_lso_lag_offsets", topic=topic, partition=1) == 0,
                         what="the fence (an epoch bump) and the LSO caught up")
 
 
@@ -210,7 +208,7 @@ def test_hanging_transaction_found_like_find_hanging_and_cleared_by_the_runbook_
     cmd = re.search(r"kafka-transactions\.sh (.*)$", finding).group(1).split()
     kafka_tool("kafka-transactions", *cmd, log_dir=exp.log_path.parent / "tools")
     m = exp.wait_metric(lambda m: m.get_value("kafka_transaction_hanging", topic=topic, partition=1) == 0
-                        and m.get_value("kafka_partition_lso_lag_messages", topic=topic, partition=1) == 0,
+                        and m.get_value("kafka_partition_lso_lag_offsets", topic=topic, partition=1) == 0,
                         what="the abort to clear the hanging transaction")
     assert check(b.bootstrap).returncode == 0
 

@@ -40,7 +40,7 @@ def test_check_committed_rules(promtool):
 
 
 def test_check_rules_with_selectors_and_overrides(promtool, tmp_path):
-    cfg = AlertConfig(cluster_selector='cluster=~"prod-.*"', client_selector='namespace="apps"',
+    cfg = AlertConfig(cluster_selector='kafka_cluster=~"prod-.*"', client_selector='namespace="apps"',
                       spark_selector='namespace="spark"', exporter_job_selector='job=~"txnwatch|txnwatch-.*"',
                       spark_trigger_intervals={"orders": 300, "payments-eu": 30},
                       extra_labels={"team": "data"})
@@ -84,7 +84,7 @@ def test_rules_from_a_config_file_pass_promtool(promtool, tmp_path):
     import sys
 
     cfg = tmp_path / "mixin.yaml"
-    cfg.write_text("abort_ratio: 0.25\nhanging_for: 7m\ncluster_selector: 'cluster=~\"prod-.*\"'\n"
+    cfg.write_text("abort_ratio: 0.25\nhanging_for: 7m\ncluster_label: kafka\ncluster_selector: 'kafka=~\"prod-.*\"'\n"
                    "runbook_base_url: https://wiki.example/runbooks\ndashboard_base_url: https://grafana.example\n"
                    "extra_labels: {team: data}\n")
     r = run(sys.executable, "-m", "txnwatch.cli", "alerts", "--out", str(tmp_path / "rules"), "--config", str(cfg))
@@ -94,23 +94,27 @@ def test_rules_from_a_config_file_pass_promtool(promtool, tmp_path):
     rules = {x["alert"]: x for g in yaml.safe_load((tmp_path / "rules" / "rules.yml").read_text())["groups"]
              for x in g["rules"] if "alert" in x}
     hanging = rules["KafkaTransactionHanging"]
-    assert hanging["for"] == "7m" and hanging["labels"]["team"] == "data" and 'cluster=~"prod-.*"' in hanging["expr"]
+    assert hanging["for"] == "7m" and hanging["labels"]["team"] == "data" and 'kafka=~"prod-.*"' in hanging["expr"]
+    assert "by (kafka, topic, partition)" in hanging["expr"] and "$labels.kafka " in hanging["annotations"]["summary"]
     assert hanging["annotations"]["runbook_url"] == "https://wiki.example/runbooks/KafkaTransactionHanging.md"
     assert "> 0.25" in rules["KafkaTransactionAbortRatioHigh"]["expr"]
     r = run(sys.executable, "-m", "txnwatch.cli", "dashboards", "--out", str(tmp_path / "grafana"), "--config", str(cfg))
     assert r.returncode == 0, r.stderr
     overview = json.loads((tmp_path / "grafana" / "dashboards" / "overview.json").read_text())
     assert "25%" in json.dumps(overview)     # the abort-ratio panel's threshold text follows the file
+    assert 'kafka=~\\"$cluster\\"' in json.dumps(overview) and "label_values(txnwatch_up, kafka)" in json.dumps(overview)
     bad = tmp_path / "bad.yaml"
     bad.write_text("abort_ration: 0.2\n")
     r = run(sys.executable, "-m", "txnwatch.cli", "alerts", "--out", str(tmp_path / "x"), "--config", str(bad))
     assert r.returncode == 2 and "abort_ration" in r.stderr and str(bad) in r.stderr, r.stderr
 
 
-def test_routing_labels_reach_the_alerts(promtool, tmp_path):
+def test_routing_labels_and_a_cluster_label_reach_the_alerts(promtool, tmp_path):
     """routing_labels: a target label (namespace) kept by every aggregation and join, so
-    the alert carries it for Alertmanager's routes; promtool evaluates the generated rules."""
-    rules, _ = generate_alerts(tmp_path, AlertConfig(routing_labels=("namespace",)))
+    the alert carries it for Alertmanager's routes; cluster_label: rules generated for an
+    exporter whose Kafka cluster label is `kafka` (beside the target's own `cluster`).
+    promtool evaluates the generated rules."""
+    rules, _ = generate_alerts(tmp_path, AlertConfig(routing_labels=("namespace",), cluster_label="kafka"))
 
     def annotations(description: str) -> dict:
         return {"summary": "A Kafka transaction is hanging on cluster c1", "description": description,
@@ -120,20 +124,23 @@ def test_routing_labels_reach_the_alerts(promtool, tmp_path):
     case = {"rule_files": [str(rules)], "evaluation_interval": "1m", "tests": [{
         "interval": "1m",
         "input_series": [
-            {"series": 'kafka_transaction_hanging{cluster="c1",topic="t",partition="0",namespace="payments"}',
+            {"series": 'kafka_transaction_hanging{job="txnwatch",kafka="c1",cluster="k8s",topic="t",partition="0",'
+                       'namespace="payments"}',
              "values": "1 1 1 1 1"},
-            {"series": 'kafka_partition_lso_stalled_seconds{cluster="c1",topic="u",partition="0",namespace="orders"}',
+            {"series": 'kafka_partition_lso_stalled_seconds{job="txnwatch",kafka="c1",cluster="k8s",topic="u",'
+                       'partition="0",namespace="orders"}',
              "values": "700 760 820 880 940"},
-            {"series": 'kafka_partition_high_watermark{cluster="c1",topic="u",partition="0",namespace="orders"}',
+            {"series": 'kafka_partition_high_watermark{job="txnwatch",kafka="c1",cluster="k8s",topic="u",partition="0",'
+                       'namespace="orders"}',
              "values": "0+10x4"}],
         "alert_rule_test": [{"eval_time": "4m", "alertname": "KafkaTransactionHanging", "exp_alerts": [
-            {"exp_labels": {"severity": "critical", "cluster": "c1", "topic": "t", "partition": "0",
+            {"exp_labels": {"severity": "critical", "kafka": "c1", "topic": "t", "partition": "0",
                             "namespace": "payments", "signal": "hanging"},
              "exp_annotations": annotations(
                  "1 hanging transaction(s) on t-0 (open past transaction.max.timeout.ms + 5 min with no live "
                  "coordinator state, or, without KIP-664, a last stable offset stalled past the hanging "
                  "threshold): read_committed consumers cannot read past it.")},
-            {"exp_labels": {"severity": "critical", "cluster": "c1", "topic": "u", "partition": "0",
+            {"exp_labels": {"severity": "critical", "kafka": "c1", "topic": "u", "partition": "0",
                             "namespace": "orders", "signal": "lso_stalled"},
              "exp_annotations": annotations(
                  "The last stable offset of u-0 has not moved for 15m 40s while its high watermark keeps "

@@ -180,15 +180,15 @@ GOOD = ("scram-tls", "plain", "mtls")
 def test_data_flows_through_scram_over_tls_plain_and_mutual_tls(secure, exporter, tmp_path):
     def flowing(m) -> bool:
         return all(
-            m.get_value("txnwatch_up", cluster=c, source="poller") == 1
-            and m.get_value("txnwatch_up", cluster=c, source="tap") == 1
-            and (m.get_value("kafka_partition_high_watermark", cluster=c, topic=TOPIC, partition=0) or 0) >= 2
-            and m.get_value("kafka_partition_lso_lag_messages", cluster=c, topic=TOPIC, partition=1) == 1
-            and m.get_value("kafka_consumergroup_committed_offset", cluster=c, group=GROUP, topic=TOPIC,
+            m.get_value("txnwatch_up", kafka_cluster=c, source="poller") == 1
+            and m.get_value("txnwatch_up", kafka_cluster=c, source="tap") == 1
+            and (m.get_value("kafka_partition_high_watermark", kafka_cluster=c, topic=TOPIC, partition=0) or 0) >= 2
+            and m.get_value("kafka_partition_lso_lag_offsets", kafka_cluster=c, topic=TOPIC, partition=1) == 1
+            and m.get_value("kafka_consumergroup_committed_offset", kafka_cluster=c, group=GROUP, topic=TOPIC,
                             partition=0) == 1
-            and m.get_value("kafka_broker_transaction_max_timeout_seconds", cluster=c) == 900
-            and m.get_value("kafka_transaction_open", cluster=c, app="sec-open") == 1      # the tap's view
-            and (m.get_value("txnwatch_tap_records_applied_total", cluster=c) or 0) > 0
+            and m.get_value("kafka_broker_transaction_max_timeout_seconds", kafka_cluster=c) == 900
+            and m.get_value("kafka_transaction_open", kafka_cluster=c, app="sec-open") == 1      # the tap's view
+            and (m.get_value("txnwatch_tap_records_applied_total", kafka_cluster=c) or 0) > 0
             for c in GOOD)
 
     exporter.wait_metric(flowing, timeout=90, what="offsets, groups, configs and tap state on every cluster")
@@ -206,7 +206,7 @@ def test_data_flows_through_scram_over_tls_plain_and_mutual_tls(secure, exporter
     p.produce(TOPIC, b"counted", partition=0)
     p.commit_transaction()
     exporter.wait_metric(lambda m: all(
-        (m.get_value("kafka_transactions_total", cluster=c, app="sec-counted", outcome="committed") or 0) >= 1
+        (m.get_value("kafka_transactions_total", kafka_cluster=c, app="sec-counted", outcome="committed") or 0) >= 1
         for c in GOOD), timeout=60, what="the tap of every cluster counting the commit")
     # txnwatch check over SCRAM + TLS and over mTLS: KIP-664 open transactions, no access findings
     k = secure.kafka
@@ -222,13 +222,13 @@ def test_data_flows_through_scram_over_tls_plain_and_mutual_tls(secure, exporter
 
 def test_rejected_credentials_and_certificates_name_the_cause(exporter):
     m = exporter.wait_metric(lambda m: (
-        (m.get_value("txnwatch_poll_errors_total", cluster="bad-password", source="poller", cause="auth") or 0) >= 1
-        and (m.get_value("txnwatch_poll_errors_total", cluster="bad-ca", source="poller", cause="tls") or 0) >= 1),
+        (m.get_value("txnwatch_poll_errors_total", kafka_cluster="bad-password", source="poller", cause="auth") or 0) >= 1
+        and (m.get_value("txnwatch_poll_errors_total", kafka_cluster="bad-ca", source="poller", cause="tls") or 0) >= 1),
         timeout=60, what="auth and tls causes of the failing clusters")
     for c in ("bad-password", "bad-ca"):
-        assert m.get_value("txnwatch_up", cluster=c, source="poller") == 0
-        assert m.get_value("txnwatch_up", cluster=c, source="tap") == 0
-        assert m.get_value("kafka_partition_high_watermark", cluster=c) is None   # never polled
+        assert m.get_value("txnwatch_up", kafka_cluster=c, source="poller") == 0
+        assert m.get_value("txnwatch_up", kafka_cluster=c, source="tap") == 0
+        assert m.get_value("kafka_partition_high_watermark", kafka_cluster=c) is None   # never polled
     text = page(exporter)
     row = re.search(r"<tr><td>bad-password</td><td>poller</td>.*?</tr>", text).group(0)
     assert "authentication failed: the broker rejected the SASL/SCRAM-SHA-512 credentials of user " \
@@ -240,8 +240,8 @@ def test_rejected_credentials_and_certificates_name_the_cause(exporter):
     # The tap names the same causes (librdkafka reports them only through error_cb), and its
     # page row says it cannot read the log instead of "waiting for __transaction_state".
     m = exporter.wait_metric(lambda m: (
-        (m.get_value("txnwatch_poll_errors_total", cluster="bad-password", source="tap", cause="auth") or 0) >= 1
-        and (m.get_value("txnwatch_poll_errors_total", cluster="bad-ca", source="tap", cause="tls") or 0) >= 1),
+        (m.get_value("txnwatch_poll_errors_total", kafka_cluster="bad-password", source="tap", cause="auth") or 0) >= 1
+        and (m.get_value("txnwatch_poll_errors_total", kafka_cluster="bad-ca", source="tap", cause="tls") or 0) >= 1),
         timeout=60, what="auth and tls causes of the taps of the failing clusters")
     text = page(exporter)
     tap_section = text.split("<h2>Transaction-log tap</h2>", 1)[1].split("</section>", 1)[0]
@@ -251,8 +251,8 @@ def test_rejected_credentials_and_certificates_name_the_cause(exporter):
 
 
 def test_secrets_never_in_logs_metrics_or_page_even_at_debug(secure, exporter):
-    exporter.wait_metric(lambda m: all(m.get_value("txnwatch_up", cluster=c, source="poller") == 1 for c in GOOD)
-                         and (m.get_value("txnwatch_poll_errors_total", cluster="bad-password", source="poller",
+    exporter.wait_metric(lambda m: all(m.get_value("txnwatch_up", kafka_cluster=c, source="poller") == 1 for c in GOOD)
+                         and (m.get_value("txnwatch_poll_errors_total", kafka_cluster="bad-password", source="poller",
                                           cause="auth") or 0) >= 2,
                          timeout=60, what="good clusters connected and the wrong password rejected twice")
     secrets = [SCRAM_PW, PLAIN_PW, WRONG_PW, secure.kafka.tls.client_key_password]
@@ -321,7 +321,7 @@ def test_missing_read_on_transaction_state(secure, exporter_factory, tmp_path):
     wait_for(finding, 60, what="the tap finding on / (no ACL on __transaction_state at all)")
 
     def refusals() -> float:
-        return exp.metrics().get_value("txnwatch_poll_errors_total", cluster="notap", source="tap",
+        return exp.metrics().get_value("txnwatch_poll_errors_total", kafka_cluster="notap", source="tap",
                                        cause="topic_authorization_failed") or 0
 
     # DESCRIBE alone (a common half fix) lets the tap find the topic; its fetches are then
@@ -334,17 +334,17 @@ def test_missing_read_on_transaction_state(secure, exporter_factory, tmp_path):
              what="the tap to report the topic found")
     msg = finding()
     assert msg is not None, page(exp)
-    assert exp.metrics().get_value("txnwatch_tap_records_applied_total", cluster="notap") == 0
+    assert exp.metrics().get_value("txnwatch_tap_records_applied_total", kafka_cluster="notap") == 0
     # Refused fetches keep the tap down, however quiet the client is about them afterwards:
     # sampled over 5 s, several of the tap's 1 s consume rounds (each would report success).
     end = time.monotonic() + 5
     while time.monotonic() < end:
-        assert exp.metrics().get_value("txnwatch_up", cluster="notap", source="tap") == 0
+        assert exp.metrics().get_value("txnwatch_up", kafka_cluster="notap", source="tap") == 0
         time.sleep(0.25)
     grant_as_printed(secure, msg, tmp_path / "tools")
-    exp.wait_metric(lambda m: (m.get_value("txnwatch_tap_records_applied_total", cluster="notap") or 0) > 0
-                    and m.get_value("kafka_transaction_open", cluster="notap", app="sec-open") == 1
-                    and m.get_value("txnwatch_up", cluster="notap", source="tap") == 1,
+    exp.wait_metric(lambda m: (m.get_value("txnwatch_tap_records_applied_total", kafka_cluster="notap") or 0) > 0
+                    and m.get_value("kafka_transaction_open", kafka_cluster="notap", app="sec-open") == 1
+                    and m.get_value("txnwatch_up", kafka_cluster="notap", source="tap") == 1,
                     timeout=60, what="the tap reading __transaction_state (and up) once READ is granted")
     wait_for(lambda: finding() is None, 30, what="the finding to clear")
 

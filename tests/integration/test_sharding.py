@@ -15,7 +15,7 @@ from txnwatch_dev.workload import create_topics, watermarks
 pytestmark = [pytest.mark.integration]
 
 PARTITION_SERIES = ("kafka_partition_high_watermark", "kafka_partition_last_stable_offset",
-                    "kafka_partition_lso_lag_messages", "kafka_transaction_hanging")
+                    "kafka_partition_lso_lag_offsets", "kafka_transaction_hanging")
 
 
 def partition_series(m, topic: str) -> dict:
@@ -66,9 +66,9 @@ def test_three_replicas_export_what_one_does_and_a_dead_one_loses_only_its_share
     assert all(len(p) >= 4 for p in parts)                 # 9 partitions spread over 3 replicas
 
     # cluster-level facts: shard 0 only
-    assert [m.get_value("kafka_brokers") for m in got] == [want.get_value("kafka_brokers"), None, None]
-    assert [m.get_value("txnwatch_shard", shard=i, total_shards=3) for i, m in enumerate(got)] == [1, 1, 1]
-    assert want.get_value("txnwatch_shard") is None
+    assert [m.get_value("kafka_cluster_brokers") for m in got] == [want.get_value("kafka_cluster_brokers"), None, None]
+    assert [m.get_value("txnwatch_shard_info", shard=i, total_shards=3) for i, m in enumerate(got)] == [1, 1, 1]
+    assert want.get_value("txnwatch_shard_info") is None
 
     # the tap's per-app counters split by log partition: they sum to the single exporter's
     def shard_commits() -> float:

@@ -66,7 +66,7 @@ def test_blocked_query_is_told_apart_from_a_slow_one_and_unblocks_after_abort(sp
         q_slow = start(spark, bs, slow_topic, "slow_q", max_offsets=2)   # 2 offsets per 0.5 s: minutes behind
 
         def blocked_state(m) -> bool:
-            return (m.get_value("spark_streaming_source_blocked_seconds", cluster="test", query="blocked_q",
+            return (m.get_value("spark_streaming_source_blocked_seconds", kafka_cluster="test", query="blocked_q",
                                 topic=held, partition=0) is not None
                     and m.get_value("spark_streaming_source_partition_offset", query="slow_q",
                                     topic=slow_topic, partition=0) is not None)
@@ -76,7 +76,7 @@ def test_blocked_query_is_told_apart_from_a_slow_one_and_unblocks_after_abort(sp
         assert m.get_value("spark_streaming_source_partition_offset", query="blocked_q", topic=held,
                            partition=0) == made.offset == m.get_value("kafka_partition_last_stable_offset",
                                                                        topic=held, partition=0)
-        assert m.get_value("spark_streaming_source_partition_offsets_behind_latest", query="blocked_q",
+        assert m.get_value("spark_streaming_source_partition_behind_latest_offsets", query="blocked_q",
                            topic=held, partition=0) == 0
         # ... while the broker holds records above it; the other partition is simply caught up.
         assert m.get_value("kafka_partition_high_watermark", topic=held, partition=0) == wm[0][1]

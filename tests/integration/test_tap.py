@@ -99,7 +99,7 @@ def scrape(tap: TransactionLogTap, now: float | None = None) -> dict:
 
 
 def val(ms: dict, name: str, **labels):
-    return ms.get((name, tuple(sorted({"cluster": "c1", **labels}.items()))))
+    return ms.get((name, tuple(sorted({"kafka_cluster": "c1", **labels}.items()))))
 
 
 # ====================================================================== synthetic histories
@@ -734,18 +734,18 @@ def test_readyz_once_every_source_has_reported(own_broker, exporter_factory):
         if status != 200:
             continue
         # a first attempt shows as a success's timestamp or a counted error
-        shown = {s: (m.get_value("txnwatch_last_success_timestamp_seconds", cluster="test", source=s),
-                     sum(v for _lb, v in m.select("txnwatch_poll_errors_total", cluster="test", source=s)))
+        shown = {s: (m.get_value("txnwatch_last_success_timestamp_seconds", kafka_cluster="test", source=s),
+                     sum(v for _lb, v in m.select("txnwatch_poll_errors_total", kafka_cluster="test", source=s)))
                  for s in ("poller", "tap")}
         assert all(ts is not None or errors for ts, errors in shown.values()), \
             f"/readyz said 200, /metrics then said {shown}"
         seen_ready += 1
     assert seen_ready == 20, "the exporter never became ready"
-    m = exp.wait_metric(lambda m: m.get_value("txnwatch_up", cluster="test", source="tap") == 1
-                        and m.get_value("txnwatch_tap_rebuilt", cluster="test") == 1, 60, what="the tap up")
+    m = exp.wait_metric(lambda m: m.get_value("txnwatch_up", kafka_cluster="test", source="tap") == 1
+                        and m.get_value("txnwatch_tap_rebuilt", kafka_cluster="test") == 1, 60, what="the tap up")
     m = exp.metrics()
-    assert m.get_value("txnwatch_tap_partitions", cluster="test") == LOG_PARTITIONS
-    assert m.get_value("txnwatch_tap_records_applied_total", cluster="test") == 0
+    assert m.get_value("txnwatch_tap_partitions", kafka_cluster="test") == LOG_PARTITIONS
+    assert m.get_value("txnwatch_tap_records_applied_total", kafka_cluster="test") == 0
 
 
 def test_exporter_serves_the_real_tap_and_a_restarted_one_counts_only_new_completions(
@@ -767,7 +767,7 @@ def test_exporter_serves_the_real_tap_and_a_restarted_one_counts_only_new_comple
     exp.wait_metric(tap_caught_up, 60, what="the poller and the tap up, the tap rebuilt")
 
     def g(m, name, **labels):
-        return m.get_value(name, cluster="test", **labels)
+        return m.get_value(name, kafka_cluster="test", **labels)
 
     m = exp.metrics()
     assert g(m, "kafka_transactional_ids", app=orders) == 1

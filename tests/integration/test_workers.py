@@ -59,8 +59,8 @@ def test_worker_process_serves_what_the_in_process_poller_does(broker, unique, p
     assert 0 <= m.get_value("txnwatch_data_age_seconds", source="poller") < 60
     # the worker's own process_* (it holds the state and the Kafka clients), by cluster
     # (the test configs name theirs "test"), beside the serving process's
-    assert m.get_value("process_resident_memory_bytes", cluster="test") > 0
-    assert m.get_value("process_open_fds", cluster="test") > 0
+    assert m.get_value("process_resident_memory_bytes", kafka_cluster="test") > 0
+    assert m.get_value("process_open_fds", kafka_cluster="test") > 0
     assert [v for lb, v in m.select("process_resident_memory_bytes") if "cluster" not in lb]   # the server's
     status, page = worker.get("/")
     assert status == 200 and "Transaction-log tap" in page and topic not in page.split("Findings")[0]

@@ -123,18 +123,24 @@ def test_recording_rules_come_before_the_alerts_using_them():
                 assert used <= seen, (group["name"], r["alert"], used - seen)
 
 
-def test_cluster_selector_reaches_every_kafka_and_self_series():
-    cfg = AlertConfig(cluster_selector='cluster=~"prod-.*"', spark_selector='namespace="spark"',
+def test_job_and_cluster_selectors_reach_every_kafka_and_self_series():
+    cfg = AlertConfig(cluster_selector='kafka_cluster=~"prod-.*"', spark_selector='namespace="spark"',
                       client_selector='namespace="apps"', exporter_job_selector='job="tw"')
     for r in all_rules(cfg):
         expr = r["expr"]
         for m in re.finditer(r"(?<![\w:])(kafka_(?!producer_)\w+|txnwatch_\w+)(\{[^}]*\})?(?!\w)", expr):
-            if m.group(1) in recorded_names(cfg):
+            if m.group(1) in recorded_names(cfg) or m.group(1) == cfg.cluster_label:
                 continue
-            assert m.group(2) and 'cluster=~"prod-.*"' in m.group(2), (r.get("alert") or r["record"], m.group(0))
+            # every series the exporter serves: its job, then the clusters (kafka_exporter's
+            # series of similar names never enter)
+            assert m.group(2) and 'kafka_cluster=~"prod-.*"' in m.group(2), (r.get("alert") or r["record"], m.group(0))
+            assert 'job="tw"' in m.group(2), (r.get("alert") or r["record"], m.group(0))
         for m in re.finditer(r"(?<![\w:])(kafka_producer_\w+)(\{[^}]*\})?", expr):
             assert m.group(2) and 'namespace="apps"' in m.group(2), m.group(0)
         for m in re.finditer(r"\b(spark_streaming_\w+)(\{[^}]*\})?", expr):
+            if m.group(1) == "spark_streaming_source_blocked_seconds":     # the exporter's own
+                assert 'job="tw"' in m.group(2) and 'kafka_cluster=~"prod-.*"' in m.group(2), m.group(0)
+                continue
             assert m.group(2) and 'namespace="spark"' in m.group(2), m.group(0)
         if r.get("alert") == "TxnwatchExporterDown":
             assert 'up{job="tw"}' in expr
@@ -209,7 +215,7 @@ def test_committed_deploy_files_match_the_generators(tmp_path):
 
 
 def test_config_from_mapping():
-    cfg = AlertConfig.from_mapping({"cluster_selector": 'cluster="prod"', "abort_ratio": 0.2,
+    cfg = AlertConfig.from_mapping({"cluster_selector": 'kafka_cluster="prod"', "abort_ratio": 0.2,
                                     "headroom_low_seconds": 4.5, "hanging_for": "5m",
                                     "spark_trigger_intervals": {"orders": 120}})
     assert cfg.abort_ratio == 0.2 and cfg.headroom_low_seconds == 4.5 and cfg.hanging_for == "5m"
@@ -236,7 +242,7 @@ def test_routing_labels_from_a_file_and_their_check():
     cfg = AlertConfig.from_mapping({"routing_labels": ["namespace", "team"]})
     assert cfg.routing_labels == ("namespace", "team")
     expr = {r["alert"]: r for r in alert_rules(cfg)}["KafkaTransactionAbortRatioHigh"]["expr"]
-    assert "by (cluster, app, namespace, team)" in expr or "on (cluster, app, namespace, team)" in expr, expr
+    assert "by (kafka_cluster, app, namespace, team)" in expr or "on (kafka_cluster, app, namespace, team)" in expr, expr
     with pytest.raises(ValueError, match="routing_labels"):
         AlertConfig.from_mapping({"routing_labels": "namespace"})
     with pytest.raises(ValueError, match="routing_labels"):

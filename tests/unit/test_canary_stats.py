@@ -34,25 +34,25 @@ def test_every_canary_series_with_its_labels():
     s.seen(None)
     s.failed("commit", "REQUEST_TIMED_OUT", "commit_transaction timed out after 10 s")
     text = exposition(s)
-    for line in ('txnwatch_canary_init_seconds{cluster="prod"} 0.042',
-                 'txnwatch_canary_commit_seconds_count{cluster="prod"} 1.0',
-                 'txnwatch_canary_visibility_seconds_count{cluster="prod",partition="0"} 1.0',
-                 'txnwatch_canary_visibility_seconds_count{cluster="prod",partition="1"} 1.0',
-                 'txnwatch_canary_rounds_total{cluster="prod",outcome="committed"} 1.0',
-                 'txnwatch_canary_rounds_total{cluster="prod",outcome="aborted"} 1.0',
-                 'txnwatch_canary_failures_total{cluster="prod",error="timed_out",stage="visibility_timeout"} 1.0',
-                 'txnwatch_canary_failures_total{cluster="prod",error="REQUEST_TIMED_OUT",stage="commit"} 1.0',
-                 'txnwatch_canary_visibility_timeouts_total{cluster="prod",partition="2"} 1.0',
-                 'txnwatch_canary_visibility_violations_total{cluster="prod"} 1.0',
-                 'txnwatch_canary_last_success_timestamp_seconds{cluster="prod"} 1.70000001e+09'):
+    for line in ('txnwatch_canary_init_seconds{kafka_cluster="prod"} 0.042',
+                 'txnwatch_canary_commit_seconds_count{kafka_cluster="prod"} 1.0',
+                 'txnwatch_canary_visibility_seconds_count{kafka_cluster="prod",partition="0"} 1.0',
+                 'txnwatch_canary_visibility_seconds_count{kafka_cluster="prod",partition="1"} 1.0',
+                 'txnwatch_canary_rounds_total{kafka_cluster="prod",outcome="committed"} 1.0',
+                 'txnwatch_canary_rounds_total{kafka_cluster="prod",outcome="aborted"} 1.0',
+                 'txnwatch_canary_failures_total{error="timed_out",kafka_cluster="prod",stage="visibility_timeout"} 1.0',
+                 'txnwatch_canary_failures_total{error="REQUEST_TIMED_OUT",kafka_cluster="prod",stage="commit"} 1.0',
+                 'txnwatch_canary_visibility_timeouts_total{kafka_cluster="prod",partition="2"} 1.0',
+                 'txnwatch_canary_visibility_violations_total{kafka_cluster="prod"} 1.0',
+                 'txnwatch_canary_last_success_timestamp_seconds{kafka_cluster="prod"} 1.70000001e+09'):
         assert line in text, (line, text)
     assert s.view().last_failure == ("commit", "REQUEST_TIMED_OUT", "commit_transaction timed out after 10 s")
 
 
 def test_a_fresh_canary_says_zero_violations_and_rounds_not_absent():
     text = exposition(CanaryStats())
-    assert 'txnwatch_canary_visibility_violations_total{cluster="prod"} 0.0' in text
-    assert 'txnwatch_canary_rounds_total{cluster="prod",outcome="committed"} 0.0' in text
+    assert 'txnwatch_canary_visibility_violations_total{kafka_cluster="prod"} 0.0' in text
+    assert 'txnwatch_canary_rounds_total{kafka_cluster="prod",outcome="committed"} 0.0' in text
     assert "txnwatch_canary_last_success_timestamp_seconds{" not in text     # no round ended yet
 
 

@@ -28,14 +28,14 @@ def snapshot(n_txns=3):
 
 def test_render_partitions_and_transactions():
     m = scrape([("s", lambda w: render_snapshot(w, snapshot(), "partition", 500))])
-    assert m.get_value("kafka_partition_lso_lag_messages", cluster="c1", topic="t", partition=0) == 6
+    assert m.get_value("kafka_partition_lso_lag_offsets", kafka_cluster="c1", topic="t", partition=0) == 6
     assert m.get_value("kafka_partition_lso_stalled_seconds", partition=0) == 50
     assert m.get_value("kafka_transaction_hanging", partition=0) == 1
     assert m.get_value("kafka_transaction_hanging", partition=1) == 0
     assert m.get_value("kafka_transaction_open", app="app-x") == 3
     assert m.get_value("kafka_transaction_oldest_open_age_seconds", app="app-x") == 100
     assert m.get_value("kafka_transaction_timeout_headroom_seconds", transactional_id="app-x-0") == -40
-    assert m.get_value("kafka_brokers") == 3
+    assert m.get_value("kafka_cluster_brokers") == 3
 
 
 def test_id_cap_folds_into_other_and_topic_granularity():
@@ -45,7 +45,7 @@ def test_id_cap_folds_into_other_and_topic_granularity():
     ids = sorted(lbl["transactional_id"] for lbl, _ in m.select("kafka_transaction_timeout_headroom_seconds"))
     assert ids == ["__other__", "app-x-0", "app-x-1"] and folded == [3]
     assert m.get_value("kafka_transaction_timeout_headroom_seconds", transactional_id="__other__") == -38
-    assert m.get_value("kafka_partition_lso_lag_messages", topic="t", partition="all") == 6
+    assert m.get_value("kafka_partition_lso_lag_offsets", topic="t", partition="all") == 6
     assert m.get_value("kafka_partition_high_watermark", topic="t", partition="all") == 17
 
 
@@ -54,15 +54,15 @@ def test_a_broken_part_or_value_never_fails_the_scrape():
         raise RuntimeError("boom")
 
     def bad_value(w):
-        w.add("kafka_brokers", {"cluster": "c"}, float("nan"))
-        w.add("kafka_brokers", {"cluster": "d"}, "many")
-        w.add("kafka_brokers", {}, 1)  # missing label
-        w.add("kafka_brokers", {"cluster": "ok"}, 2)
+        w.add("kafka_cluster_brokers", {"cluster": "c"}, float("nan"))
+        w.add("kafka_cluster_brokers", {"cluster": "d"}, "many")
+        w.add("kafka_cluster_brokers", {}, 1)  # missing label
+        w.add("kafka_cluster_brokers", {"cluster": "ok"}, 2)
 
     m = scrape([("broken", broken), ("bad", bad_value)])
-    assert m.get_value("kafka_brokers", cluster="ok") == 2
+    assert m.get_value("kafka_cluster_brokers", kafka_cluster="ok") == 2
     assert m.get_value("txnwatch_series_dropped_total", metric="broken", reason="render_error") == 1
-    assert m.get_value("txnwatch_series_dropped_total", metric="kafka_brokers", reason="invalid_value") == 3
+    assert m.get_value("txnwatch_series_dropped_total", metric="kafka_cluster_brokers", reason="invalid_value") == 3
     assert m.get_value("txnwatch_build_info") == 1
 
 
@@ -77,11 +77,11 @@ def test_published_snapshot_parts_are_served_until_the_next_publish():
     c.publish("poller:c1", lambda w: render_snapshot(w, snap, "partition", 500))
     first = c.exposition(openmetrics=True)
     m = Metrics(parse_metrics(c.exposition(openmetrics=False).decode()))
-    assert m.get_value("kafka_partition_lso_lag_messages", partition=0) == 6 and m.get_value("txnwatch_up") == 1
-    assert first.endswith(b"# EOF\n") and first.count(b"# TYPE kafka_brokers gauge") == 1
-    c.publish("poller:c2", lambda w: w.add("kafka_brokers", {"cluster": "c2"}, 5))
+    assert m.get_value("kafka_partition_lso_lag_offsets", partition=0) == 6 and m.get_value("txnwatch_up") == 1
+    assert first.endswith(b"# EOF\n") and first.count(b"# TYPE kafka_cluster_brokers gauge") == 1
+    c.publish("poller:c2", lambda w: w.add("kafka_cluster_brokers", {"cluster": "c2"}, 5))
     m = Metrics(parse_metrics(c.exposition(openmetrics=False).decode()))
-    assert m.get_value("kafka_brokers", cluster="c1") == 3 and m.get_value("kafka_brokers", cluster="c2") == 5
+    assert m.get_value("kafka_cluster_brokers", kafka_cluster="c1") == 3 and m.get_value("kafka_cluster_brokers", kafka_cluster="c2") == 5
     import gzip
     assert gzip.decompress(c.exposition(openmetrics=False, gzip=True)).split(b"# HELP process_")[0] == \
         c.exposition(openmetrics=False).split(b"# HELP process_")[0]

@@ -97,6 +97,8 @@ def test_defaults():
     ("http: {port: 70000}", "http.port"),
     ("clusters: {a: 1}", "clusters"),
     ("log_level: LOUD", "log_level"),
+    ("cluster_label: topic", "cluster_label"),
+    ("cluster_label: kafka-cluster", "cluster_label"),
     ("surprise: 1", "surprise"),
     ("clusters: [1", "(yaml)"),
 ])

@@ -101,47 +101,48 @@ def test_fault_schedule_cycles_and_runs_once_faults_once():
 # ------------------------------------------------------------------ status line
 METRICS = """
 # TYPE txnwatch_up gauge
-txnwatch_up{cluster="demo",source="poller"} 1
-txnwatch_up{cluster="demo",source="tap"} 1
+txnwatch_up{kafka_cluster="demo",source="poller"} 1
+txnwatch_up{kafka_cluster="demo",source="tap"} 1
 # TYPE kafka_transaction_hanging gauge
-kafka_transaction_hanging{cluster="demo",topic="alert-outbox",partition="0"} 1
-kafka_transaction_hanging{cluster="demo",topic="alert-outbox",partition="1"} 0
+kafka_transaction_hanging{kafka_cluster="demo",topic="alert-outbox",partition="0"} 1
+kafka_transaction_hanging{kafka_cluster="demo",topic="alert-outbox",partition="1"} 0
 # TYPE kafka_transaction_timeout_headroom_seconds gauge
-kafka_transaction_timeout_headroom_seconds{cluster="demo",app="settlement-batch",transactional_id="settlement-batch-0"} 4.2
-kafka_transaction_timeout_headroom_seconds{cluster="demo",app="balance-app",transactional_id="balance-app-x-1"} 9.9
+kafka_transaction_timeout_headroom_seconds{kafka_cluster="demo",app="settlement-batch",transactional_id="settlement-batch-0"} 4.2
+kafka_transaction_timeout_headroom_seconds{kafka_cluster="demo",app="balance-app",transactional_id="balance-app-x-1"} 9.9
 # TYPE kafka_transactions counter
-kafka_transactions_total{cluster="demo",app="balance-app",outcome="committed"} 120
-kafka_transactions_total{cluster="demo",app="refunds-writer",outcome="committed"} 2
-kafka_transactions_total{cluster="demo",app="balance-app",outcome="aborted"} 1
-kafka_transactions_total{cluster="demo",app="invoice-writer",outcome="aborted"} 2
+kafka_transactions_total{kafka_cluster="demo",app="balance-app",outcome="committed"} 120
+kafka_transactions_total{kafka_cluster="demo",app="refunds-writer",outcome="committed"} 2
+kafka_transactions_total{kafka_cluster="demo",app="balance-app",outcome="aborted"} 1
+kafka_transactions_total{kafka_cluster="demo",app="invoice-writer",outcome="aborted"} 2
 # TYPE kafka_transaction_fencing_events counter
-kafka_transaction_fencing_events_total{cluster="demo",app="refunds-writer",reason="new_instance"} 1
-kafka_transaction_fencing_events_total{cluster="demo",app="balance-app",reason="timeout"} 1
-kafka_transaction_fencing_events_total{cluster="demo",app="invoice-writer",reason="timeout"} 2
+kafka_transaction_fencing_events_total{kafka_cluster="demo",app="refunds-writer",reason="new_instance"} 1
+kafka_transaction_fencing_events_total{kafka_cluster="demo",app="balance-app",reason="timeout"} 1
+kafka_transaction_fencing_events_total{kafka_cluster="demo",app="invoice-writer",reason="timeout"} 2
 # TYPE kafka_transactional_id_reinitializations counter
-kafka_transactional_id_reinitializations_total{cluster="demo",app="balance-app"} 4
+kafka_transactional_id_reinitializations_total{kafka_cluster="demo",app="balance-app"} 4
 # TYPE kafka_transaction_timeouts counter
-kafka_transaction_timeouts_total{cluster="demo",app="invoice-writer"} 2
-kafka_transaction_timeouts_total{cluster="demo",app="balance-app"} 1
+kafka_transaction_timeouts_total{kafka_cluster="demo",app="invoice-writer"} 2
+kafka_transaction_timeouts_total{kafka_cluster="demo",app="balance-app"} 1
 # TYPE kafka_producer_transaction_errors counter
 kafka_producer_transaction_errors_total{app="refunds-writer",error="_FENCED"} 1
 kafka_producer_transaction_errors_total{app="payments-retrier",error="_APPLICATION"} 20
 # TYPE kafka_producer_transactions counter
 kafka_producer_transactions_total{app="payments-retrier",outcome="aborted"} 20
-# TYPE kafka_consumergroup_lag_messages gauge
-kafka_consumergroup_lag_messages{cluster="demo",group="alert-outbox-sink",topic="alert-outbox",partition="0",isolation="read_committed"} 0
-kafka_consumergroup_lag_messages{cluster="demo",group="alert-outbox-sink",topic="alert-outbox",partition="0",isolation="read_uncommitted"} 57
-kafka_consumergroup_lag_messages{cluster="demo",group="alert-outbox-sink",topic="alert-outbox",partition="1",isolation="read_committed"} 1
-kafka_consumergroup_lag_messages{cluster="demo",group="alert-outbox-sink",topic="alert-outbox",partition="1",isolation="read_uncommitted"} 1
+# TYPE kafka_consumergroup_read_committed_lag_offsets gauge
+kafka_consumergroup_read_committed_lag_offsets{kafka_cluster="demo",group="alert-outbox-sink",topic="alert-outbox",partition="0"} 0
+kafka_consumergroup_read_committed_lag_offsets{kafka_cluster="demo",group="alert-outbox-sink",topic="alert-outbox",partition="1"} 1
+# TYPE kafka_consumergroup_read_uncommitted_lag_offsets gauge
+kafka_consumergroup_read_uncommitted_lag_offsets{kafka_cluster="demo",group="alert-outbox-sink",topic="alert-outbox",partition="0"} 57
+kafka_consumergroup_read_uncommitted_lag_offsets{kafka_cluster="demo",group="alert-outbox-sink",topic="alert-outbox",partition="1"} 1
 # TYPE spark_streaming_batch_id gauge
 spark_streaming_batch_id{query="orders-totals",query_id="q"} 7
 # TYPE txnwatch_canary_rounds_total counter
-txnwatch_canary_rounds_total{cluster="demo",outcome="committed"} 12
-txnwatch_canary_rounds_total{cluster="demo",outcome="aborted"} 2
+txnwatch_canary_rounds_total{kafka_cluster="demo",outcome="committed"} 12
+txnwatch_canary_rounds_total{kafka_cluster="demo",outcome="aborted"} 2
 # TYPE txnwatch_canary_failures_total counter
-txnwatch_canary_failures_total{cluster="demo",stage="init",error="COORDINATOR_NOT_AVAILABLE"} 1
+txnwatch_canary_failures_total{kafka_cluster="demo",stage="init",error="COORDINATOR_NOT_AVAILABLE"} 1
 # TYPE txnwatch_canary_visibility_violations_total counter
-txnwatch_canary_visibility_violations_total{cluster="demo"} 0
+txnwatch_canary_visibility_violations_total{kafka_cluster="demo"} 0
 """
 
 
@@ -164,7 +165,7 @@ def test_outbox_status_without_offsets_or_hanging():
 
 def test_status_line_without_tap_falls_back_to_lso_stall():
     m = Metrics(parse_metrics('# TYPE kafka_partition_lso_stalled_seconds gauge\n'
-                              'kafka_partition_lso_stalled_seconds{cluster="demo",topic="t",partition="0"} 33\n'))
+                              'kafka_partition_lso_stalled_seconds{kafka_cluster="demo",topic="t",partition="0"} 33\n'))
     line = status_line(m)
     assert "poller DOWN" in line and "max LSO stall 33s" in line and "tap:" not in line and "outbox" not in line
 
@@ -204,13 +205,13 @@ def test_group_rows_puts_blocked_groups_first_and_counts_the_caught_up():
 
 def test_status_line_names_spark_offsets_behind_and_a_blocked_partition():
     text = METRICS + (
-        '# TYPE spark_streaming_source_partition_offsets_behind_latest gauge\n'
-        'spark_streaming_source_partition_offsets_behind_latest{query="orders-totals",query_id="q",source="s",'
+        '# TYPE spark_streaming_source_partition_behind_latest_offsets gauge\n'
+        'spark_streaming_source_partition_behind_latest_offsets{query="orders-totals",query_id="q",source="s",'
         'topic="demo.orders",partition="0"} 40\n'
-        'spark_streaming_source_partition_offsets_behind_latest{query="orders-totals",query_id="q",source="s",'
+        'spark_streaming_source_partition_behind_latest_offsets{query="orders-totals",query_id="q",source="s",'
         'topic="demo.orders",partition="1"} 2\n'
         '# TYPE spark_streaming_source_blocked_seconds gauge\n'
-        'spark_streaming_source_blocked_seconds{cluster="demo",query="orders-totals",query_id="q",'
+        'spark_streaming_source_blocked_seconds{kafka_cluster="demo",query="orders-totals",query_id="q",'
         'topic="demo.orders",partition="1"} 95\n')
     line = status_line(Metrics(parse_metrics(text)))
     assert "| spark batch 7, 42 offsets behind, BLOCKED by an open transaction on demo.orders-1 |" in line

@@ -10,8 +10,8 @@ from txnwatch.exposition import accepts_gzip, wants_openmetrics
 
 def cluster_part(name, value_box):
     def render(w):
-        w.add("kafka_brokers", {"cluster": name}, value_box[0])
-        w.add("kafka_partition_lso_lag_messages", {"cluster": name, "topic": 't"q', "partition": 0}, 3)
+        w.add("kafka_cluster_brokers", {"cluster": name}, value_box[0])
+        w.add("kafka_partition_lso_lag_offsets", {"cluster": name, "topic": 't"q', "partition": 0}, 3)
         w.add("kafka_transactions", {"cluster": name, "app": "a", "outcome": "committed"}, 5)
     return render
 
@@ -31,12 +31,12 @@ def test_both_formats_parse_and_merge_families_across_sources():
     c, _, _ = make()
     text = c.exposition(openmetrics=False).decode()
     om = c.exposition(openmetrics=True).decode()
-    assert text.count("# TYPE kafka_brokers gauge") == 1 and om.count("# TYPE kafka_brokers gauge") == 1
+    assert text.count("# TYPE kafka_cluster_brokers gauge") == 1 and om.count("# TYPE kafka_cluster_brokers gauge") == 1
     assert "# TYPE kafka_transactions_total counter" in text and "# TYPE kafka_transactions counter" in om
     assert om.endswith("# EOF\n")
     fams = {f.name: f for f in parse_text(text)}
-    assert {s.labels["cluster"] for s in fams["kafka_brokers"].samples} == {"a", "b"}
-    assert fams["kafka_partition_lso_lag_messages"].samples[0].labels["topic"] == 't"q'
+    assert {s.labels["kafka_cluster"] for s in fams["kafka_cluster_brokers"].samples} == {"a", "b"}
+    assert fams["kafka_partition_lso_lag_offsets"].samples[0].labels["topic"] == 't"q'
     om_fams = {f.name: f for f in parse_om(om)}
     assert om_fams["kafka_transactions"].type == "counter"
     assert om_fams["txnwatch_build"].type == "info"
@@ -57,12 +57,12 @@ def test_gzip_is_one_member_equal_to_plain():
 
 def test_cached_section_follows_snapshot_changes():
     c, a_val, a_key = make()
-    assert b'kafka_brokers{cluster="a"} 1.0' in c.exposition(False)
+    assert b'kafka_cluster_brokers{kafka_cluster="a"} 1.0' in c.exposition(False)
     a_val[0] = 7
-    assert b'kafka_brokers{cluster="a"} 1.0' in c.exposition(False)  # same snapshot: cached
+    assert b'kafka_cluster_brokers{kafka_cluster="a"} 1.0' in c.exposition(False)  # same snapshot: cached
     a_key[0] = object()                                               # new snapshot
-    assert b'kafka_brokers{cluster="a"} 7.0' in c.exposition(False)
-    assert b'kafka_brokers{cluster="a"} 7.0' in gzip.decompress(c.exposition(False, gzip=True))
+    assert b'kafka_cluster_brokers{kafka_cluster="a"} 7.0' in c.exposition(False)
+    assert b'kafka_cluster_brokers{kafka_cluster="a"} 7.0' in gzip.decompress(c.exposition(False, gzip=True))
 
 
 def test_negotiation():
@@ -78,10 +78,10 @@ def test_scrapes_close_together_share_one_response_until_a_publish():
     first = c.exposition(False)
     a_val[0], a_key[0] = 9, object()   # a live part changed: served after the ttl
     assert c.exposition(False) is first
-    c.publish("poller:x", lambda w: w.add("kafka_brokers", {"cluster": "x"}, 4))  # new data: at once
+    c.publish("poller:x", lambda w: w.add("kafka_cluster_brokers", {"cluster": "x"}, 4))  # new data: at once
     again = c.exposition(False)
-    assert again is not first and b'kafka_brokers{cluster="x"} 4.0' in again
-    assert b'kafka_brokers{cluster="a"} 9.0' in again
+    assert again is not first and b'kafka_cluster_brokers{kafka_cluster="x"} 4.0' in again
+    assert b'kafka_cluster_brokers{kafka_cluster="a"} 9.0' in again
 
 
 def test_a_shared_response_is_not_served_once_a_source_went_up_or_down():
@@ -92,9 +92,9 @@ def test_a_shared_response_is_not_served_once_a_source_went_up_or_down():
                           live_key=lambda: up[0])
     c.response_ttl = 60
     first = c.exposition(False)
-    assert b'txnwatch_up{cluster="a",source="tap"} 0.0' in first and c.exposition(False) is first
+    assert b'txnwatch_up{kafka_cluster="a",source="tap"} 0.0' in first and c.exposition(False) is first
     up[0] = 1
-    assert b'txnwatch_up{cluster="a",source="tap"} 1.0' in c.exposition(False)
+    assert b'txnwatch_up{kafka_cluster="a",source="tap"} 1.0' in c.exposition(False)
 
 
 def test_ready_once_every_source_finished_its_first_attempt_up_or_down():
@@ -120,12 +120,12 @@ def test_each_running_worker_has_its_process_series_by_cluster():
         pids = {"prod": proc.pid}
         c = ExporterCollector([], worker_pids=lambda: dict(pids))
         body = c.exposition(False).decode()
-        assert 'process_resident_memory_bytes{cluster="prod"}' in body
+        assert 'process_resident_memory_bytes{kafka_cluster="prod"}' in body
         assert "\nprocess_resident_memory_bytes " in body               # the serving process's own
         assert body.count("# TYPE process_resident_memory_bytes gauge") == 1
         pids["gone"] = 2 ** 22 + 1                                      # above pid_max: no such process
         c.response_ttl = 0
-        assert 'cluster="gone"' not in c.exposition(False).decode()
+        assert 'kafka_cluster="gone"' not in c.exposition(False).decode()
     finally:
         proc.kill()
         proc.wait()

@@ -55,14 +55,14 @@ def test_real_progress_gives_per_partition_positions_in_every_shape(shape):
     by_part = {s.labels["partition"]: s.value for s in fams["spark_streaming_source_partition_offset"].samples}
     assert by_part == {"0": 298, "1": 300}
     behind = {s.labels["partition"]: s.value
-              for s in fams["spark_streaming_source_partition_offsets_behind_latest"].samples}
+              for s in fams["spark_streaming_source_partition_behind_latest_offsets"].samples}
     assert behind == {"0": 210, "1": 212}
     s0 = fams["spark_streaming_source_partition_offset"].samples[0]
     assert s0.labels["source"] == "KafkaV2[Subscribe[in2]]" and s0.labels["query_id"] == REAL_ID
-    # the Kafka sink's numOutputRows (193) is counted; the stat series still come from metrics
+    # the Kafka sink's numOutputRows (193) is counted
     assert [s.value for s in fams["spark_streaming_sink_output_rows"].samples] == [193]
-    stats = {s.labels["stat"]: s.value for s in fams["spark_streaming_source_offsets_behind_latest"].samples}
-    assert stats == {"min": 210, "max": 212, "avg": 211, "total": 422}
+    # no aggregate over partitions as a label value: PromQL's min/max/avg/sum of the per-partition series
+    assert "spark_streaming_source_offsets_behind_latest" not in fams
 
 
 def test_foreach_batch_sink_reports_no_output_rows_and_first_batch_has_no_start():

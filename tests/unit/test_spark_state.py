@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from txnwatch.metrics import CATALOG, FamilyWriter
+from txnwatch.metrics import CATALOG, OBSERVED_PREFIX, FamilyWriter
 from txnwatch.spark_listener.events import from_progress, from_terminated, parse_timestamp, validate_event
 from txnwatch.spark_listener.serve import render_text
 from txnwatch.spark_listener.state import SparkQueryState, error_class_of, source_lag
@@ -40,6 +40,12 @@ def names(smp: dict) -> set[str]:
     return {k[0] for k in smp}
 
 
+def behind(smp: dict, metric_name: str, /, **labels) -> list[float]:
+    """The values of `metric_name` whose labels include `labels`, sorted (one per partition)."""
+    want = {(k, str(v)) for k, v in labels.items()}
+    return sorted(v for (n, lb), v in smp.items() if n == metric_name and want <= set(lb))
+
+
 def progress_event(p: dict) -> dict:
     return from_progress(p)
 
@@ -62,21 +68,18 @@ def test_kafka_source_progress_gives_every_series():
     assert get(smp, "spark_streaming_commit_seconds_bucket", le="0.25", **q) == 1
     assert get(smp, "spark_streaming_commit_seconds_bucket", le="0.1", **q) == 0
     assert get(smp, "spark_streaming_input_rows_total", **q) == 2400
-    assert get(smp, "spark_streaming_input_rows_per_second", **q) == 1200.0
-    assert get(smp, "spark_streaming_processed_rows_per_second", **q) == 1304.3
+    # rates are PromQL's job (rate() of the counters): no *_per_second gauges
+    assert not any(n.endswith("_per_second") for n in names(smp))
     src = "KafkaV2[Subscribe[orders]]"
-    lag = "spark_streaming_source_offsets_behind_latest"
-    assert get(smp, lag, source=src, topic="", stat="min", **q) == 0
-    assert get(smp, lag, source=src, topic="", stat="max", **q) == 90
-    assert get(smp, lag, source=src, topic="", stat="avg", **q) == 45
-    assert get(smp, lag, source=src, topic="orders", stat="total", **q) == 90  # (89410-89320)+(89190-89190)
+    lag = "spark_streaming_source_partition_behind_latest_offsets"
+    assert behind(smp, lag, source=src, topic="orders", **q) == [0, 90]   # 89410-89320, 89190-89190
     assert get(smp, "spark_streaming_state_rows", operator="stateStoreSave", **q) == 18211
     assert get(smp, "spark_streaming_state_memory_bytes", operator="stateStoreSave", **q) == 6291456
     assert get(smp, "spark_streaming_watermark_delay_seconds", **q) == pytest.approx(30.216)
-    assert get(smp, "spark_streaming_observed_metric", name="quality", metric="rows", **q) == 2400
-    assert get(smp, "spark_streaming_observed_metric", name="quality", metric="bad_rows", **q) == 3
-    assert ("spark_streaming_observed_metric", tuple(sorted({**q, "name": "quality",
-                                                                  "metric": "label"}.items()))) not in smp
+    # one family per observed metric: each in its own unit
+    assert get(smp, "spark_streaming_observed_quality_rows", **q) == 2400
+    assert get(smp, "spark_streaming_observed_quality_bad_rows", **q) == 3
+    assert "spark_streaming_observed_quality_label" not in names(smp)      # not numeric
     assert get(smp, "spark_streaming_last_progress_timestamp_seconds", **q) == pytest.approx(
         parse_timestamp("2026-11-20T09:15:02.118Z"))
     assert get(smp, "spark_streaming_idle_events_total", **q) == 0
@@ -88,10 +91,10 @@ def test_offsets_as_json_strings_and_multiple_topics():
     smp = samples(st)
     q = {"query": "orders-enrich", "query_id": KAFKA_ID}
     src = "KafkaV2[Subscribe[orders,refunds]]"
-    lag = "spark_streaming_source_offsets_behind_latest"
-    assert get(smp, lag, source=src, topic="orders", stat="total", **q) == 180 + 10
-    assert get(smp, lag, source=src, topic="refunds", stat="total", **q) == 0
-    assert get(smp, lag, source=src, topic="", stat="max", **q) == 180
+    lag = "spark_streaming_source_partition_behind_latest_offsets"
+    assert sum(behind(smp, lag, source=src, topic="orders", **q)) == 180 + 10
+    assert max(behind(smp, lag, source=src, topic="orders", **q)) == 180
+    assert sum(behind(smp, lag, source=src, topic="refunds", **q)) == 0
 
 
 def test_source_lag_ignores_non_kafka_offsets():
@@ -108,7 +111,7 @@ def test_rate_source_unnamed_query_uses_id_and_no_lag():
     q = {"query": qid, "query_id": qid}
     assert get(smp, "spark_streaming_input_rows_total", **q) == 60
     assert get(smp, "spark_streaming_batch_duration_seconds_sum", **q) == pytest.approx(0.312)
-    assert "spark_streaming_source_offsets_behind_latest" not in names(smp)
+    assert "spark_streaming_source_partition_behind_latest_offsets" not in names(smp)
     assert "spark_streaming_state_rows" not in names(smp)
     assert "spark_streaming_watermark_delay_seconds" not in names(smp)
 
@@ -126,7 +129,6 @@ def test_no_data_trigger_refreshes_gauges_only_and_batches_count_once():
     assert get(smp, "spark_streaming_batch_phase_seconds_count", phase="latestOffset", **q) == 1
     assert get(smp, "spark_streaming_input_rows_total", **q) == 60
     assert get(smp, "spark_streaming_batch_id", **q) == 1           # last *executed* batch
-    assert get(smp, "spark_streaming_input_rows_per_second", **q) == 0.0
     assert get(smp, "spark_streaming_last_progress_timestamp_seconds", **q) == pytest.approx(
         parse_timestamp("2026-11-22T00:58:15.160Z"))
 
@@ -201,13 +203,11 @@ def test_spark34_progress_with_missing_keys_and_strings_never_raises():
     assert ("spark_streaming_batch_phase_seconds_sum",
             tuple(sorted({**q, "phase": "walCommit"}.items()))) not in smp     # "oops"
     assert get(smp, "spark_streaming_commit_seconds_count", **q) == 0       # walCommit not numeric
-    assert "spark_streaming_input_rows_per_second" not in names(smp)         # "NaN"
-    assert get(smp, "spark_streaming_processed_rows_per_second", **q) == 125.5
     assert get(smp, "spark_streaming_state_rows", operator="operator0", **q) == 12
     assert "spark_streaming_state_memory_bytes" not in names(smp)
     assert "spark_streaming_watermark_delay_seconds" not in names(smp)
-    assert "spark_streaming_source_offsets_behind_latest" not in names(smp)
-    assert get(smp, "spark_streaming_observed_metric", name="n", metric="a", **q) == 7
+    assert "spark_streaming_source_partition_behind_latest_offsets" not in names(smp)
+    assert get(smp, "spark_streaming_observed_n_a", **q) == 7
     assert st.errors() == {}
 
 
@@ -310,9 +310,9 @@ def test_producer_transactions():
     assert get(smp, "kafka_producer_transaction_errors_total", transactional_id="t-1",
                error="PRODUCER_FENCED", **a) == 1
     h = "kafka_producer_transaction_timeout_headroom_seconds"
-    assert get(smp, h, transactional_id="t-0", stat="last", **a) == pytest.approx(59.5)
-    assert get(smp, h, transactional_id="t-0", stat="min", **a) == pytest.approx(58.5)
-    assert get(smp, h, transactional_id="t-1", stat="last", **a) == pytest.approx(-10.0)
+    # the id's last transaction (its lowest over time is min_over_time's job)
+    assert get(smp, h, transactional_id="t-0", **a) == pytest.approx(59.5)
+    assert get(smp, h, transactional_id="t-1", **a) == pytest.approx(-10.0)
 
 
 def test_every_rendered_series_is_in_the_catalogue_with_its_labels():
@@ -332,9 +332,12 @@ def test_every_rendered_series_is_in_the_catalogue_with_its_labels():
     st.render(w)
     assert w.invalid == {}
     fams = {f.name: f for f in w.families()}
-    assert {n for n, s in CATALOG.items() if n.startswith("spark_streaming_") and s.source == "spark"} <= set(fams)
+    template = OBSERVED_PREFIX + "<name>_<metric>"
+    assert {n for n, s in CATALOG.items() if n.startswith("spark_streaming_") and s.source == "spark"} - {template} \
+        <= set(fams)
+    assert any(n.startswith(OBSERVED_PREFIX) for n in fams)
     for name, fam in fams.items():
-        spec = CATALOG[name]
+        spec = CATALOG[template if name.startswith(OBSERVED_PREFIX) else name]
         for s in fam.samples:
             assert set(s.labels) - {"le"} == set(spec.labels), name
             assert "runId" not in s.labels and "batchId" not in s.labels

@@ -71,7 +71,7 @@ def metrics(state, now_ms, cap=500, idle=True):
 
 
 def sample(ms, name, **labels):
-    return ms.get((name, tuple(sorted({"cluster": "c1", **labels}.items()))))
+    return ms.get((name, tuple(sorted({"kafka_cluster": "c1", **labels}.items()))))
 
 
 def test_commit():

@@ -11,19 +11,27 @@ from dataclasses import dataclass, field
 from typing import Any
 
 QUANTILES = ("0.5", "0.95", "0.99")
+LABEL_NAME = r"[a-zA-Z_][a-zA-Z0-9_]*"
+# the settings that hold PromQL matchers (passed through as written)
+SELECTORS = ("exporter_job_selector", "cluster_selector", "client_selector", "spark_selector")
 
 
 @dataclass(frozen=True)
 class AlertConfig:
     """Thresholds, durations and selectors of the generated rules (a mixin's `_config`).
 
-    Selectors are PromQL label matchers without braces, e.g. `cluster=~"prod-.*"`.
+    Selectors are PromQL label matchers without braces, e.g. `kafka_cluster=~"prod-.*"`, used as
+    written (with the label names the series have in Prometheus).
     Durations are Prometheus duration strings.
     """
 
+    # -- label names: the exporter's `cluster_label` (the label of the Kafka cluster's name)
+    cluster_label: str = "kafka_cluster"
     # -- selectors
-    cluster_selector: str = ""                 # Kafka-side and txnwatch_* series (they carry `cluster`)
-    exporter_job_selector: str = 'job="txnwatch"'   # the scrape job(s) of the exporter, for `up`
+    # the scrape job(s) of the exporter: `up`, and every series the exporter serves (Kafka-side and
+    # txnwatch_*), so another exporter's series of a similar name never enter a txnwatch alert
+    exporter_job_selector: str = 'job="txnwatch"'
+    cluster_selector: str = ""                 # which Kafka clusters, e.g. kafka_cluster=~"prod-.*"
     client_selector: str = ""                  # kafka_producer_* (instrumented producers, Spark sink)
     spark_selector: str = ""                   # spark_streaming_*
     # -- links: none unless set (a made-up default would be a link that does not resolve).
@@ -107,9 +115,17 @@ class AlertConfig:
     def __post_init__(self) -> None:
         if self.commit_latency_quantile not in QUANTILES:
             raise ValueError(f"commit_latency_quantile must be one of {QUANTILES}")
-        bad = [x for x in self.routing_labels if not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", x) or x == "le"]
+        bad = [x for x in self.routing_labels if not re.fullmatch(LABEL_NAME, x) or x == "le"]
         if bad:
             raise ValueError(f"routing_labels: {bad} are not label names one can aggregate by")
+        if not re.fullmatch(LABEL_NAME, self.cluster_label) or self.cluster_label.startswith("__"):
+            raise ValueError(f"cluster_label: {self.cluster_label!r} is not a label name (the exporter's "
+                             "cluster_label setting, e.g. kafka_cluster)")
+
+    @property
+    def kafka_selector(self) -> str:
+        """Matchers for the series the exporter serves: its job(s), then the clusters."""
+        return ", ".join(m for m in (self.exporter_job_selector, self.cluster_selector) if m)
 
     def replace(self, **changes: Any) -> AlertConfig:
         return dataclasses.replace(self, **changes)

@@ -27,7 +27,8 @@ from typing import Any
 
 import yaml
 
-from txnwatch.alerts.config import QUANTILES, AlertConfig
+from txnwatch.alerts.config import QUANTILES, SELECTORS, AlertConfig
+from txnwatch.alerts.labels import mask_selectors, rename_in_promql, rename_in_template
 from txnwatch.apps import CANARY_APP
 from txnwatch.dashboards import ids
 from txnwatch.dashboards.ids import DashboardRef
@@ -37,9 +38,7 @@ FENCING_ERRORS = "PRODUCER_FENCED|_FENCED|INVALID_PRODUCER_EPOCH"
 ABORTED = 'outcome="aborted"'
 COMMITTED = 'outcome="committed"'
 FENCED = f'error=~"{FENCING_ERRORS}"'
-STAT_LAST = 'stat="last"'
 INVALID_TIMEOUT = 'error="INVALID_TRANSACTION_TIMEOUT"'
-READ_UNCOMMITTED = 'isolation="read_uncommitted"'
 FAILED = 'error_class!="none"'
 
 
@@ -120,7 +119,7 @@ class Alert:
 def recording_rules(cfg: AlertConfig) -> dict[str, list[dict[str, Any]]]:
     """Recording rules per group name (they live in the group of the alerts using them,
     so an alert sees the value recorded in the same evaluation)."""
-    c = cfg.cluster_selector
+    c = cfg.kafka_selector
     cl = cfg.client_selector
     tx = []
     tx.append({"record": "cluster_app:kafka_transactions:rate5m",
@@ -162,7 +161,7 @@ def recording_rules(cfg: AlertConfig) -> dict[str, list[dict[str, Any]]]:
 
 # ---------------------------------------------------------------- alerts
 def transaction_alerts(cfg: AlertConfig) -> list[Alert]:
-    c, cl = cfg.cluster_selector, cfg.client_selector
+    c, cl = cfg.kafka_selector, cfg.client_selector
     T, P = ids.TRANSACTIONS, ids.PARTITIONS
     out: list[Alert] = []
 
@@ -205,7 +204,7 @@ def transaction_alerts(cfg: AlertConfig) -> list[Alert]:
             ) < {_num(cfg.headroom_low_seconds)}
             or
             min by (app, transactional_id) (
-              min_over_time(kafka_producer_transaction_timeout_headroom_seconds{sel(STAT_LAST, cl)}[{cfg.headroom_window}])
+              min_over_time(kafka_producer_transaction_timeout_headroom_seconds{sel(cl)}[{cfg.headroom_window}])
             ) < {_num(cfg.headroom_low_seconds)}"""),
         cfg.headroom_for, "warning",
         "Transactions of {{ $labels.transactional_id }} keep running close to their timeout",
@@ -310,7 +309,7 @@ def transaction_alerts(cfg: AlertConfig) -> list[Alert]:
         "open_above_cap")
     client_above = _signal(
         f"max by (app, transactional_id) (max_over_time("
-        f"kafka_producer_transaction_timeout_headroom_seconds{sel(STAT_LAST, cl)}[{cfg.cap_window}]))\n"
+        f"kafka_producer_transaction_timeout_headroom_seconds{sel(cl)}[{cfg.cap_window}]))\n"
         f"  > scalar(min(kafka_broker_transaction_max_timeout_seconds{sel(c)})) + {tol}",
         "client_above_cap")
     out.append(Alert(
@@ -331,16 +330,16 @@ def transaction_alerts(cfg: AlertConfig) -> list[Alert]:
 
 
 def partition_alerts(cfg: AlertConfig) -> list[Alert]:
-    c = cfg.cluster_selector
+    c = cfg.kafka_selector
     P = ids.PARTITIONS
     # A read_committed consumer blocked behind a stalled LSO has read everything up to the
     # LSO (its lag against the LSO is usually 0); what it cannot work off is HWM - committed
-    # (isolation="read_uncommitted" lag). Blocked = that lag > 0, the committed offset not
+    # (the read_uncommitted lag). Blocked = that lag > 0, the committed offset not
     # moving, and the partition's LSO stalled. A read_uncommitted consumer keeps committing
     # and is not matched.
     blocked = _expr(f"""
         max by (cluster, group, topic, partition) (
-          kafka_consumergroup_lag_messages{sel(READ_UNCOMMITTED, c)}
+          kafka_consumergroup_read_uncommitted_lag_offsets{sel(c)}
         ) > 0
         and on (cluster, group, topic, partition)
         (
@@ -359,7 +358,7 @@ def partition_alerts(cfg: AlertConfig) -> list[Alert]:
               "Consumer group {{ $labels.group }} has not committed on {{ $labels.topic }}-{{ $labels.partition }} "
               f"for {cfg.blocked_committed_window} while the partition's last stable offset has been stalled "
               f"for at least {_num(cfg.blocked_lso_stalled_seconds)}s; {{{{ printf \"%.0f\" $value }}}} "
-              "message(s) past its position are held back by an open transaction.",
+              "offset(s) past its position are held back by an open transaction.",
               P, "blocked_groups"),
         # Per partition of the log, not per broker count: a single node whose min ISR is capped
         # at its RF 1 is fine, and three live brokers do not help a partition whose ISR shrank.
@@ -417,7 +416,7 @@ def spark_alerts(cfg: AlertConfig) -> list[Alert]:
     # matched with the poller's partitions): its value is the LSO's stall time.
     blocked = _expr(f"""
         max by (cluster, query, query_id, topic, partition) (
-          spark_streaming_source_blocked_seconds{sel(cfg.cluster_selector, s)}
+          spark_streaming_source_blocked_seconds{sel(cfg.kafka_selector)}
         ) >= {_num(cfg.spark_blocked_seconds)}""")
     failed = _new_or_increased(
         f"spark_streaming_query_terminations_total{sel(FAILED, s)}",
@@ -456,7 +455,7 @@ def spark_alerts(cfg: AlertConfig) -> list[Alert]:
 def exporter_alerts(cfg: AlertConfig) -> list[Alert]:
     E = ids.EXPORTER
     job = sel(cfg.exporter_job_selector)
-    up_sel = sel(cfg.cluster_selector)
+    up_sel = sel(cfg.kafka_selector)
     return [
         Alert("TxnwatchExporterDown", f"up{job} == 0\nor\nabsent(up{job})", cfg.exporter_down_for, "critical",
               "txnwatch exporter is down",
@@ -483,7 +482,7 @@ def exporter_alerts(cfg: AlertConfig) -> list[Alert]:
 
 def canary_alerts(cfg: AlertConfig) -> list[Alert]:
     ov = ids.OVERVIEW
-    c = sel(cfg.cluster_selector)
+    c = sel(cfg.kafka_selector)
     failing = _expr(f"""
         sum by (cluster, stage, error) (increase(txnwatch_canary_failures_total{c}[{cfg.canary_failure_window}])) > 0
         unless on (cluster)
@@ -543,10 +542,15 @@ def with_routing_labels(expr: str, labels: tuple[str, ...]) -> str:
 
 def rule_groups(cfg: AlertConfig | None = None) -> list[dict[str, Any]]:
     cfg = cfg or AlertConfig()
-    groups = _rule_groups(cfg)
+    masked, restore = mask_selectors(cfg, SELECTORS)
+    groups = _rule_groups(masked)
     for g in groups:
         for r in g["rules"]:
-            r["expr"] = with_routing_labels(r["expr"], cfg.routing_labels)
+            expr = rename_in_promql(r["expr"], cfg.cluster_label)
+            r["expr"] = restore(with_routing_labels(expr, cfg.routing_labels))
+            for part in ("labels", "annotations"):
+                for k, v in (r.get(part) or {}).items():
+                    r[part][k] = restore(rename_in_template(v, cfg.cluster_label))
     return groups
 
 

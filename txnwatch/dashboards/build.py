@@ -40,6 +40,7 @@ from grafanalib.core import (
 )
 
 from txnwatch.alerts.config import AlertConfig
+from txnwatch.alerts.labels import rename_in_promql, rename_in_template
 from txnwatch.dashboards import ids
 from txnwatch.dashboards.ids import DashboardRef
 
@@ -56,9 +57,7 @@ GROUP = 'group=~"$group"'
 JOB = 'job=~"$job"'
 COMMITTED = 'outcome="committed"'
 ABORTED = 'outcome="aborted"'
-RU = 'isolation="read_uncommitted"'
 FENCED = 'error=~"PRODUCER_FENCED|_FENCED|INVALID_PRODUCER_EPOCH"'
-STAT_LAST = 'stat="last"'
 NOT_TRIGGER = 'phase!="triggerExecution"'
 
 
@@ -202,7 +201,7 @@ def overview(cfg: AlertConfig) -> list[P]:
           "Consumer group partitions with messages past their position on a partition whose LSO is stalled: "
           "read_committed consumers there cannot progress.", "short",
           [(f"count(max by (cluster, group, topic, partition) "
-            f"(kafka_consumergroup_lag_messages{s(C, RU)}) > 0 "
+            f"(kafka_consumergroup_read_uncommitted_lag_offsets{s(C)}) > 0 "
             f"and on (cluster, topic, partition) (kafka_partition_lso_stalled_seconds{s(C)} > 0))", "blocked")],
           kind="stat", thresholds=steps(GREEN, (1, ORANGE)), w=4, h=5, links=[link_to(PA)]),
         P("sources_up", "Exporter sources up",
@@ -246,9 +245,9 @@ def overview(cfg: AlertConfig) -> list[P]:
           + quantiles("kafka_producer_transaction_commit_seconds", "app", s(A), "{{app}} (client)", ("0.99",)),
           thresholds=steps(GREEN, (cfg.commit_latency_seconds, RED)), threshold_style="line", links=[link_to(T)]),
         P("spark_behind", "Spark queries behind their sources",
-          "Offsets each Spark query is behind the latest offsets of its sources (max over the stats the source "
-          "reports). Growing means the query does not keep up; see the Spark queries dashboard.", "short",
-          [(f"max by (query, source, topic) (spark_streaming_source_offsets_behind_latest{s(Q)})",
+          "Offsets each Spark query is behind the latest offsets of its Kafka sources (summed over their "
+          "partitions). Growing means the query does not keep up; see the Spark queries dashboard.", "short",
+          [(f"sum by (query, source, topic) (spark_streaming_source_partition_behind_latest_offsets{s(Q)})",
             "{{query}} {{topic}}")],
           thresholds=steps(GREEN), w=24, links=[link_to(SP)]),
         # --- the transactional canary (opt-in per cluster: `canary:`)
@@ -387,10 +386,12 @@ def transactions(cfg: AlertConfig) -> list[P]:
            (f"sum by (cluster, app) (kafka_transaction_two_phase_open{CA})", "open {{cluster}}/{{app}}")],
           thresholds=steps(GREEN, (cfg.two_phase_max_age_seconds, RED)), threshold_style="line"),
         P("client_headroom", "Timeout headroom of completed transactions (producer)",
-          "transaction.timeout.ms - duration of each instrumented producer's last and smallest transaction: "
-          "how close real transactions come to their timeout.", "s",
-          [(f"min by (app, transactional_id, stat) (kafka_producer_transaction_timeout_headroom_seconds{s(A, TID)})",
-            "{{transactional_id}} {{stat}}")],
+          "transaction.timeout.ms - duration of each instrumented producer's last transaction, and its lowest "
+          "over the dashboard's interval: how close real transactions come to their timeout.", "s",
+          [(f"min by (app, transactional_id) (kafka_producer_transaction_timeout_headroom_seconds{s(A, TID)})",
+            "{{transactional_id}} last"),
+           (f"min by (app, transactional_id) (min_over_time(kafka_producer_transaction_timeout_headroom_seconds"
+            f"{s(A, TID)}[{RI}]))", "{{transactional_id}} lowest")],
           thresholds=steps(RED, (0, YELLOW), (cfg.headroom_low_seconds, GREEN)), threshold_style="line"),
         P("timeout_vs_cap", "Producer timeout vs broker cap",
           "The broker's transaction.max.timeout.ms against the largest timeout headroom seen per transactional id "
@@ -401,7 +402,7 @@ def transactions(cfg: AlertConfig) -> list[P]:
            (f"max by (cluster, app, transactional_id) (kafka_transaction_timeout_headroom_seconds{CAT})",
             "open {{transactional_id}}"),
            (f"max by (app, transactional_id) (kafka_producer_transaction_timeout_headroom_seconds"
-            f"{s(A, TID, STAT_LAST)})", "client {{transactional_id}}")],
+            f"{s(A, TID)})", "client {{transactional_id}}")],
           thresholds=steps(GREEN)),
         P("expiration_headroom", "Transactional id expiration headroom",
           "transactional.id.expiration.ms - idle time of idle transactional ids (tap). At 0 the coordinator "
@@ -440,16 +441,16 @@ def partitions(cfg: AlertConfig) -> list[P]:
           "transaction starts at the LSO.", "short",
           [(f"sum by (cluster, topic, partition) (kafka_transaction_hanging{CT})", "hanging"),
            (f"max by (cluster, topic, partition) (kafka_partition_lso_stalled_seconds{CT}) > 0", "stalled s"),
-           (f"max by (cluster, topic, partition) (kafka_partition_lso_lag_messages{CT}) > 0", "lso lag"),
+           (f"max by (cluster, topic, partition) (kafka_partition_lso_lag_offsets{CT}) > 0", "lso lag"),
            (f"max by (cluster, topic, partition) (kafka_partition_last_stable_offset{CT})"
-            f" and on (cluster, topic, partition) (kafka_partition_lso_lag_messages{CT} > 0)", "lso"),
+            f" and on (cluster, topic, partition) (kafka_partition_lso_lag_offsets{CT} > 0)", "lso"),
            (f"max by (cluster, topic, partition) (kafka_partition_high_watermark{CT})"
-            f" and on (cluster, topic, partition) (kafka_partition_lso_lag_messages{CT} > 0)", "hwm")],
+            f" and on (cluster, topic, partition) (kafka_partition_lso_lag_offsets{CT} > 0)", "hwm")],
           kind="table", thresholds=steps(GREEN, (1, RED)), w=24),
         P("lso_lag", "LSO lag (HWM - LSO), top 20",
           "Offsets held back by open transactions per partition. Commit/abort markers make this briefly 1; "
           "a value that stays up is an open or hanging transaction.", "short",
-          [(f"topk(20, max by (cluster, topic, partition) (kafka_partition_lso_lag_messages{CT}))",
+          [(f"topk(20, max by (cluster, topic, partition) (kafka_partition_lso_lag_offsets{CT}))",
             "{{topic}}-{{partition}}")],
           thresholds=steps(GREEN)),
         P("lso_stalled", "LSO stalled time, top 20",
@@ -461,17 +462,19 @@ def partitions(cfg: AlertConfig) -> list[P]:
           thresholds=steps(GREEN, (cfg.blocked_lso_stalled_seconds, ORANGE), (cfg.lso_stalled_hanging_seconds, RED)),
           threshold_style="line"),
         P("group_lag", "Consumer lag: read_committed vs HWM",
-          "Group lag against the last stable offset (isolation=read_committed: what a read_committed consumer "
-          "can still read) and against the high watermark (read_uncommitted). A gap between the two that does not "
-          "close is an open transaction holding the group back.", "short",
-          [(f"sum by (cluster, group, isolation) (kafka_consumergroup_lag_messages{s(C, GROUP, TOPIC)})",
-            "{{group}} {{isolation}}")],
+          "Group lag against the last stable offset (what a read_committed consumer can still read) and against "
+          "the high watermark (what a read_uncommitted one sees). A gap between the two that does not close is an "
+          "open transaction holding the group back.", "short",
+          [(f"sum by (cluster, group) (kafka_consumergroup_read_committed_lag_offsets{s(C, GROUP, TOPIC)})",
+            "{{group}} read_committed"),
+           (f"sum by (cluster, group) (kafka_consumergroup_read_uncommitted_lag_offsets{s(C, GROUP, TOPIC)})",
+            "{{group}} read_uncommitted")],
           thresholds=steps(GREEN)),
         P("blocked_groups", "Groups blocked behind a stalled LSO",
           "Group partitions with messages past their position (lag against the HWM) on a partition whose LSO is "
           "stalled: the group cannot read past the open transaction.", "short",
           [(f"max by (cluster, group, topic, partition) "
-            f"(kafka_consumergroup_lag_messages{s(C, GROUP, TOPIC, RU)}) "
+            f"(kafka_consumergroup_read_uncommitted_lag_offsets{s(C, GROUP, TOPIC)}) "
             f"and on (cluster, topic, partition) (kafka_partition_lso_stalled_seconds{CT} > 0)",
             "{{group}} {{topic}}-{{partition}}")],
           thresholds=steps(GREEN, (1, ORANGE))),
@@ -489,7 +492,7 @@ def partitions(cfg: AlertConfig) -> list[P]:
            (f"max by (cluster) (kafka_transaction_state_log_partition_min_isr_replicas{s(C)})", "min ISR {{cluster}}"),
            (f"max by (cluster) (kafka_transaction_state_log_partitions_below_min_isr{s(C)})",
             "partitions below {{cluster}}"),
-           (f"max by (cluster) (kafka_brokers{s(C)})", "brokers {{cluster}}")],
+           (f"max by (cluster) (kafka_cluster_brokers{s(C)})", "brokers {{cluster}}")],
           thresholds=steps(GREEN)),
         P("hwm_rate", "Write rate (HWM growth), top 20",
           "Offsets appended per second per partition. An LSO stalled while this is above 0 means new data is "
@@ -533,24 +536,28 @@ def spark(cfg: AlertConfig) -> list[P]:
           quantiles("spark_streaming_commit_seconds", "query", SQ, "{{query}}", ("0.5", "0.99")),
           thresholds=steps(GREEN)),
         P("rates", "Input vs processed rate",
-          "Rows per second arriving (input) and processed by the last micro-batch. Processed below input for "
-          "long means the query falls behind.", "suffix: rows/s",
-          [(f"sum by (query) (spark_streaming_input_rows_per_second{SQ})", "input {{query}}"),
-           (f"sum by (query) (spark_streaming_processed_rows_per_second{SQ})", "processed {{query}}"),
-           (f"sum by (query) (rate(spark_streaming_input_rows_total{SQ}[{RI}]))", "rows/s counted {{query}}")],
+          "Rows per second arriving (input), and the rate the micro-batches process them at (input rows over "
+          "the time spent in batches). Processed below input for long means the query falls behind.",
+          "suffix: rows/s",
+          [(f"sum by (query) (rate(spark_streaming_input_rows_total{SQ}[{RI}]))", "input {{query}}"),
+           (f"sum by (query) (rate(spark_streaming_input_rows_total{SQ}[{RI}])) / "
+            f"sum by (query) (rate(spark_streaming_batch_duration_seconds_sum{SQ}[{RI}]))",
+            "processed {{query}}")],
           thresholds=steps(GREEN)),
         P("source_lag", "Source offsets behind latest",
-          "Offsets behind the latest available per source and topic (stat min/max/avg from the Kafka source, or "
-          "total from start/end/latest offsets).", "short",
-          [(f"max by (query, source, topic, stat) (spark_streaming_source_offsets_behind_latest{SQ})",
-            "{{query}} {{topic}} {{stat}}")],
+          "Offsets behind the latest available per source and topic: the sum and the largest over the topic's "
+          "partitions (latestOffset - endOffset of the last micro-batch).", "short",
+          [(f"sum by (query, source, topic) (spark_streaming_source_partition_behind_latest_offsets{SQ})",
+            "{{query}} {{topic}} total"),
+           (f"max by (query, source, topic) (spark_streaming_source_partition_behind_latest_offsets{SQ})",
+            "{{query}} {{topic}} max")],
           thresholds=steps(GREEN)),
         P("partition_lag", "Offsets behind latest per partition, top 20",
           "latestOffset - endOffset of the last micro-batch per Kafka partition. A read_committed query's latest "
           "is the partition's last stable offset: 0 here does not mean it sees everything (see the next panel).",
           "short",
           [(f"topk(20, max by (query, topic, partition) "
-            f"(spark_streaming_source_partition_offsets_behind_latest{SQ}))", "{{query}} {{topic}}-{{partition}}")],
+            f"(spark_streaming_source_partition_behind_latest_offsets{SQ}))", "{{query}} {{topic}}-{{partition}}")],
           thresholds=steps(GREEN), w=12),
         P("blocked", "Blocked by an open transaction",
           "Partitions a query has read up to the last stable offset while an open transaction holds that LSO below "
@@ -642,7 +649,7 @@ DEFINITIONS = {
                                      "consumers behind them.",
                          (_var("topic", "Topic", 'label_values(kafka_partition_last_stable_offset{cluster=~"$cluster"}, topic)'),
                           _var("group", "Consumer group",
-                               'label_values(kafka_consumergroup_lag_messages{cluster=~"$cluster"}, group)'))),
+                               'label_values(kafka_consumergroup_committed_offset{cluster=~"$cluster"}, group)'))),
     ids.SPARK.uid: (spark, "Spark Structured Streaming queries: batch phases, commit time, rates, source lag, state "
                            "and the cost of their Kafka transactions.", ()),
     ids.EXPORTER.uid: (exporter, "txnwatch's own health: scrapes, sources, poll errors, capabilities and caps.",
@@ -678,10 +685,20 @@ def dashboard(dash: DashboardRef, cfg: AlertConfig | None = None) -> Dashboard:
 
 
 def dashboard_json(dash: DashboardRef, cfg: AlertConfig | None = None) -> dict[str, Any]:
+    cfg = cfg or AlertConfig()
     out = json.loads(json.dumps(dashboard(dash, cfg).to_json_data(), cls=DashboardEncoder))
+    label = cfg.cluster_label      # panels are written with the catalogue's `cluster`
     for var in out["templating"]["list"]:
         if var.get("includeAll"):
             var["current"] = {"selected": True, "text": ["All"], "value": ["$__all"]}
+        if isinstance(var.get("query"), dict):
+            var["query"]["query"] = rename_in_promql(var["query"]["query"], label)
+    for panel in out["panels"]:
+        for t in panel.get("targets", []):
+            t["expr"] = rename_in_promql(t["expr"], label)
+            if "query" in t:
+                t["query"] = rename_in_promql(t["query"], label)
+            t["legendFormat"] = rename_in_template(t.get("legendFormat", ""), label)
     return out
 
 

@@ -44,8 +44,8 @@ KIP664_SERIES = frozenset({"kafka_transaction_open", "kafka_transaction_oldest_o
 BROKER_CONFIG_SERIES = frozenset({"kafka_broker_transaction_max_timeout_seconds",
                                   "kafka_broker_transactional_id_expiration_seconds",
                                   "kafka_broker_producer_id_expiration_seconds",
-                                  "kafka_transaction_state_log_min_isr",
-                                  "kafka_transaction_state_log_replication_factor",
+                                  "kafka_broker_transaction_state_log_min_isr_replicas",
+                                  "kafka_broker_transaction_state_log_replication_factor",
                                   "kafka_topic_retention_seconds"})
 
 

@@ -250,7 +250,7 @@ class _App:
     durations: dict[str, Histogram] = field(default_factory=dict)
     totals: dict[tuple[str, str], int] = field(default_factory=dict)
     errors: dict[tuple[str, str], int] = field(default_factory=dict)
-    headroom: dict[str, list[float]] = field(default_factory=dict)   # id -> [last, min]
+    headroom: dict[str, float] = field(default_factory=dict)   # id -> its last transaction's headroom
 
 
 class SparkQueryState:
@@ -551,9 +551,7 @@ class SparkQueryState:
                 app.errors[key] = app.errors.get(key, 0) + 1
             timeout_ms = num(r.get("timeout_ms"))
             if timeout_ms is not None and duration is not None:
-                headroom = timeout_ms / 1000.0 - duration
-                prev = app.headroom.get(tid)
-                app.headroom[tid] = [headroom, headroom if prev is None else min(prev[1], headroom)]
+                app.headroom[tid] = timeout_ms / 1000.0 - duration
         return True
 
     def _capped_id(self, app: str, tid: str) -> str:
@@ -608,15 +606,10 @@ class SparkQueryState:
                 w.histogram("spark_streaming_batch_phase_seconds", {**lb, "phase": phase}, h.counts, h.sum)
             w.histogram("spark_streaming_commit_seconds", lb, q.commit.counts, q.commit.sum)
             w.add("spark_streaming_input_rows", lb, q.input_rows)
-            w.add("spark_streaming_input_rows_per_second", lb, q.input_rate)
-            w.add("spark_streaming_processed_rows_per_second", lb, q.processed_rate)
-            for (src, topic, stat), v in sorted(q.lag.items()):
-                w.add("spark_streaming_source_offsets_behind_latest",
-                      {**lb, "source": src, "topic": topic, "stat": stat}, v)
             for (src, topic, part), (off, behind) in sorted(q.partitions.items()):
                 plb = {**lb, "source": src, "topic": topic, "partition": part}
                 w.add("spark_streaming_source_partition_offset", plb, off)
-                w.add("spark_streaming_source_partition_offsets_behind_latest", plb, behind)
+                w.add("spark_streaming_source_partition_behind_latest_offsets", plb, behind)
             w.add("spark_streaming_sink_output_rows", lb, q.output_rows)
             for op, v in sorted(q.state_rows.items()):
                 w.add("spark_streaming_state_rows", {**lb, "operator": op}, v)
@@ -624,7 +617,7 @@ class SparkQueryState:
                 w.add("spark_streaming_state_memory_bytes", {**lb, "operator": op}, v)
             w.add("spark_streaming_watermark_delay_seconds", lb, q.watermark_delay)
             for (oname, metric), v in sorted(q.observed.items()):
-                w.add("spark_streaming_observed_metric", {**lb, "name": oname, "metric": metric}, v)
+                w.add_observed(lb, oname, metric, v)
             w.add("spark_streaming_last_progress_timestamp_seconds", lb, q.last_progress_ts)
             w.add("spark_streaming_idle_events", lb, q.idle_events)
             for ec, n in sorted(q.terminations.items()):
@@ -640,11 +633,9 @@ class SparkQueryState:
                 w.add("kafka_producer_transactions", {**lb, "transactional_id": tid, "outcome": outcome}, n)
             for (tid, err), n in sorted(a.errors.items()):
                 w.add("kafka_producer_transaction_errors", {**lb, "transactional_id": tid, "error": err}, n)
-            for tid, (last, mn) in sorted(a.headroom.items()):
+            for tid, last in sorted(a.headroom.items()):
                 w.add("kafka_producer_transaction_timeout_headroom_seconds",
-                      {**lb, "transactional_id": tid, "stat": "last"}, last)
-                w.add("kafka_producer_transaction_timeout_headroom_seconds",
-                      {**lb, "transactional_id": tid, "stat": "min"}, mn)
+                      {**lb, "transactional_id": tid}, last)
         if include_self:
             for stage, n in sorted(self._errors.items()):
                 w.add("txnwatch_listener_errors", {"stage": stage}, n)

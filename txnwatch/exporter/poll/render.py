@@ -3,6 +3,7 @@ polled), never at scrape time. Pure: a snapshot in, families out."""
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 
 from ...apps import fold_ids
@@ -24,20 +25,20 @@ def render_snapshot(w: FamilyWriter, snap: ClusterSnapshot, granularity: str, id
 def _render_cluster_facts(w: FamilyWriter, snap: ClusterSnapshot) -> None:
     c = snap.cluster
     f = snap.facts
-    w.add("kafka_brokers", {"cluster": c}, f.brokers)
+    w.add("kafka_cluster_brokers", {"cluster": c}, f.brokers)
     for name, ms in (("kafka_broker_transaction_max_timeout_seconds", f.transaction_max_timeout_ms),
                      ("kafka_broker_transactional_id_expiration_seconds", f.transactional_id_expiration_ms),
                      ("kafka_broker_producer_id_expiration_seconds", f.producer_id_expiration_ms)):
         w.add(name, {"cluster": c}, None if ms is None else ms / 1000)
-    w.add("kafka_transaction_state_log_min_isr", {"cluster": c}, f.transaction_state_log_min_isr)
-    w.add("kafka_transaction_state_log_replication_factor", {"cluster": c},
+    w.add("kafka_broker_transaction_state_log_min_isr_replicas", {"cluster": c}, f.transaction_state_log_min_isr)
+    w.add("kafka_broker_transaction_state_log_replication_factor", {"cluster": c},
           f.transaction_state_log_replication_factor)
     for topic, ms in f.topic_retention_ms.items():
-        w.add("kafka_topic_retention_seconds", {"cluster": c, "topic": topic}, ms / 1000 if ms >= 0 else -1)
+        w.add("kafka_topic_retention_seconds", {"cluster": c, "topic": topic}, ms / 1000 if ms >= 0 else math.inf)
     for api, ok in snap.capabilities.items():
         w.add("txnwatch_capability", {"cluster": c, "api": api}, 1 if ok else 0)
     for group_type, names in snap.group_types.items():
-        w.add("kafka_groups", {"cluster": c, "type": group_type}, len(names))
+        w.add("kafka_cluster_groups", {"cluster": c, "group_type": group_type}, len(names))
     for feature, level in snap.features.items():
         w.add("kafka_cluster_feature_level", {"cluster": c, "feature": feature}, level)
     _render_txn_log(w, snap)
@@ -74,7 +75,7 @@ def _render_partitions_and_transactions(w: FamilyWriter, snap: ClusterSnapshot, 
             lbl = {"cluster": c, "topic": topic, "partition": part}
             w.add("kafka_partition_high_watermark", lbl, p.high_watermark)
             w.add("kafka_partition_last_stable_offset", lbl, p.last_stable_offset)
-            w.add("kafka_partition_lso_lag_messages", lbl, p.lso_lag)
+            w.add("kafka_partition_lso_lag_offsets", lbl, p.lso_lag)
             w.add("kafka_partition_lso_stalled_seconds", lbl, p.stalled_seconds)
             w.add("kafka_transaction_hanging", lbl, hanging.get((topic, part), 0))
     for (topic, part), cause in snap.unavailable.items():
@@ -84,9 +85,8 @@ def _render_partitions_and_transactions(w: FamilyWriter, snap: ClusterSnapshot, 
     for g in snap.groups:
         base = {"cluster": c, "group": g.group, "topic": g.topic, "partition": g.partition}
         w.add("kafka_consumergroup_committed_offset", base, g.committed)
-        w.add("kafka_consumergroup_lag_messages", {**base, "isolation": "read_committed"}, g.lag_read_committed)
-        w.add("kafka_consumergroup_lag_messages", {**base, "isolation": "read_uncommitted"},
-              g.lag_read_uncommitted)
+        w.add("kafka_consumergroup_read_committed_lag_offsets", base, g.lag_read_committed)
+        w.add("kafka_consumergroup_read_uncommitted_lag_offsets", base, g.lag_read_uncommitted)
     for app, n in snap.epoch_bumps.items():
         w.add("kafka_transaction_epoch_bumps", {"cluster": c, "app": app}, n)
 
@@ -130,6 +130,6 @@ def _render_topics(w: FamilyWriter, snap: ClusterSnapshot, hanging) -> None:
         lbl = {"cluster": snap.cluster, "topic": topic, "partition": "all"}
         w.add("kafka_partition_high_watermark", lbl, hwm)
         w.add("kafka_partition_last_stable_offset", lbl, lso)
-        w.add("kafka_partition_lso_lag_messages", lbl, lag)
+        w.add("kafka_partition_lso_lag_offsets", lbl, lag)
         w.add("kafka_partition_lso_stalled_seconds", lbl, stalled)
         w.add("kafka_transaction_hanging", lbl, hang)

@@ -51,7 +51,8 @@ class Exporter:
             for c in watched:
                 wr = WorkerRuntime(c, lambda name=c.name: self._worker_base() / _safe(name), lambda: self.collector,
                                    self.spark_state.topics, log_level=config.log_level, log_format=config.log_format,
-                                   secrets=tuple(config.secret_values()), share=shares[c.name])
+                                   secrets=tuple(config.secret_values()), share=shares[c.name],
+                                   cluster_label=config.cluster_label)
                 self.clusters[c.name] = wr
                 parts.append(Part(f"health:{c.name}", wr.render_live))
         else:
@@ -68,11 +69,12 @@ class Exporter:
                     f"poller:{name}", lambda w: rt.render_snapshot(w, self.collector, snap))
         parts.append(Part("spark", self.render_spark))
         if self.shard.sharded:
-            parts.append(Part("shard", lambda w: w.add("txnwatch_shard", {"shard": self.shard.index,
-                                                                           "total_shards": self.shard.total}, 1)))
+            parts.append(Part("shard", lambda w: w.info("txnwatch_shard", {"shard": self.shard.index,
+                                                                            "total_shards": self.shard.total})))
         # a response shared between scrapes is not served once what /readyz goes by changed
         self.collector = ExporterCollector(parts, live_key=lambda: tuple(
-            rt.readiness() for rt in self.clusters.values()), worker_pids=self.worker_pids)
+            rt.readiness() for rt in self.clusters.values()), worker_pids=self.worker_pids,
+            cluster_label=config.cluster_label)
 
     def worker_pids(self) -> dict[str, int]:
         """cluster -> pid of its running worker process (none without worker processes)."""

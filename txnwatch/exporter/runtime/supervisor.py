@@ -24,7 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
 
-from ...metrics import FamilyWriter
+from ...metrics import DEFAULT_CLUSTER_LABEL, FamilyWriter
 from ..health import SourceHealth, first_attempts_done, render_health
 from .published import ClusterDigest, PublishedFile, WorkerStatus, write_atomic_text
 
@@ -42,8 +42,10 @@ class WorkerRuntime:
     def __init__(self, cfg, workdir: Callable[[], Path], collector: Callable[[], object],
                  spark_topics: Callable[[], frozenset[str]], *, log_level: str = "INFO", log_format: str = "text",
                  secrets: tuple[str, ...] = (), stall_seconds: float | None = None,
-                 kill_stalled_after: float | None = None, share=None) -> None:
+                 kill_stalled_after: float | None = None, share=None,
+                 cluster_label: str = DEFAULT_CLUSTER_LABEL) -> None:
         self.cfg = cfg
+        self.cluster_label = cluster_label
         self.share = share
         self._workdir = workdir     # made when the worker starts (nothing on disk before)
         self.dir: Path | None = None
@@ -80,7 +82,8 @@ class WorkerRuntime:
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE)
         try:
             # the config may carry SASL passwords: a pipe, never a file
-            proc.stdin.write(pickle.dumps((self.cfg, self.log_level, self.log_format, self.secrets, self.share)))
+            proc.stdin.write(pickle.dumps((self.cfg, self.log_level, self.log_format, self.secrets, self.share,
+                                             self.cluster_label)))
             proc.stdin.close()
         except OSError:
             pass   # it died at once: the supervisor sees the exit

@@ -30,7 +30,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ...logsetup import setup_logging
-from ...metrics import FamilyWriter
+from ...metrics import DEFAULT_CLUSTER_LABEL, FamilyWriter
 from ...sharding import WHOLE
 from ..poll.render import render_snapshot
 from ..tap.render import render_tap
@@ -56,8 +56,10 @@ class _Dropped:
 
 
 class Worker:
-    def __init__(self, cfg, out_dir: Path, status_interval: float = STATUS_INTERVAL, share=None) -> None:
+    def __init__(self, cfg, out_dir: Path, status_interval: float = STATUS_INTERVAL, share=None,
+                 cluster_label: str = DEFAULT_CLUSTER_LABEL) -> None:
         self.cfg = cfg
+        self.cluster_label = cluster_label
         self.share = share or WHOLE
         self.dir = out_dir
         self.status_interval = status_interval
@@ -85,7 +87,7 @@ class Worker:
 
     # ------------------------------------------------------------------ publishing
     def _on_snapshot(self, snap) -> None:
-        w = FamilyWriter()
+        w = FamilyWriter(cluster_label=self.cluster_label)
         folded = render_snapshot(w, snap, self.cfg.granularity, self.cfg.max_transactional_id_series,
                                  render_open_transactions=self.rt.tap is None,
                                  cluster_level=self.share.cluster_level)
@@ -120,7 +122,7 @@ class Worker:
         view = tap.view()
         if view is self._last_tap_view:
             return
-        w = FamilyWriter()
+        w = FamilyWriter(cluster_label=self.cluster_label)
         folded = render_tap(w, self.cfg.name, view, cap=self.cfg.max_transactional_id_series)
         for metric, n in folded.items():
             self.dropped.count_dropped(self.cfg.name, metric, "id_cap", n)
@@ -141,7 +143,7 @@ class Worker:
         view = canary.view()
         if view is self._last_canary_view:
             return
-        w = FamilyWriter()
+        w = FamilyWriter(cluster_label=self.cluster_label)
         self.rt.render_canary(w)
         taken = time.time()
         write_atomic(self.dir / "canary.chunks", (taken, w.chunks()))
@@ -241,9 +243,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     out_dir = Path(argv[0])
     parent = int(argv[1]) if len(argv) > 1 else os.getppid()
-    cfg, log_level, log_format, secrets, share = pickle.load(sys.stdin.buffer)   # noqa: S301 - from our parent
+    cfg, log_level, log_format, secrets, share, cluster_label = pickle.load(sys.stdin.buffer)  # noqa: S301
     setup_logging(log_level, secrets, log_format)
-    worker = Worker(cfg, out_dir, share=share)
+    worker = Worker(cfg, out_dir, share=share, cluster_label=cluster_label)
 
     def stop(*_) -> None:
         worker.stop()

@@ -16,7 +16,7 @@ from prometheus_client.process_collector import ProcessCollector
 
 from ... import __version__
 from ...exposition import FamilyChunk, Section, assemble, assemble_pieces, family_chunks, with_tail
-from ...metrics import FamilyWriter
+from ...metrics import DEFAULT_CLUSTER_LABEL, FamilyWriter
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,9 @@ class ExporterCollector:
 
     def __init__(self, parts: Iterable[Part | tuple[str, Callable[[FamilyWriter], None]]] = (),
                  live_key: Callable[[], object] | None = None,
-                 worker_pids: Callable[[], dict[str, int]] | None = None) -> None:
+                 worker_pids: Callable[[], dict[str, int]] | None = None,
+                 cluster_label: str = DEFAULT_CLUSTER_LABEL) -> None:
+        self.cluster_label = cluster_label
         self._live = [p if isinstance(p, Part) else Part(*p) for p in parts]
         self._lock = threading.Lock()           # counters
         self._publish_lock = threading.Lock()   # one publisher at a time
@@ -82,7 +84,7 @@ class ExporterCollector:
                 self._dropped[(cluster, metric, reason)] += n
 
     def _render(self, name: str, render: Callable[[FamilyWriter], None]) -> dict[str, FamilyChunk]:
-        w = FamilyWriter()
+        w = FamilyWriter(cluster_label=self.cluster_label)
         try:
             render(w)
         except Exception:  # noqa: BLE001 - one broken part never fails the scrape
@@ -141,7 +143,7 @@ class ExporterCollector:
 
     # ----------------------------------------------------------------- scraping
     def _self_chunks(self) -> dict[str, FamilyChunk]:
-        w = FamilyWriter()
+        w = FamilyWriter(cluster_label=self.cluster_label)
         with self._lock:
             dropped = dict(self._dropped)
         for (cluster, metric, reason), n in dropped.items():
@@ -156,7 +158,7 @@ class ExporterCollector:
         its cluster label; a worker that just exited has none."""
         for cluster, pid in sorted(self._worker_pids().items()):
             for fam in ProcessCollector(pid=lambda pid=pid: pid, registry=None).collect():
-                fam.samples = [s._replace(labels={**s.labels, "cluster": cluster}) for s in fam.samples]
+                fam.samples = [s._replace(labels={**s.labels, self.cluster_label: cluster}) for s in fam.samples]
                 yield fam
 
     def exposition(self, openmetrics: bool, gzip: bool = False) -> bytes:

@@ -188,7 +188,7 @@ def render_page(exporter) -> str:
         for group_type, n, names in d.other_groups:
             why = ("share groups (KIP-932): no committed offsets, so no lag series" if group_type == "share" else
                    f"{group_type} groups: offsets and lag are read for classic and consumer groups only")
-            notes.append(f"{escape(name)}: {n} {escape(why)} (kafka_groups counts them): "
+            notes.append(f"{escape(name)}: {n} {escape(why)} (kafka_cluster_groups counts them): "
                          f"{escape(', '.join(names))}{' ...' if n > len(names) else ''}")
         if d.taken_at is None:
             continue
