@@ -5,6 +5,16 @@
 # Runs as a non-root user and works with a read-only root filesystem.
 FROM python:3.11.7-slim-bookworm
 
+# docker build --build-arg REVISION=$(git rev-parse HEAD) \
+#   --build-arg VERSION=$(python -c 'import txnwatch; print(txnwatch.__version__)') -t txnwatch .
+ARG REVISION=unknown
+ARG VERSION=""
+LABEL org.opencontainers.image.title="txnwatch" \
+      org.opencontainers.image.description="Prometheus exporter for exactly-once (transactional) Kafka pipelines" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.version="${VERSION}"
+
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -15,7 +25,7 @@ WORKDIR /opt/txnwatch
 COPY requirements/exporter.txt requirements/exporter.txt
 RUN pip install --no-cache-dir -r requirements/exporter.txt
 
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY txnwatch ./txnwatch
 RUN pip install --no-cache-dir --no-deps . \
     && useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin txnwatch
@@ -23,7 +33,8 @@ RUN pip install --no-cache-dir --no-deps . \
 USER 10001
 
 ENV TXNWATCH_HOST=0.0.0.0 \
-    TXNWATCH_PORT=10129
+    TXNWATCH_PORT=10129 \
+    TXNWATCH_REVISION=${REVISION}
 
 EXPOSE 10129
 

@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from . import __version__
+from . import build_info
 from .config import LOG_FORMATS, ConfigError, load_config
 
 
@@ -53,7 +53,7 @@ def mixin_config(path: str | None, **overrides: object):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="txnwatch", description="Monitoring for exactly-once Kafka pipelines.")
-    parser.add_argument("--version", action="version", version=f"txnwatch {__version__}")
+    parser.add_argument("--version", action="version", version=build_info.describe())
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the Prometheus exporter")

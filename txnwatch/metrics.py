@@ -331,8 +331,8 @@ CATALOG: dict[str, MetricSpec] = {s.name: s for s in [
     _m("txnwatch_listener_events_dropped", "counter",
        "Spark listener events not applied or not delivered, by reason (queue_full, send_failed, "
        "rejected, query_limit, ...).", ("reason",), source="self"),
-    _m("txnwatch_build", "info", "txnwatch version and Python version.", ("version", "python"),
-       source="self"),
+    _m("txnwatch_build", "info", "txnwatch version, the source revision it was built from, and Python version.",
+       ("version", "revision", "python"), source="self"),
 ]}
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -51,6 +52,7 @@ def test_dockerfile_commands_install_and_start_the_exporter(tmp_path, broker):
     bin_dir = env_dir / "bin"
     workdir = tmp_path / "image"
     env: dict[str, str] = {}
+    args: dict[str, str] = {}          # ARG defaults: no --build-arg in this replay
     entrypoint: list[str] = []
     cmd: list[str] = []
     healthcheck: list[str] = []
@@ -70,10 +72,13 @@ def test_dockerfile_commands_install_and_start_the_exporter(tmp_path, broker):
                 else:
                     (target if dst.endswith("/") else target.parent).mkdir(parents=True, exist_ok=True)
                     shutil.copy(s, target / s.name if dst.endswith("/") else target)
+        elif kind == "ARG":
+            k, _, v = arg.partition("=")
+            args[k] = shlex.split(v)[0] if v.strip() else ""
         elif kind == "ENV":
             for pair in shlex.split(arg):
                 k, _, v = pair.partition("=")
-                env[k] = v
+                env[k] = re.sub(r"\$\{?(\w+)\}?", lambda m: args[m.group(1)], v)
         elif kind == "RUN":
             for part in arg.split("&&"):
                 words = shlex.split(part)
@@ -106,6 +111,9 @@ def test_dockerfile_commands_install_and_start_the_exporter(tmp_path, broker):
                         and 'txnwatch_up{kafka_cluster="docker",source="poller"} 1.0' in b and b, 60,
                         what="the exporter in the fresh venv to poll the broker")
         assert "kafka_cluster_brokers" in body
+        # the revision of an image built without --build-arg REVISION, and the license in it
+        assert re.search(r'txnwatch_build_info\{[^}]*revision="unknown"', body), body[-2000:]
+        assert (workdir / "LICENSE").read_text().lstrip().startswith("Apache License")
         # Only the pinned packages (and the project) are in the venv.
         frozen = subprocess.run([str(bin_dir / "pip"), "freeze"], capture_output=True, text=True).stdout
         pinned = {line.split("==")[0].lower() for line in (ROOT / "requirements/exporter.txt").read_text().splitlines()

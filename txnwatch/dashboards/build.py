@@ -635,7 +635,8 @@ def exporter(cfg: AlertConfig) -> list[P]:
             "{{metric}} {{reason}}")],
           thresholds=steps(GREEN)),
         P("build", "Build", "txnwatch version and Python version of each exporter.", "short",
-          [(f"max by (instance, version, python) (txnwatch_build_info{s(JOB)})", "{{instance}} {{version}}")],
+          [(f"max by (instance, version, revision, python) (txnwatch_build_info{s(JOB)})",
+            "{{instance}} {{version}} {{revision}}")],
           kind="stat", thresholds=steps(BLUE), instant=True),
     ]
 

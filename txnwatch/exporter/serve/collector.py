@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from prometheus_client.process_collector import ProcessCollector
 
 from ... import __version__
+from ...build_info import revision
 from ...exposition import FamilyChunk, Section, assemble, assemble_pieces, family_chunks, with_tail
 from ...metrics import DEFAULT_CLUSTER_LABEL, FamilyWriter
 
@@ -148,7 +149,7 @@ class ExporterCollector:
             dropped = dict(self._dropped)
         for (cluster, metric, reason), n in dropped.items():
             w.add("txnwatch_series_dropped", {"cluster": cluster, "metric": metric, "reason": reason}, n)
-        w.info("txnwatch_build", {"version": __version__, "python": platform.python_version()})
+        w.info("txnwatch_build", {"version": __version__, "revision": revision(), "python": platform.python_version()})
         chunks = w.chunks()
         chunks.update(family_chunks([*self._process.collect(), *self._worker_process_families()]))
         return chunks

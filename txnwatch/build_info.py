@@ -1,0 +1,36 @@
+"""Which build of txnwatch runs: its version (one source, `txnwatch.__version__`, which
+pyproject.toml reads too) and the source revision it was built from."""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+from pathlib import Path
+
+from . import __version__
+
+REVISION_ENV = "TXNWATCH_REVISION"   # the image sets it from its build argument
+
+
+@functools.cache
+def revision() -> str:
+    """The commit txnwatch was built from: $TXNWATCH_REVISION (the image's build argument),
+    else the commit of the git checkout it runs from, else "unknown" (a plain pip install).
+    Looked up once, on first use."""
+    env = os.environ.get(REVISION_ENV, "").strip()
+    if env:
+        return env
+    root = Path(__file__).resolve().parents[1]
+    if not (root / ".git").exists():
+        return "unknown"
+    try:
+        out = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                             text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else "unknown"
+
+
+def describe() -> str:
+    return f"txnwatch {__version__} (revision {revision()})"
