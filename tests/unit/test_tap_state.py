@@ -323,7 +323,7 @@ def test_rebuild_does_not_count_history_but_later_records_count():
     assert sample(ms, "kafka_transaction_open", app="r") == 2       # r-2 (PrepareAbort), r-4
     assert sample(ms, "kafka_transactional_ids", app="r") == 3
     assert ("kafka_transaction_duration_seconds_count",
-            (("app", "r"), ("cluster", "c1"), ("outcome", "committed"))) not in ms
+            (("app", "r"), ("kafka_cluster", "c1"), ("outcome", "committed"))) not in ms
     # after the rebuild: r-2's completion is counted (it happened after start), r-4 commits
     play(st, "r-2", [v(CA, 2, start=T0, last=T0 + 5100)])
     play(st, "r-4", [v(PC, 0, start=T0, last=T0 + 7000), v(CC, 0, start=T0, last=T0 + 7010)])
