@@ -185,3 +185,23 @@ def test_query_requirements():
                 and (d, p) not in FAULT_ONLY_PANELS and (d, p) not in CONDITIONAL_PANELS]
     assert (ids.PARTITIONS.title, "LSO stalled time, top 20") in baseline
     assert (ids.EXPORTER.title, "Sources up") in baseline
+
+
+def test_provisioning_fits_an_existing_grafana(tmp_path):
+    """No datasource that claims the default or a common name; dashboards in a folder of
+    their own; every dashboard chains job -> instance -> cluster -> app."""
+    import yaml
+
+    from txnwatch.dashboards.build import generate_provisioning
+
+    ds_path, provider_path = generate_provisioning(tmp_path)
+    [ds] = yaml.safe_load(ds_path.read_text())["datasources"]
+    assert ds["isDefault"] is False and ds["name"] not in ("Prometheus", "prometheus", "default")
+    assert ds["uid"].startswith("txnwatch-demo") and "leave this file out" in ds_path.read_text()
+    [provider] = yaml.safe_load(provider_path.read_text())["providers"]
+    assert provider["folder"] == "txnwatch"
+    for uid, dj in DASHBOARDS.items():
+        q = {v["name"]: v["query"]["query"] for v in dj["templating"]["list"] if v["name"] != "datasource"}
+        assert '{job=~"$job"}' in q["instance"], uid
+        assert 'job=~"$job", instance=~"$instance"' in q["cluster"], uid
+        assert 'kafka_cluster=~"$cluster"' in q["app"], uid

@@ -2,7 +2,7 @@
 
 Rules and panels are written with the catalogue's label name, `cluster`; an exporter
 configured with another `cluster_label` (default kafka_cluster: see txnwatch.metrics)
-exposes it under that name, and `rename_cluster_label` rewrites what was generated to
+exposes it under that name, and `rename_in_promql` and `rename_in_template` rewrite what was generated to
 match. The user's own selectors are never rewritten (`mask_selectors`): a
 `cluster=~"prod-.*"` there may well mean the target label of the same name."""
 

@@ -48,13 +48,15 @@ from txnwatch.dashboards.ids import DashboardRef
 DS = {"type": "prometheus", "uid": "${datasource}"}
 RI = "$__rate_interval"
 
-C = 'cluster=~"$cluster"'
+# The series the exporter serves: its scrape job and instance (variables of every dashboard),
+# then the Kafka cluster.
+EXP = 'job=~"$job", instance=~"$instance"'
+C = EXP + ', cluster=~"$cluster"'
 A = 'app=~"$app"'
 TID = 'transactional_id=~"$transactional_id"'
 Q = 'query=~"$query"'
 TOPIC = 'topic=~"$topic"'
 GROUP = 'group=~"$group"'
-JOB = 'job=~"$job"'
 COMMITTED = 'outcome="committed"'
 ABORTED = 'outcome="aborted"'
 FENCED = 'error=~"PRODUCER_FENCED|_FENCED|INVALID_PRODUCER_EPOCH"'
@@ -153,9 +155,13 @@ def variables(extra: Iterable[Template] = ()) -> Templating:
     return Templating(list=[
         Template(name="datasource", label="Data source", query="prometheus", type="datasource",
                  default="default"),
-        _var("cluster", "Cluster", "label_values(txnwatch_up, cluster)"),
+        # chained: job -> instance -> cluster -> app (the exporter's series carry job and instance)
+        _var("job", "Job", "label_values(txnwatch_up, job)"),
+        _var("instance", "Instance", 'label_values(txnwatch_up{job=~"$job"}, instance)'),
+        _var("cluster", "Cluster", 'label_values(txnwatch_up{job=~"$job", instance=~"$instance"}, cluster)'),
         _var("app", "App", 'label_values({__name__=~"kafka_transactions_total|kafka_transaction_open|'
-                           'kafka_producer_transactions_total|kafka_transaction_timeout_headroom_seconds"}, app)'),
+                           'kafka_producer_transactions_total|kafka_transaction_timeout_headroom_seconds", '
+                           'cluster=~"$cluster"}, app)'),
         _var("transactional_id", "Transactional id",
              'label_values({__name__=~"kafka_transaction_timeout_headroom_seconds|'
              'kafka_transactional_id_expiration_headroom_seconds|kafka_producer_transactions_total", '
@@ -602,40 +608,40 @@ def exporter(cfg: AlertConfig) -> list[P]:
     return [
         P("scrape_up", "Exporter scrape up",
           "1 when Prometheus could scrape the exporter (up). 0 pages as TxnwatchExporterDown.", "short",
-          [(f"up{s(JOB)}", "{{instance}}")], thresholds=steps(RED, (1, GREEN)), w=8),
+          [(f"up{s(EXP)}", "{{instance}}")], thresholds=steps(RED, (1, GREEN)), w=8),
         P("sources_up", "Sources up",
           "1 when the source's last poll succeeded (poller: admin API; tap: transaction-log reader). 0 for "
           f"{cfg.source_failing_for} fires TxnwatchSourceFailing.", "short",
-          [(f"min by (cluster, source) (txnwatch_up{s(C, JOB)})", "{{cluster}} {{source}}")],
+          [(f"min by (cluster, source) (txnwatch_up{s(C)})", "{{cluster}} {{source}}")],
           thresholds=steps(RED, (1, GREEN)), w=8),
         P("since_success", "Time since last successful poll",
           "Seconds since each source's last successful poll: how stale the data is.", "s",
-          [(f"time() - max by (cluster, source) (txnwatch_last_success_timestamp_seconds{s(C, JOB)})",
+          [(f"time() - max by (cluster, source) (txnwatch_last_success_timestamp_seconds{s(C)})",
             "{{cluster}} {{source}}")],
           thresholds=steps(GREEN, (60, YELLOW), (300, RED)), w=8),
         P("poll_duration", "Poll duration",
           "Duration of each source's last poll. Near the poll interval means polls run back to back.", "s",
-          [(f"max by (cluster, source) (txnwatch_poll_duration_seconds{s(C, JOB)})", "{{cluster}} {{source}}")],
+          [(f"max by (cluster, source) (txnwatch_poll_duration_seconds{s(C)})", "{{cluster}} {{source}}")],
           thresholds=steps(GREEN, (10, YELLOW), (30, RED))),
         P("poll_errors", "Poll errors by cause",
           "Poll errors per source and cause in the interval (timeouts, authentication, unknown topics, ...).",
           "short",
-          [(f"sum by (cluster, source, cause) (increase(txnwatch_poll_errors_total{s(C, JOB)}[{RI}]))",
+          [(f"sum by (cluster, source, cause) (increase(txnwatch_poll_errors_total{s(C)}[{RI}]))",
             "{{cluster}} {{source}} {{cause}}")],
           thresholds=steps(GREEN, (1, RED))),
         P("capabilities", "Capabilities",
           "APIs each cluster supports (1) or lacks (0): without KIP-664 the poller falls back to LSO-based "
           "hanging detection and has no open-transaction or headroom series.", "short",
-          [(f"max by (cluster, api) (txnwatch_capability{s(C, JOB)})", "{{cluster}} {{api}}")],
+          [(f"max by (cluster, api) (txnwatch_capability{s(C)})", "{{cluster}} {{api}}")],
           kind="stat", thresholds=steps(ORANGE, (1, GREEN))),
         P("series_dropped", "Series folded or dropped",
           "Series folded into transactional_id=\"__other__\" by the per-id cap, or dropped as invalid, per "
           "second.", "ops",
-          [(f"sum by (cluster, metric, reason) (rate(txnwatch_series_dropped_total{s(C, JOB)}[{RI}]))",
+          [(f"sum by (cluster, metric, reason) (rate(txnwatch_series_dropped_total{s(C)}[{RI}]))",
             "{{metric}} {{reason}}")],
           thresholds=steps(GREEN)),
         P("build", "Build", "txnwatch version and Python version of each exporter.", "short",
-          [(f"max by (instance, version, revision, python) (txnwatch_build_info{s(JOB)})",
+          [(f"max by (instance, version, revision, python) (txnwatch_build_info{s(EXP)})",
             "{{instance}} {{version}} {{revision}}")],
           kind="stat", thresholds=steps(BLUE), instant=True),
     ]
@@ -653,8 +659,7 @@ DEFINITIONS = {
                                'label_values(kafka_consumergroup_committed_offset{cluster=~"$cluster"}, group)'))),
     ids.SPARK.uid: (spark, "Spark Structured Streaming queries: batch phases, commit time, rates, source lag, state "
                            "and the cost of their Kafka transactions.", ()),
-    ids.EXPORTER.uid: (exporter, "txnwatch's own health: scrapes, sources, poll errors, capabilities and caps.",
-                       (_var("job", "Job", "label_values(txnwatch_up, job)"),)),
+    ids.EXPORTER.uid: (exporter, "txnwatch's own health: scrapes, sources, poll errors, capabilities and caps.", ()),
 }
 
 
@@ -708,25 +713,30 @@ PROMETHEUS_URL = "http://localhost:9090"
 
 def generate_provisioning(out_dir: str | Path, prometheus_url: str = PROMETHEUS_URL,
                           dashboards_path: str = "/var/lib/grafana/dashboards/txnwatch") -> list[Path]:
-    """Grafana provisioning: a Prometheus datasource and a dashboard provider reading the
-    generated JSON from `dashboards_path` (copy deploy/grafana/dashboards there)."""
+    """Grafana provisioning: a dashboard provider reading the generated JSON from
+    `dashboards_path` (copy deploy/grafana/dashboards there) into a folder of its own, and, for
+    a Grafana of its own (the demo's), a Prometheus datasource. That one never claims the
+    default or a common name, so it cannot clash with an existing Grafana's: there, leave it
+    out; the dashboards pick their datasource from a variable."""
     import yaml
 
     out = Path(out_dir)
     (out / "datasources").mkdir(parents=True, exist_ok=True)
     (out / "dashboards").mkdir(parents=True, exist_ok=True)
     header = "# Generated by txnwatch (scripts/regenerate.py); do not edit.\n"
+    ds_header = header + ("# For a Grafana of txnwatch's own (the demo's). An existing Grafana keeps its datasources:\n"
+                          "# leave this file out, the dashboards select theirs with the `datasource` variable.\n")
     ds = {"apiVersion": 1, "datasources": [{
-        "name": "Prometheus", "type": "prometheus", "uid": "prometheus", "access": "proxy",
-        "url": prometheus_url, "isDefault": True, "editable": True,
+        "name": "txnwatch-demo-prometheus", "type": "prometheus", "uid": "txnwatch-demo-prometheus",
+        "access": "proxy", "url": prometheus_url, "isDefault": False, "editable": True,
         "jsonData": {"timeInterval": "15s"}}]}
     provider = {"apiVersion": 1, "providers": [{
         "name": "txnwatch", "orgId": 1, "folder": "txnwatch", "folderUid": "txnwatch", "type": "file",
         "disableDeletion": False, "allowUiUpdates": False, "updateIntervalSeconds": 60,
         "options": {"path": dashboards_path, "foldersFromFilesStructure": False}}]}
     paths = [out / "datasources" / "txnwatch.yaml", out / "dashboards" / "txnwatch.yaml"]
-    for path, obj in zip(paths, (ds, provider), strict=True):
-        path.write_text(header + yaml.safe_dump(obj, sort_keys=False))
+    for path, head, obj in zip(paths, (ds_header, header), (ds, provider), strict=True):
+        path.write_text(head + yaml.safe_dump(obj, sort_keys=False))
     return paths
 
 
