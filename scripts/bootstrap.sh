@@ -40,6 +40,8 @@ done
 # apt packages: only what is missing; never start packaged services.
 need=()
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+# Alertmanager (and amtool): the alert chain's test routes and inhibits through a real one.
+command -v amtool >/dev/null 2>&1 || need+=(prometheus-alertmanager)
 # Java runs the Apache Kafka brokers of the tests and the demo (and small Java clients and
 # Kafka Streams apps); Maven resolves those releases from Maven Central.
 { command -v java >/dev/null 2>&1 && command -v javac >/dev/null 2>&1; } || need+=(openjdk-17-jdk-headless)
@@ -52,12 +54,12 @@ if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq >/dev/null
-    # policy-rc.d keeps the packaged prometheus service from starting.
+    # policy-rc.d keeps the packaged prometheus and alertmanager services from starting.
     printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
     apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
     rm -f /usr/sbin/policy-rc.d
     # Debian's package may have started it anyway on some systems; stop it.
-    (systemctl stop prometheus prometheus-node-exporter >/dev/null 2>&1 || true)
+    (systemctl stop prometheus prometheus-node-exporter prometheus-alertmanager >/dev/null 2>&1 || true)
   else
     echo "bootstrap: cannot install ${need[*]} (need root and apt-get): install them, then run make again" >&2
     exit 1

@@ -5,6 +5,7 @@ deploy/grafana/dashboards/*.json             txnwatch.dashboards.generate_dashbo
 deploy/grafana/provisioning/{datasources,dashboards}/txnwatch.yaml
 deploy/prometheus/rules.yml, prometheusrule.yaml   txnwatch.alerts.generate_alerts
 deploy/prometheus/prometheus.yml             a sample scrape config loading rules.yml
+deploy/alertmanager/alertmanager.yml         txnwatch.alerts.alertmanager: routes and inhibitions
 
 tests/unit/test_deploy_drift.py regenerates into a temporary directory and fails when
 the committed files differ.
@@ -25,8 +26,14 @@ SAMPLE_HEADER = ("# Sample Prometheus config for txnwatch (scripts/regenerate.py
                  "# alertmanagers. The job name must match AlertConfig.exporter_job_selector.\n")
 
 
+ALERTMANAGER_HEADER = ("# Alertmanager for txnwatch's alerts (scripts/regenerate.py; txnwatch/alerts/alertmanager.py):\n"
+                       "# critical to `pager`, the rest to `tickets`, grouped by alert, Kafka cluster and app; a\n"
+                       "# cause inhibits its symptoms. Replace the two webhook receivers with yours.\n")
+
+
 def regenerate(deploy_dir: str | Path) -> list[Path]:
     from txnwatch.alerts import generate_alerts
+    from txnwatch.alerts.alertmanager import alertmanager_config
     from txnwatch.alerts.rules import dump_yaml, prometheus_config
     from txnwatch.dashboards import generate_dashboards
     from txnwatch.dashboards.build import generate_provisioning
@@ -38,6 +45,10 @@ def regenerate(deploy_dir: str | Path) -> list[Path]:
     sample = out / "prometheus" / "prometheus.yml"
     sample.write_text(dump_yaml(prometheus_config(), header=SAMPLE_HEADER))
     paths.append(sample)
+    am = out / "alertmanager" / "alertmanager.yml"
+    am.parent.mkdir(parents=True, exist_ok=True)
+    am.write_text(dump_yaml(alertmanager_config(), header=ALERTMANAGER_HEADER))
+    paths.append(am)
     return paths
 
 

@@ -29,7 +29,8 @@ def prometheus_binary() -> str:
 class PrometheusProcess:
     def __init__(self, targets: list[str], rule_files: list[str | os.PathLike] = (), port: int | None = None,
                  interval: str = "1s", job: str = "txnwatch", log_path: str | os.PathLike | None = None,
-                 data_dir: str | os.PathLike | None = None, target_labels: dict[str, str] | None = None) -> None:
+                 data_dir: str | os.PathLike | None = None, target_labels: dict[str, str] | None = None,
+                 alertmanagers: list[str] = ()) -> None:
         self.port = port or free_port()
         self.dir = Path(data_dir) if data_dir else Path(tempfile.mkdtemp(prefix="txnwatch-prom-"))
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -37,6 +38,8 @@ class PrometheusProcess:
                   "rule_files": [str(Path(r).resolve()) for r in rule_files],
                   "scrape_configs": [{"job_name": job,
                                       "static_configs": [{"targets": targets, "labels": target_labels or {}}]}]}
+        if alertmanagers:
+            config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": list(alertmanagers)}]}]}
         self.config_path = self.dir / "prometheus.yml"
         self.config_path.write_text(yaml.safe_dump(config))
         self.log_path = Path(log_path) if log_path else self.dir / "prometheus.log"

@@ -46,6 +46,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from tests.integration.helpers import cluster_config
+from txnwatch.alerts.alertmanager import alertmanager_config
 from txnwatch.alerts.config import AlertConfig
 from txnwatch.alerts.rules import generate_alerts
 from txnwatch.dashboards import ids
@@ -57,6 +58,7 @@ from txnwatch.dashboards.queries import (
     query_requirements,
 )
 from txnwatch_dev import naming
+from txnwatch_dev.alertmanager import AlertmanagerProcess, WebhookReceiver
 from txnwatch_dev.exporter_proc import ExporterProcess
 from txnwatch_dev.hanging import make_hanging_transaction
 from txnwatch_dev.kafka import KafkaBroker
@@ -528,15 +530,24 @@ def test_every_dashboard_query_has_data_and_the_hanging_alert_fires(spark, tmp_p
         exporter.wait_metric(lambda m: m.get_value("txnwatch_tap_rebuilt", kafka_cluster=CLUSTER) == 1, 60,
                              what="the tap to rebuild from __transaction_state")
 
-        rules, _ = generate_alerts(tmp_path / "rules", AlertConfig(hanging_for="2s", spark_blocked_seconds=5,
-                                                                   spark_blocked_for="2s",
-                                                                   dashboard_base_url="https://grafana.example",
-                                                                   runbook_base_url="https://wiki.example/rb"))
+        alert_cfg = AlertConfig(hanging_for="2s", spark_blocked_seconds=5, spark_blocked_for="2s",
+                                blocked_lso_stalled_seconds=5, blocked_committed_window="10s", blocked_for="2s",
+                                source_failing_for="2s",
+                                dashboard_base_url="https://grafana.example", runbook_base_url="https://wiki.example/rb")
+        rules, _ = generate_alerts(tmp_path / "rules", alert_cfg)
+        # The alert chain: the shipped Alertmanager configuration (its routes and inhibitions),
+        # with its webhook receivers pointed at this test and a short group_wait.
+        webhook = WebhookReceiver().start()
+        stack.callback(webhook.stop)
+        am_config = alertmanager_config(alert_cfg, webhook.url("/pager"), webhook.url("/tickets"))
+        am_config["route"].update(group_wait="1s", group_interval="10m")
+        am = AlertmanagerProcess(am_config, tmp_path / "alertmanager").start()
+        stack.callback(am.stop)
         # The scrape attaches its own `cluster` target label, as multi-cluster stacks do: txnwatch's
         # kafka_cluster label keeps the Kafka cluster apart from it (issue 27).
         prom = PrometheusProcess([f"127.0.0.1:{exporter.port}"], [rules], interval="1s",
                                  log_path=tmp_path / "prometheus.log", data_dir=tmp_path / "prometheus",
-                                 target_labels={"cluster": K8S_CLUSTER}).start()
+                                 target_labels={"cluster": K8S_CLUSTER}, alertmanagers=[f"127.0.0.1:{am.port}"]).start()
         stack.callback(prom.stop)
 
         txns = TxnWorkload(bootstrap).start()
@@ -682,3 +693,32 @@ def test_every_dashboard_query_has_data_and_the_hanging_alert_fires(spark, tmp_p
                        for r in prom.query("max by (kafka_cluster, cluster) (txnwatch_up)")}
         assert per_cluster == {(CLUSTER, K8S_CLUSTER), ("e2e-unreachable", K8S_CLUSTER)}, per_cluster
         assert prom.query('count({exported_cluster!=""})') == []   # no label of the target's renamed
+
+        # Through Alertmanager: the hanging transaction pages once; the consumer group and the
+        # Spark query blocked on its partition are symptoms it inhibits (held, never delivered);
+        # an unrelated cause (the unreachable cluster's poller) is still delivered.
+        def at_hang(a: dict) -> bool:
+            lb = a["labels"]
+            return (lb.get("kafka_cluster"), lb.get("topic"), lb.get("partition")) == \
+                (CLUSTER, ORDERS, str(HANG_PARTITION))
+
+        wait_for(lambda: any(at_hang(a) and path == "/pager" for path, a in webhook.delivered("KafkaTransactionHanging")),
+                 30, interval=0.5, what="the hanging transaction delivered to the pager")
+        wait_for(lambda: prom.firing("KafkaReadCommittedConsumerBlocked"), 60, interval=0.5,
+                 what="KafkaReadCommittedConsumerBlocked firing in Prometheus")
+
+        def suppressed(name: str) -> list[dict]:
+            return [a for a in am.alerts() if a["labels"]["alertname"] == name and at_hang(a)
+                    and a["status"]["state"] == "suppressed" and a["status"]["inhibitedBy"]]
+
+        for symptom in ("KafkaReadCommittedConsumerBlocked", "SparkStreamingQueryBlockedByOpenTransaction"):
+            wait_for(lambda symptom=symptom: suppressed(symptom), 30, interval=0.5,
+                     what=f"{symptom} held by Alertmanager, inhibited by the hanging transaction")
+        wait_for(lambda: any(a["labels"].get("kafka_cluster") == "e2e-unreachable" and path == "/tickets"
+                             for path, a in webhook.delivered("TxnwatchSourceFailing")),
+                 30, interval=0.5, what="the unreachable cluster's failing source delivered")
+        for symptom in ("KafkaReadCommittedConsumerBlocked", "SparkStreamingQueryBlockedByOpenTransaction"):
+            assert not [a for _, a in webhook.delivered(symptom) if at_hang(a)], webhook.notifications
+        # one notification for the cause (its group waits group_interval before another)
+        assert len([a for _, a in webhook.delivered("KafkaTransactionHanging") if at_hang(a)]) == 1, \
+            webhook.notifications

@@ -150,3 +150,12 @@ def test_routing_labels_and_a_cluster_label_reach_the_alerts(promtool, tmp_path)
     path.write_text(yaml.safe_dump(case))
     r = run(promtool, "test", "rules", str(path), cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_alertmanager_config_passes_amtool():
+    """The shipped Alertmanager configuration (routes and inhibitions) as Alertmanager reads it.
+    Fails, never skips, when amtool is missing (bootstrap installs prometheus-alertmanager)."""
+    amtool = shutil.which("amtool")
+    assert amtool, "amtool not found: apt-get install -y prometheus-alertmanager"
+    r = run(amtool, "check-config", str(ROOT / "deploy" / "alertmanager" / "alertmanager.yml"))
+    assert r.returncode == 0 and "SUCCESS" in r.stdout and "3 inhibit rules" in r.stdout, r.stdout + r.stderr

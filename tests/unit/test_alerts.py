@@ -209,7 +209,7 @@ def test_committed_deploy_files_match_the_generators(tmp_path):
     generated = {p.relative_to(tmp_path) for p in written}
     stale = [str(p.relative_to(DEPLOY)) for p in DEPLOY.rglob("*")
              if p.is_file() and p.relative_to(DEPLOY) not in generated
-             and p.relative_to(DEPLOY).parts[0] in ("grafana", "prometheus")]
+             and p.relative_to(DEPLOY).parts[0] in ("grafana", "prometheus", "alertmanager")]
     assert not drift, f"deploy/ is out of date, run scripts/regenerate.py: {drift}"
     assert not stale, f"files in deploy/ no generator writes: {stale}"
 
