@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from . import build_info
+from . import describe_build
 from .config import LOG_FORMATS, ConfigError, load_config
 
 
@@ -53,7 +53,7 @@ def mixin_config(path: str | None, **overrides: object):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="txnwatch", description="Monitoring for exactly-once Kafka pipelines.")
-    parser.add_argument("--version", action="version", version=build_info.describe())
+    parser.add_argument("--version", action="version", version=describe_build())
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the Prometheus exporter")

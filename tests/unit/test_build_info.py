@@ -8,7 +8,8 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from txnwatch import __version__, build_info
+import txnwatch
+from txnwatch import __version__
 from txnwatch.exporter.serve.collector import ExporterCollector
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,23 +23,23 @@ def test_the_version_is_written_once():
 
 
 def test_revision_from_the_environment_then_the_checkout(monkeypatch):
-    build_info.revision.cache_clear()
-    monkeypatch.setenv(build_info.REVISION_ENV, "abc123")
-    assert build_info.revision() == "abc123"
-    build_info.revision.cache_clear()
-    monkeypatch.delenv(build_info.REVISION_ENV)
+    txnwatch.revision.cache_clear()
+    monkeypatch.setenv(txnwatch.REVISION_ENV, "abc123")
+    assert txnwatch.revision() == "abc123"
+    txnwatch.revision.cache_clear()
+    monkeypatch.delenv(txnwatch.REVISION_ENV)
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"], capture_output=True,
                           text=True).stdout.strip()
-    assert build_info.revision() == (head or "unknown")
-    build_info.revision.cache_clear()
+    assert txnwatch.revision() == (head or "unknown")
+    txnwatch.revision.cache_clear()
 
 
 def test_build_info_series_carries_version_and_revision(monkeypatch):
-    build_info.revision.cache_clear()
-    monkeypatch.setenv(build_info.REVISION_ENV, "r1")
+    txnwatch.revision.cache_clear()
+    monkeypatch.setenv(txnwatch.REVISION_ENV, "r1")
     try:
         text = ExporterCollector().exposition(False).decode()
     finally:
-        build_info.revision.cache_clear()
+        txnwatch.revision.cache_clear()
     [fam] = [f for f in text_string_to_metric_families(text) if f.name == "txnwatch_build_info"]
     assert fam.samples[0].labels["version"] == __version__ and fam.samples[0].labels["revision"] == "r1"

@@ -1,13 +1,13 @@
 from pathlib import Path
 
-from txnwatch.docs_gen import render
+from txnwatch.metrics.docs import render
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_metrics_doc_matches_the_catalogue():
     committed = (ROOT / "docs" / "metrics.md").read_text()
-    assert committed == render(), "docs/metrics.md is stale: run `.venv/bin/python -m txnwatch.docs_gen`"
+    assert committed == render(), "docs/metrics.md is stale: run `.venv/bin/python -m txnwatch.metrics.docs`"
 
 
 def test_every_metric_name_follows_conventions():

@@ -5,7 +5,7 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from txnwatch.exporter.serve.collector import ExporterCollector, Part
-from txnwatch.exposition import accepts_gzip, wants_openmetrics
+from txnwatch.metrics.exposition import accepts_gzip, wants_openmetrics
 
 
 def cluster_part(name, value_box):

@@ -7,7 +7,7 @@ import hmac
 
 from flask import Flask, Response, request
 
-from ...exposition import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, accepts_gzip, wants_openmetrics
+from ...metrics.exposition import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, accepts_gzip, wants_openmetrics
 from ..spark.ingest import INGEST_PATH, make_ingest_blueprint
 from .page import render_page
 

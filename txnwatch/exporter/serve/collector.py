@@ -14,10 +14,9 @@ from collections.abc import Callable, Iterable
 
 from prometheus_client.process_collector import ProcessCollector
 
-from ... import __version__
-from ...build_info import revision
-from ...exposition import FamilyChunk, Section, assemble, assemble_pieces, family_chunks, with_tail
+from ... import __version__, revision
 from ...metrics import DEFAULT_CLUSTER_LABEL, FamilyWriter
+from ...metrics.exposition import FamilyChunk, Section, assemble, assemble_pieces, family_chunks, with_tail
 
 log = logging.getLogger(__name__)
 

@@ -338,7 +338,7 @@ CATALOG: dict[str, MetricSpec] = {s.name: s for s in [
 
 class FamilyWriter:
     """Accumulates samples per catalogue metric; yields exposition chunks (fast path, see
-    txnwatch.exposition) or prometheus_client families (for registry-based users).
+    txnwatch.metrics.exposition) or prometheus_client families (for registry-based users).
 
     A sample with a missing label or a non-finite/invalid value is dropped and counted
     in `invalid` instead of raising, so one broken series never fails a scrape. Samples

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .metrics import CATALOG, DEFAULT_CLUSTER_LABEL
+from . import CATALOG, DEFAULT_CLUSTER_LABEL
 
 SECTIONS = [
     ("exporter", "Kafka side: admin poller"),
@@ -19,7 +19,7 @@ SECTIONS = [
 
 def render() -> str:
     out = ["# Metrics reference", "",
-           "Generated from `txnwatch/metrics.py` by `python -m txnwatch.docs_gen`; "
+           "Generated from `txnwatch/metrics/__init__.py` by `python -m txnwatch.metrics.docs`; "
            "`tests/unit/test_docs.py` fails when this file and the code drift.", "",
            "Counters are exposed with the `_total` suffix; histograms as `_bucket`, `_sum`, `_count`.", "",
            "Besides these, client_python's `process_*` series (CPU seconds, resident and virtual memory, "
@@ -46,7 +46,7 @@ def render() -> str:
 
 
 def main() -> int:
-    target = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[1] / "docs" / "metrics.md"
+    target = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
     target.write_text(render())
     print(f"wrote {target}")
     return 0
