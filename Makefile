@@ -46,10 +46,10 @@ integration: bootstrap
 lint: bootstrap
 	.venv/bin/ruff check .
 
-# The configuration's JSON Schema, generated from txnwatch/config_schema.py
+# The configuration's JSON Schema, generated from txnwatch/config/schema.py
 # (tests/unit/test_config_env.py fails when the checked-in file is stale).
 schema:
-	.venv/bin/python -m txnwatch.config_schema
+	.venv/bin/txnwatch config-schema > schema/txnwatch-config.schema.json
 
 demo: bootstrap
 	.venv/bin/python -m txnwatch_dev.demo $(DEMO_ARGS)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from . import describe_build
 from .config import LOG_FORMATS, ConfigError, load_config
+from .config.schema import render as render_schema
 
 
 def _cluster_flags(p: argparse.ArgumentParser) -> None:
@@ -104,9 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         return pipeline_main(argv[1:])
     args = build_parser().parse_args(argv)
     if args.command == "config-schema":
-        from .config_schema import render
-
-        sys.stdout.write(render())
+        sys.stdout.write(render_schema())
         return 0
     if args.command in ("dashboards", "alerts"):
         try:

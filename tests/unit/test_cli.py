@@ -54,7 +54,7 @@ def test_check_config_from_the_environment_alone_shows_the_cluster_label(capsys,
 
 
 def test_config_schema_prints_the_checked_in_schema(capsys):
-    from txnwatch.config_schema import SCHEMA_FILE
+    from txnwatch.config.schema import SCHEMA_FILE
 
     assert main(["config-schema"]) == 0
     assert capsys.readouterr().out == SCHEMA_FILE.read_text()

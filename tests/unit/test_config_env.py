@@ -1,5 +1,5 @@
 """Every configuration key from the environment (TXNWATCH_A__B__0__C), and the JSON Schema
-generated from the one declaration (txnwatch/config_schema.py)."""
+generated from the one declaration (txnwatch/config/schema.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from txnwatch.config import ConfigError, load_config
-from txnwatch.config_schema import NONE, ROOT, SCHEMA_FILE, json_schema, leaves, render
+from txnwatch.config.schema import NONE, ROOT, SCHEMA_FILE, json_schema, leaves, render
 
 ROOT_DIR = Path(__file__).resolve().parents[2]
 BASE = {"TXNWATCH_CLUSTERS__0__NAME": "base", "TXNWATCH_CLUSTERS__0__BOOTSTRAP_SERVERS": "base:9092"}

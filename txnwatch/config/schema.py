@@ -2,7 +2,7 @@
 
 From this declaration come the parser's key sets (txnwatch.config), the mapping of
 TXNWATCH_A__B__0__C environment variables onto keys, and the JSON Schema checked in as
-schema/txnwatch-config.schema.json (`make schema`, or `python -m txnwatch.config_schema`;
+schema/txnwatch-config.schema.json (`make schema`, which runs `txnwatch config-schema`;
 tests/unit/test_config_env.py fails when the file and this module drift). The parser
 (txnwatch.config) still does the validation: its errors name the dotted key path and the
 file or variable a value came from.
@@ -11,19 +11,18 @@ file or variable a value came from.
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .apps import KNOWN_SCHEMES
-from .metrics import DEFAULT_CLUSTER_LABEL
+from ..apps import KNOWN_SCHEMES
+from ..metrics import DEFAULT_CLUSTER_LABEL
 
 DEFAULT_PORT = 10129  # 9100-9999 (Prometheus's exporter range) is fully allocated.
 LOG_FORMATS = ("text", "json", "logfmt")     # logsetup.FORMATS has a formatter for each
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 LABEL_NAME_RE = r"^[a-zA-Z_][a-zA-Z0-9_]*$"   # Prometheus's; names starting with __ are reserved
-SCHEMA_FILE = Path(__file__).resolve().parents[1] / "schema" / "txnwatch-config.schema.json"
+SCHEMA_FILE = Path(__file__).resolve().parents[2] / "schema" / "txnwatch-config.schema.json"
 NONE = object()   # "no default" / "no example"
 
 
@@ -239,21 +238,9 @@ def json_schema() -> dict[str, Any]:
     """The configuration file's JSON Schema (draft 2020-12), for editors and Helm values."""
     return {"$schema": "https://json-schema.org/draft/2020-12/schema",
             "title": "txnwatch configuration",
-            "$comment": "Generated from txnwatch/config_schema.py by `make schema`: do not edit.",
+            "$comment": "Generated from txnwatch/config/schema.py by `make schema`: do not edit.",
             **_schema(ROOT)}
 
 
 def render() -> str:
     return json.dumps(json_schema(), indent=2, ensure_ascii=False) + "\n"
-
-
-def main() -> int:
-    target = Path(sys.argv[1]) if len(sys.argv) > 1 else SCHEMA_FILE
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(render())
-    print(f"wrote {target}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
