@@ -14,7 +14,13 @@ Every alert carries `severity`, a `summary`, a `description` quoting the value a
 `viewPanel=<id>`, with the alert's cluster/query as dashboard variables).
 
 Which series each alert can use, and the limits of what they express, are written
-next to each rule; docs/runbooks/<AlertName>.md says what to do.
+next to each rule; docs/runbooks/<AlertName>.md says what to do. Rules are written with
+the catalogue's `cluster` label and renamed to `cluster_label` by `rule_groups`
+(alerts/labels.py), the user's selectors kept as written.
+
+Over 600 lines on purpose: it is the rule catalogue (19 alerts and their recording rules,
+each with its expression, thresholds and the texts an on-call reads), read top to bottom
+by source; the shared helpers are at the top.
 """
 
 from __future__ import annotations

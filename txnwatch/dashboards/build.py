@@ -7,9 +7,10 @@ alerts link to them (`viewPanel=<id>`). Queries only use series of the metric
 catalogue (`txnwatch.metrics.CATALOG`) and `up`, never recording rules, so the
 dashboards work against a Prometheus that does not load txnwatch's rules.
 
-Template variables on every dashboard: datasource, cluster, app, transactional_id,
-query (plus topic/group on partitions & consumers and job on exporter health); all are
-multi-value with an "All" of `.*`, used as `label=~"$var"`.
+Template variables on every dashboard: datasource, then chained job, instance, cluster and
+app, transactional_id, query (plus topic/group on partitions & consumers); all are
+multi-value with an "All" of `.*`, used as `label=~"$var"`. Panels are written with the
+catalogue's `cluster` label; `dashboard_json` renames it to the configured `cluster_label`.
 
 Over 600 lines on purpose: it is the panel catalogue (about 60 panels, each a few lines
 of title, description, queries and thresholds) read top to bottom like the dashboards
