@@ -28,6 +28,7 @@ from pathlib import Path
 
 from txnwatch_dev.exporter_proc import ExporterProcess
 from txnwatch_dev.net import free_port, wait_for
+from txnwatch_dev.procs import terminal_signals
 from txnwatch_dev.prometheus import PrometheusProcess
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,7 +45,8 @@ def main() -> int:
            "--exporter-port", str(ex_port), "--prometheus-port", str(prom_port), "--rate", str(args.rate),
            "--duration", str(args.minutes * 60 + 120)]
     log = open(state / "demo.out", "wb")
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                            preexec_fn=terminal_signals)
     exporter = ExporterProcess({"clusters": []}, port=ex_port)
     prom = PrometheusProcess([], port=prom_port)
     fired: set[tuple[str, str]] = set()

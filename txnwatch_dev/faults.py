@@ -64,6 +64,9 @@ def _producer(bootstrap: str, tid: str, sink: RecordSink,
 
 
 # ------------------------------------------------------------------ load
+MAX_LOAD_FAILURES = 20    # transactions failing in a row (10 s at the default tick) before the load stops
+
+
 class LoadGenerator(threading.Thread):
     """Orders for the Spark pipeline (JSON {key, amount, ts}) and, with `payments_topic`,
     payments for the Streams app (JSON {account, amount, ts}, keyed by account): one
@@ -85,6 +88,7 @@ class LoadGenerator(threading.Thread):
         self.ready = threading.Event()
         self.error: str | None = None
         self.sent = 0
+        self.retries = 0     # transactions that failed and were tried again (or the producer replaced)
         self._rng = random.Random()
 
     def _payments(self, p: TransactionalProducer, now: float) -> None:
@@ -103,25 +107,44 @@ class LoadGenerator(threading.Thread):
             self.ready.set()
             return
         self.ready.set()
+        failures = 0     # in a row: the load stops only when the cluster keeps refusing it
         try:
             while not self.stopping.is_set():
                 t0 = time.monotonic()
-                with p.transaction():
-                    now = time.time()
-                    for _ in range(self.per_tick):
-                        k = f"customer-{self._rng.randrange(self.keys)}"
-                        p.produce(self.topic, key=k.encode(),
-                                  value=json.dumps({"key": k, "amount": round(self._rng.uniform(1, 200), 2),
-                                                    "ts": now}).encode())
-                    if self.payments_topic:
-                        self._payments(p, now)
-                self.sent += self.per_tick
+                try:
+                    self._one_transaction(p)
+                    failures = 0
+                except TransactionError as exc:
+                    # The demo's own faults reach this producer too (the hanging-transaction fault
+                    # switches the leader's transaction verification off and on under it, which a
+                    # commit in flight can meet as INVALID_TXN_STATE): an aborted transaction is
+                    # tried again next tick, an unusable producer is replaced, as an application would.
+                    failures += 1
+                    self.retries += 1
+                    log.info("load generator: %s; %s", exc, "a new producer" if exc.fatal else "next tick")
+                    if failures >= MAX_LOAD_FAILURES:
+                        raise
+                    if exc.fatal:
+                        p.close()
+                        p = _producer(self.bootstrap, self.transactional_id, self.sink)
                 self.stopping.wait(max(0.0, self.tick - (time.monotonic() - t0)))
         except Exception as exc:  # noqa: BLE001 - the demo keeps running without load
             self.error = f"{type(exc).__name__}: {exc}"
             log.warning("load generator stopped: %s", exc)
         finally:
             p.close()
+
+    def _one_transaction(self, p: TransactionalProducer) -> None:
+        with p.transaction():
+            now = time.time()
+            for _ in range(self.per_tick):
+                k = f"customer-{self._rng.randrange(self.keys)}"
+                p.produce(self.topic, key=k.encode(),
+                          value=json.dumps({"key": k, "amount": round(self._rng.uniform(1, 200), 2),
+                                            "ts": now}).encode())
+            if self.payments_topic:
+                self._payments(p, now)
+        self.sent += self.per_tick
 
 
 # ------------------------------------------------------------------ broker-side checks

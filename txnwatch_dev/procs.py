@@ -34,3 +34,13 @@ def stop_group(proc: subprocess.Popen | None, timeout: float, sig: int | None = 
         proc.wait(timeout)
     except subprocess.TimeoutExpired:
         kill_group(proc)
+
+
+def terminal_signals() -> None:
+    """preexec_fn for a child that stands for a program run at a terminal, where Ctrl-C
+    interrupts it: SIGINT and SIGQUIT back to their defaults. A shell without job control
+    starts background commands with both ignored (POSIX), and an ignored SIGINT is inherited
+    through exec: a test run from such a shell (`make test &` in a script) would otherwise
+    start the demo deaf to the Ctrl-C it sends."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)

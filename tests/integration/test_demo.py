@@ -20,6 +20,7 @@ from txnwatch.apps import AppResolver
 from txnwatch_dev.exporter_proc import ExporterProcess
 from txnwatch_dev.kafka import kafka_tool
 from txnwatch_dev.net import free_port, port_open, wait_for
+from txnwatch_dev.procs import terminal_signals
 from txnwatch_dev.prometheus import PrometheusProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.run_alone]
@@ -250,7 +251,8 @@ def test_make_demo_on_kafka_shows_everything_and_cleans_up(tmp_path):
     out_path = tmp_path / "demo.out"
     out = open(out_path, "wb")
     proc = subprocess.Popen(["make", "--no-print-directory", "demo", f"DEMO_ARGS={args}"], cwd=ROOT,
-                            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+                            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                            preexec_fn=terminal_signals)   # Ctrl-C reaches it as at a terminal
     exporter = ExporterProcess({"clusters": []}, port=ex_port)  # a client for the demo's exporter
     prom = PrometheusProcess([], port=prom_port)
     watch = DemoWatch(exporter, prom, out_path)
