@@ -134,8 +134,9 @@ CATALOG: dict[str, MetricSpec] = {s.name: s for s in [
     _m("kafka_partition_lso_stalled_seconds", "gauge",
        "How long the LSO has stayed below the HWM without advancing (0 when it is caught up).", CTP),
     _m("kafka_partition_unavailable", "gauge",
-       "1 for a partition whose offsets this poll could not read: cause=offline (no leader) or the "
-       "error of its leader's answer (timeout, kafka_<error>). Its other series keep the last values "
+       "1 for a partition whose offsets this poll could not read: cause=offline (no leader), "
+       "invalid_offset (an answer without offsets: its leader just died) or the error of its leader's "
+       "answer (timeout, kafka_<error>). Its other series keep the last values "
        "read; every other partition's are current.", CTP + ("cause",)),
     _m("kafka_consumergroup_read_committed_lag_offsets", "gauge",
        "Last stable offset - committed offset: what a read_committed consumer of the group can still "

@@ -58,6 +58,20 @@ OFFSETS_CHUNK = 1000   # partitions per ListOffsets call
 GROUP_PATH_RECHECK_CALLS = 40   # group_offsets calls before the batched path is tried again
 
 
+INVALID_OFFSET = "invalid_offset"   # kafka_partition_unavailable's cause for an answer without offsets
+
+
+def partition_offsets(topic: str, partition: int, hwm: int, lso: int) -> PartitionOffsets | None:
+    """A partition's offsets from its two ListOffsets answers, or None when either has no
+    offset. librdkafka answers a partition it could not ask (its leader just died, the
+    metadata not yet updated) with a result, not an error, at offset -1001 (OFFSET_INVALID):
+    exported, that would read as an offset; the partition is unavailable instead, its last
+    values kept."""
+    if hwm < 0 or lso < 0:
+        return None
+    return PartitionOffsets(topic, partition, hwm, min(lso, hwm))
+
+
 class KafkaIO:
     """One AdminClient (and a lazily created Consumer for LSO timestamps) per cluster."""
 
@@ -197,8 +211,11 @@ class KafkaIO:
                 first_error = first_error or exc
                 continue
             hwm = f.result().offset
-            lso = lf.result().offset if lf is not None else hwm
-            out.append(PartitionOffsets(tp.topic, tp.partition, hwm, min(lso, hwm) if lso >= 0 else hwm))
+            po = partition_offsets(tp.topic, tp.partition, hwm, lf.result().offset if lf is not None else hwm)
+            if po is None:
+                failed[key] = INVALID_OFFSET
+                continue
+            out.append(po)
         if not out and first_error is not None:
             raise first_error
         return out, failed
