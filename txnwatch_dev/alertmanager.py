@@ -16,8 +16,8 @@ from pathlib import Path
 
 import yaml
 
-from .net import free_port, wait_for
-from .procs import stop_group
+from .net import free_port
+from .procs import start_until_ready, stop_group
 
 
 def alertmanager_binary() -> str:
@@ -44,22 +44,12 @@ class AlertmanagerProcess:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 30) -> AlertmanagerProcess:
-        self.proc = subprocess.Popen(
+        self.proc = start_until_ready(
             [alertmanager_binary(), f"--config.file={self.config_path}", f"--storage.path={self.dir / 'data'}",
              f"--web.listen-address=127.0.0.1:{self.port}",
              f"--cluster.listen-address=127.0.0.1:{self.cluster_port}"],   # a cluster of one
-            stdout=open(self.log_path, "ab"), stderr=subprocess.STDOUT, start_new_session=True)
-        wait_for(lambda: self.proc.poll() is not None or self._ready(), timeout, what="alertmanager /-/ready")
-        if self.proc.poll() is not None:
-            raise RuntimeError(f"alertmanager exited {self.proc.returncode}: {self.log_path.read_text()[-2000:]}")
+            self.log_path, self.url + "/-/ready", "alertmanager", timeout)
         return self
-
-    def _ready(self) -> bool:
-        try:
-            with urllib.request.urlopen(self.url + "/-/ready", timeout=2) as r:
-                return r.status == 200
-        except OSError:
-            return False
 
     def alerts(self) -> list[dict]:
         """Every alert Alertmanager holds (API v2), with `status.state` active or suppressed

@@ -7,6 +7,10 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import urllib.request
+from pathlib import Path
+
+from .net import wait_for
 
 
 def kill_group(proc: subprocess.Popen | None, wait: float = 30.0) -> None:
@@ -44,3 +48,22 @@ def terminal_signals() -> None:
     start the demo deaf to the Ctrl-C it sends."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
+
+def start_until_ready(argv: list[str], log_path, ready_url: str, what: str, timeout: float) -> subprocess.Popen:
+    """Start a server in a session of its own, its output appended to `log_path`, and wait
+    until `ready_url` answers 200 (Prometheus' and Alertmanager's /-/ready); raise with the
+    log's tail if it exits first."""
+    def ready() -> bool:
+        try:
+            with urllib.request.urlopen(ready_url, timeout=2) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    with open(log_path, "ab") as log:    # the child holds its own descriptor
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    wait_for(lambda: proc.poll() is not None or ready(), timeout, what=f"{what} {ready_url}")
+    if proc.poll() is not None:
+        raise RuntimeError(f"{what} exited {proc.returncode}: {Path(log_path).read_text()[-2000:]}")
+    return proc

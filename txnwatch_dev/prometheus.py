@@ -15,8 +15,8 @@ from pathlib import Path
 
 import yaml
 
-from .net import free_port, wait_for
-from .procs import stop_group
+from .net import free_port
+from .procs import start_until_ready, stop_group
 
 
 def prometheus_binary() -> str:
@@ -50,22 +50,12 @@ class PrometheusProcess:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 60) -> PrometheusProcess:
-        self.proc = subprocess.Popen(
+        self.proc = start_until_ready(
             [prometheus_binary(), f"--config.file={self.config_path}", f"--storage.tsdb.path={self.dir / 'data'}",
              f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=1d",
              "--web.enable-lifecycle"],
-            stdout=open(self.log_path, "ab"), stderr=subprocess.STDOUT, start_new_session=True)
-        wait_for(lambda: self.proc.poll() is not None or self._ready(), timeout, what="prometheus /-/ready")
-        if self.proc.poll() is not None:
-            raise RuntimeError(f"prometheus exited {self.proc.returncode}: {self.log_path.read_text()[-2000:]}")
+            self.log_path, self.url + "/-/ready", "prometheus", timeout)
         return self
-
-    def _ready(self) -> bool:
-        try:
-            with urllib.request.urlopen(self.url + "/-/ready", timeout=2) as r:
-                return r.status == 200
-        except OSError:
-            return False
 
     def page_url(self, page: str) -> str:
         """The URL of one of the UI's pages ("alerts", "graph") that this Prometheus serves:
