@@ -296,8 +296,15 @@ def test_a_frozen_partition_leader_shows_on_its_canary_partition_only(cluster, u
     # Replication factor 1: a frozen broker that follows another partition (still in its
     # ISR until replica.lag.time.max.ms) holds that partition's high watermark back too, a
     # real delay the canary rightly shows there; one partition per broker is what this pins.
+    # The frozen broker does follow the canary's __transaction_state partition (RF 3 on three
+    # nodes): every write to that log (AddPartitionsToTxn, EndTxn) waits until the ISR drops
+    # it, up to 1.5 x replica.lag.time.max.ms (5 s here). A round shorter than that stall can
+    # run out of time on a healthy partition whose record waited for the coordinator (a fresh
+    # run saw one); a round longer than it (and than the 2 s a metadata refresh may spend on
+    # the frozen broker first) shows the frozen leader alone.
+    interval = 12.0
     cfg = cluster_config(cluster.bootstrap, [unique("none")],
-                         canary={"interval_seconds": INTERVAL, "abort_every": 0, "topic": topic,
+                         canary={"interval_seconds": interval, "abort_every": 0, "topic": topic,
                                  "instance": instance, "replication_factor": 1})
     exp = exporter_factory(cfg)
     exp.wait_metric(lambda m: all(visible(m, p) >= 2 for p in (0, 1, 2)), 90,

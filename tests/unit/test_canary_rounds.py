@@ -9,6 +9,7 @@ from txnwatch.canary.rounds import (
     TimedOut,
     Violation,
     Visible,
+    charged_partitions,
     decode,
     is_abort_round,
     step_deadline,
@@ -69,6 +70,16 @@ def test_abort_rounds_and_step_deadlines():
     assert not any(is_abort_round(r, 0) for r in range(30))
     assert step_deadline(10.0, 2.5) == 7.5
     assert step_deadline(10.0, 12.0) == 0.5
+
+
+def test_a_produce_step_out_of_time_charges_the_partitions_left_behind_not_all_of_them():
+    assert charged_partitions([0, 1, 2], {0, 2}) == [1]          # one leader slow: that partition
+    assert charged_partitions([0, 1, 2], {0}) == [1, 2]
+    # nothing written: the transaction could not take a partition in (the coordinator's log
+    # stalled, a previous transaction's markers pending): no one partition is to blame
+    assert charged_partitions([0, 1, 2], set()) == []
+    assert charged_partitions([0], set()) == []
+    assert charged_partitions([0, 1], {0, 1}) == []
 
 
 def test_the_consumers_fetch_wait_is_half_the_interval_within_half_a_second_and_five():

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from ..apps import CANARY_APP
 from ..config import CanaryConfig
 from .rounds import CanaryRecord as Record
-from .rounds import PayloadError, RoundBook, decode, is_abort_round, step_deadline
+from .rounds import PayloadError, RoundBook, charged_partitions, decode, is_abort_round, step_deadline
 from .stats import CanaryStats, CanaryView
 
 log = logging.getLogger(__name__)
@@ -214,7 +214,7 @@ class CanaryProbe:
             if left:
                 missing = sorted(set(parts) - delivered)
                 with self._lock:   # a record that could not be written is not visible in time either
-                    for p in missing:
+                    for p in charged_partitions(parts, delivered):
                         self.stats.not_visible(p)
                 failed = StepFailed("produce", "TIMED_OUT", f"partitions {missing} did not take the round's "
                                                               "record within the interval")

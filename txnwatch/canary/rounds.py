@@ -140,6 +140,18 @@ def is_abort_round(round_: int, abort_every: int) -> bool:
     return abort_every > 0 and round_ > 0 and round_ % abort_every == 0
 
 
+def charged_partitions(parts: list[int], delivered: set[int]) -> list[int]:
+    """The partitions a produce step that ran out of time charges with a visibility timeout:
+    those whose record was not written while others' were. A round that wrote nothing at all
+    tells nothing about any one partition: its transaction could not take a partition in
+    (AddPartitionsToTxn waits on the coordinator: its log's ISR shrinking after a follower
+    froze, or a previous transaction's markers still pending), and charging every partition
+    would point away from the one leader that is slow. That round still counts as a failed
+    produce step."""
+    missing = sorted(set(parts) - delivered)
+    return [] if len(missing) == len(set(parts)) else missing
+
+
 def step_deadline(interval: float, elapsed: float, floor: float = 0.5) -> float:
     """Seconds the next step of a round may take: what is left of the interval, at least
     `floor` (a step given no time at all cannot even fail cleanly)."""
