@@ -6,35 +6,45 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 
-if [ ! -x .venv/bin/python ]; then
-  "$PY" -m venv .venv
-fi
-stamp=.venv/.txnwatch-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ constraints-dev.txt -nt "$stamp" ]; then
-  .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q -e ".[dev,spark,connect,dashboards]" -c constraints-dev.txt
-  .venv/bin/pip install -q --upgrade pyspark -c constraints-dev.txt   # PySpark as pip installs it: the newest
-  touch "$stamp"
-fi
+# Three venvs, installed side by side (pip is mostly unpacking and compiling, one core each;
+# one after another they took 160 s of a fresh `make test`). Each job's output goes to a log,
+# printed when it fails.
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+
+main_venv() {
+  [ -x .venv/bin/python ] || "$PY" -m venv .venv
+  local stamp=.venv/.txnwatch-installed
+  if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ constraints-dev.txt -nt "$stamp" ]; then
+    .venv/bin/pip install -q --upgrade pip
+    .venv/bin/pip install -q -e ".[dev,spark,connect,dashboards]" -c constraints-dev.txt
+    .venv/bin/pip install -q --upgrade pyspark -c constraints-dev.txt   # PySpark as pip installs it: the newest
+    touch "$stamp"
+  fi
+}
 
 # The oldest PySpark pyproject.toml claims, in a venv of its own: `make test` runs the Spark
 # tests of the listener's parsing and of the sink there too.
-floor=$(sed -n 's/.*"pyspark>=\([0-9][0-9.]*\)".*/\1/p' pyproject.toml | head -n 1)
 oldest=.venv-spark-oldest
-ostamp="$oldest/.txnwatch-installed-pyspark-$floor"
-if [ ! -f "$ostamp" ] || [ pyproject.toml -nt "$ostamp" ]; then
-  [ -x "$oldest/bin/python" ] || "$PY" -m venv "$oldest"
-  "$oldest/bin/pip" install -q --upgrade pip
-  "$oldest/bin/pip" install -q -e ".[dev]" "pyspark~=${floor}.0" "pyarrow>=15" "pandas>=2,<3"
-  rm -f "$oldest"/.txnwatch-installed-pyspark-*
-  touch "$ostamp"
-fi
+oldest_venv() {
+  local floor ostamp
+  floor=$(sed -n 's/.*"pyspark>=\([0-9][0-9.]*\)".*/\1/p' pyproject.toml | head -n 1)
+  ostamp="$oldest/.txnwatch-installed-pyspark-$floor"
+  if [ ! -f "$ostamp" ] || [ pyproject.toml -nt "$ostamp" ]; then
+    [ -x "$oldest/bin/python" ] || "$PY" -m venv "$oldest"
+    "$oldest/bin/pip" install -q --upgrade pip
+    "$oldest/bin/pip" install -q -e ".[dev]" "pyspark~=${floor}.0" "pyarrow>=15" "pandas>=2,<3"
+    rm -f "$oldest"/.txnwatch-installed-pyspark-*
+    touch "$ostamp"
+  fi
+}
 
-# The test and demo harness (txnwatch_dev/) is not part of the package: a .pth file puts the
-# checkout on both dev venvs' path, so the tests, benchmarks and demo import it from anywhere.
-for v in .venv "$oldest"; do
-  site=$("$v/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-  printf '%s\n' "$PWD" > "$site/txnwatch-dev-harness.pth"
+# PyFlink's venv (apache-flink's pins clash with PySpark's); its connector's jars come after apt.
+flink_venv() { bash scripts/bootstrap-flink.sh venv; }
+
+pids=()
+for job in main_venv oldest_venv flink_venv; do
+  "$job" > "$logs/$job.log" 2>&1 & pids+=("$!:$job")
 done
 
 # apt packages: only what is missing; never start packaged services.
@@ -66,12 +76,26 @@ if [ ${#need[@]} -gt 0 ]; then
   fi
 fi
 
+failed=0
+for entry in "${pids[@]}"; do
+  if ! wait "${entry%%:*}"; then
+    echo "bootstrap: ${entry#*:} failed:" >&2; cat "$logs/${entry#*:}.log" >&2; failed=1
+  fi
+done
+[ "$failed" = 0 ] || exit 1
+
+# The test and demo harness (txnwatch_dev/) is not part of the package: a .pth file puts the
+# checkout on both dev venvs' path, so the tests, benchmarks and demo import it from anywhere.
+for v in .venv "$oldest"; do
+  site=$("$v/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  printf '%s\n' "$PWD" > "$site/txnwatch-dev-harness.pth"
+done
+
 # Official Apache Kafka releases from Maven Central for the tests, the demo and the benchmarks:
 # the newest 4.x (the default) and the newest 3.9 (the transaction scenarios' 3.x line), resolved
 # by mvn (checksums checked) into ~/.m2; their classpaths are kept in ~/.cache/txnwatch/kafka.
 # Without Java or Maven this fails, saying what to install: nothing falls back to another broker.
 .venv/bin/python -m txnwatch_dev.kafka "${KAFKA_VERSION:-4}" 3.9
 
-# PyFlink (its own .venv-flink: apache-flink's pins clash with PySpark's) and Flink's Kafka
-# connector from Maven Central, for the Flink job's tests and the demo.
-bash scripts/bootstrap-flink.sh
+# Flink's Kafka connector from Maven Central, for the Flink job's tests and the demo.
+bash scripts/bootstrap-flink.sh jars
