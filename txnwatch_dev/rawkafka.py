@@ -20,11 +20,22 @@ class Connection:
         self._correlation = 0
 
     def call(self, request, response_cls, version: int):
-        self._correlation += 1
-        request.with_header(correlation_id=self._correlation, client_id=CLIENT_ID)
-        self.sock.sendall(request.encode(version=version, header=True, framed=True))
-        size = struct.unpack(">i", self._read(4))[0]
-        return response_cls.decode(self._read(size), version=version, header=True)
+        return self.call_many(request, 1, response_cls, version)[0]
+
+    def call_many(self, request, n: int, response_cls, version: int) -> list:
+        """The same request n times, all sent before the first answer is read (a broker
+        answers a connection's requests in order): no round trip per request."""
+        frames = []
+        for _ in range(n):
+            self._correlation += 1
+            request.with_header(correlation_id=self._correlation, client_id=CLIENT_ID)
+            frames.append(request.encode(version=version, header=True, framed=True))
+        self.sock.sendall(b"".join(frames))
+        answers = []
+        for _ in range(n):
+            size = struct.unpack(">i", self._read(4))[0]
+            answers.append(response_cls.decode(self._read(size), version=version, header=True))
+        return answers
 
     def _read(self, n: int) -> bytes:
         buf = bytearray()
@@ -79,11 +90,11 @@ def transaction_coordinator(bootstrap: str, transactional_id: str) -> tuple[str,
 
 
 def init_producer_id_until(bootstrap: str, transactional_id: str, epoch: int,
-                           transaction_timeout_ms: int = 60_000) -> tuple[int, int]:
+                           transaction_timeout_ms: int = 60_000, window: int = 64) -> tuple[int, int]:
     """InitProducerId for `transactional_id` again and again until its producer epoch is
     `epoch` (each call bumps it by one, as a new instance's initTransactions does): the fast
-    way to the end of an id's epochs (32767) on a real broker, some thousand calls a second.
-    Returns (producer id, epoch)."""
+    way to the end of an id's epochs (32767) on a real broker. Up to `window` calls go out
+    before their answers are read, never past `epoch`. Returns (producer id, epoch)."""
     from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
 
     req = InitProducerIdRequest(transactional_id=transactional_id, transaction_timeout_ms=transaction_timeout_ms)
@@ -92,10 +103,14 @@ def init_producer_id_until(bootstrap: str, transactional_id: str, epoch: int,
             r = conn.call(req, InitProducerIdResponse, 1)
             return r, r.error_code
 
-        while True:
-            r = retry("InitProducerId", init)
-            if r.producer_epoch >= epoch:
-                return r.producer_id, r.producer_epoch
+        r = retry("InitProducerId", init)
+        while r.producer_epoch < epoch:
+            answers = conn.call_many(req, min(window, epoch - r.producer_epoch), InitProducerIdResponse, 1)
+            if all(a.error_code == 0 for a in answers):
+                r = answers[-1]
+            else:       # a coordinator loading or moving: one at a time until it answers
+                r = retry("InitProducerId", init)
+        return r.producer_id, r.producer_epoch
 
 
 class RawTransaction:

@@ -210,107 +210,129 @@ def feeders():
         f.halt()
 
 
-@pytest.mark.parametrize("naming", ["incrementing", "pooling"])
-def test_exactly_once_across_sigkill_and_restore(naming, broker, flink_job, unique, tmp_path, exporter_factory,
-                                                 feeders):
+NAMINGS = ("incrementing", "pooling")
+
+
+def test_exactly_once_across_sigkill_and_restore(broker, flink_job, unique, tmp_path, exporter_factory, feeders):
     """...and txnwatch (poller and transaction-log tap) watching it, under both of the
-    connector's TransactionNamingStrategy values: the sink's ids under one app named after its
-    prefix, no fence while it runs, the open transactions' headroom, the restart's abort of the
-    transaction the killed run left open counted as a start-up abort, not as a fence. Per-id
-    series: INCREMENTING makes a new id per checkpoint (capped, the rest folded); POOLING
-    re-initialises a small pool of ids at every checkpoint (re-initialisations, no fence, and
-    a bounded set of ids)."""
+    connector's TransactionNamingStrategy values at once (one job, the same stream into two
+    KafkaSinks, one per strategy, each with its own prefix and topic): each sink's ids under
+    one app named after its prefix, no fence while it runs, the open transactions' headroom,
+    the restart's abort of the transaction the killed run left open counted as a start-up
+    abort, not as a fence. Per-id series: INCREMENTING makes a new id per checkpoint (capped,
+    the rest folded); POOLING re-initialises a small pool of ids at every checkpoint
+    (re-initialisations, no fence, and a bounded set of ids)."""
     bootstrap = broker.bootstrap
-    topic_in, topic_out = unique("flink-in"), unique("flink-out")
-    prefix, group = unique("flink-txn"), unique("flink-group")
-    create_topics(bootstrap, [topic_in, topic_out], partitions=PARTITIONS)
-    job_args = dict(checkpoint_ms=1000, timeout_ms=60000, parallelism=2, group=group, naming=naming)
-    exp = exporter_factory(cluster_config(bootstrap, [topic_in, topic_out], transaction_log_tap=True,
-                                          transactional_ids={"include": [re.escape(prefix) + "-.*"]},
+    topic_in, group = unique("flink-in"), unique("flink-group")
+    outs = {n: unique(f"flink-out-{n}") for n in NAMINGS}
+    prefixes = {n: unique(f"flink-txn-{n}") for n in NAMINGS}
+    create_topics(bootstrap, [topic_in, *outs.values()], partitions=PARTITIONS)
+    first_naming, other = NAMINGS
+    job_args = dict(checkpoint_ms=1000, timeout_ms=60000, parallelism=2, group=group, naming=first_naming,
+                    extra_sinks=((outs[other], prefixes[other], other),))
+    job_topics = (bootstrap, topic_in, outs[first_naming], prefixes[first_naming])
+    exp = exporter_factory(cluster_config(bootstrap, [topic_in, *outs.values()], transaction_log_tap=True,
+                                          transactional_ids={"include": [re.escape(p) + "-.*"
+                                                                         for p in prefixes.values()]},
                                           max_transactional_id_series=ID_SERIES_CAP))
     exp.wait_metric(lambda m: m.get_value("txnwatch_tap_rebuilt") == 1 and m.get_value("txnwatch_up", source="tap") == 1
                     and m.get_value("txnwatch_up", source="poller") == 1, 60, what="the exporter following the log")
 
+    def all_settled(want: int) -> bool:
+        return all(settled(bootstrap, topic_in, outs[n], group, want) for n in NAMINGS)
+
     # 1. a first batch, committed before the job starts
     first = [f"rec-{i:06d}" for i in range(500)]
     produce_committed(bootstrap, topic_in, first)
-    flink_job.start(bootstrap, topic_in, topic_out, prefix, **job_args)
-    wait_job(flink_job, lambda: settled(bootstrap, topic_in, topic_out, group, len(first)), 120,
-             what=f"the job to copy {len(first)} records to {topic_out}")
-    problem = exactly_once(read_committed(bootstrap, topic_out), first)
-    assert not problem, problem
-    # txnwatch: one app, the prefix; commits; the start-up's probes of fresh ids and the
-    # per-checkpoint ids are no fences
-    m = exp.wait_metric(lambda m: (m.get_value("kafka_transactions_total", app=prefix, outcome="committed") or 0) >= 2,
-                        60, what="the tap counting the sink's commits")
-    assert {lb["app"] for lb, _v in m.select("kafka_transactional_ids")} == {prefix}
-    assert reasons(m, prefix) == {"new_instance": 0, "timeout": 0, "operator": 0, "startup_abort": 0}
+    flink_job.start(*job_topics, **job_args)
+    wait_job(flink_job, lambda: all_settled(len(first)), 120,
+             what=f"the job to copy {len(first)} records to {sorted(outs.values())}")
+    for n in NAMINGS:
+        problem = exactly_once(read_committed(bootstrap, outs[n]), first)
+        assert not problem, f"{n}: {problem}"
+    # txnwatch: one app per sink, its prefix; commits; the start-up's probes of fresh ids and
+    # the per-checkpoint ids are no fences
+    m = exp.wait_metric(lambda m: all((m.get_value("kafka_transactions_total", app=p, outcome="committed") or 0) >= 2
+                                      for p in prefixes.values()),
+                        60, what="the tap counting both sinks' commits")
+    assert {lb["app"] for lb, _v in m.select("kafka_transactional_ids")} == set(prefixes.values())
+    for p in prefixes.values():
+        assert reasons(m, p) == {"new_instance": 0, "timeout": 0, "operator": 0, "startup_abort": 0}, p
 
-    # 2. records keep coming; SIGKILL while a sink transaction is open on OUT. The sink's
+    # 2. records keep coming; SIGKILL while a transaction of each sink is open. The sink's
     # transactions stay open from the first write after a checkpoint to the next one: when
-    # the checkpoint commits between the look and the kill, resume and try again.
+    # a checkpoint commits between the look and the kill, resume and try again.
     feeder = feeders(bootstrap, topic_in, len(first))
     # open for a checkpoint interval by design: the poller sees them, with their headroom
-    m = exp.wait_metric(lambda m: any(0 < v <= 60 for _lb, v in m.select("kafka_transaction_timeout_headroom_seconds",
-                                                                          app=prefix)), 60,
-                        what="the headroom of an open sink transaction")
-    ends = TopicEnds(bootstrap, topic_out, PARTITIONS)
+    m = exp.wait_metric(lambda m: all(any(0 < v <= 60 for _lb, v in m.select("kafka_transaction_timeout_headroom_seconds",
+                                                                              app=p))
+                                      for p in prefixes.values()), 60,
+                        what="the headroom of an open transaction of each sink")
+    ends = {n: TopicEnds(bootstrap, outs[n], PARTITIONS) for n in NAMINGS}
     try:
         for _attempt in range(3):
-            wait_job(flink_job, lambda: len(feeder.sent) >= len(first) + 200 and ends.open_partitions(), 60,
-                     interval=0.02, what=f"a sink transaction open on {topic_out}")
+            wait_job(flink_job, lambda: len(feeder.sent) >= len(first) + 200
+                     and all(e.open_partitions() for e in ends.values()), 60,
+                     interval=0.02, what=f"a transaction of each sink open on {sorted(outs.values())}")
             flink_job.kill()
-            lso, hwm = ends()
-            if any(lso[p] < hwm[p] for p in lso):
+            looks = {n: e() for n, e in ends.items()}          # (lso, hwm) per output
+            if all(any(lso[p] < hwm[p] for p in lso) for lso, hwm in looks.values()):
                 break
-            flink_job.start(bootstrap, topic_in, topic_out, prefix, restore=flink_job.latest_checkpoint(),
-                            **job_args)
+            flink_job.start(*job_topics, restore=flink_job.latest_checkpoint(), **job_args)
         else:
-            pytest.fail(f"3 SIGKILLs of the job, none while a sink transaction was open: LSO {lso}, HWM {hwm}")
+            pytest.fail(f"3 SIGKILLs of the job, none while a transaction of each sink was open: {looks}")
     finally:
-        ends.close()
+        for e in ends.values():
+            e.close()
     checkpoint = flink_job.latest_checkpoint()
     assert checkpoint is not None, f"no retained checkpoint in {flink_job.checkpoint_dir}"
 
-    # 3. a new process, same prefix and group, resumed from the last retained checkpoint: it
+    # 3. a new process, same prefixes and group, resumed from the last retained checkpoint: it
     # commits or aborts what the dead one left open (the LSO moves past it) and goes on
-    flink_job.start(bootstrap, topic_in, topic_out, prefix, restore=checkpoint, **job_args)
-    wait_for(lambda: all(watermarks(bootstrap, topic_out, PARTITIONS)[p][0] >= hwm[p] for p in hwm), 90,
-             what=f"the LSO of {topic_out} to pass the killed job's open transaction (HWM {hwm})")
+    flink_job.start(*job_topics, restore=checkpoint, **job_args)
+    for n, (_lso, hwm) in looks.items():
+        wait_for(lambda n=n, hwm=hwm: all(watermarks(bootstrap, outs[n], PARTITIONS)[p][0] >= hwm[p] for p in hwm),
+                 90, what=f"the LSO of {outs[n]} to pass the killed job's open transaction (HWM {hwm})")
     restored_in = flink_job.log()
     wait_for(lambda: len(feeder.sent) >= len(first) + 1000, 60, what="1000 more records into IN")
     sent = first + feeder.stop()
-    wait_job(flink_job, lambda: settled(bootstrap, topic_in, topic_out, group, len(sent)), 120,
-             what=f"the restored job to copy all {len(sent)} records")
-    problem = exactly_once(read_committed(bootstrap, topic_out), sent)
-    assert not problem, f"after SIGKILL and restore from {checkpoint.name}: {problem}"
+    wait_job(flink_job, lambda: all_settled(len(sent)), 120, what=f"the restored job to copy all {len(sent)} records")
+    for n in NAMINGS:
+        problem = exactly_once(read_committed(bootstrap, outs[n]), sent)
+        assert not problem, f"{n}, after SIGKILL and restore from {checkpoint.name}: {problem}"
     assert "Traceback" not in restored_in, restored_in
     # the restart aborted what the killed run left open: a start-up abort, not a fence by a
     # new instance nor a coordinator timeout (60 s were not reached)
-    m = exp.wait_metric(lambda m: (reasons(m, prefix).get("startup_abort") or 0) >= 1, 60,
-                        what="the tap counting the restart's abort of the open transaction")
-    assert reasons(m, prefix)["new_instance"] == 0 and reasons(m, prefix)["timeout"] == 0, reasons(m, prefix)
-    assert (m.get_value("kafka_transactions_total", app=prefix, outcome="aborted") or 0) >= 1
-    ids = per_id_series(m, prefix)
-    live_ids = m.get_value("kafka_transactional_ids", app=prefix) or 0
-    reinits = m.get_value("kafka_transactional_id_reinitializations_total", app=prefix) or 0
-    if naming == "incrementing":
-        # however many ids the checkpoints made, per-id series stay under the cap (+ __other__)
-        assert live_ids > ID_SERIES_CAP
-        assert len(ids - {"__other__"}) <= ID_SERIES_CAP and "__other__" in ids, ids
-    else:
-        # a pool per subtask, re-initialised at every checkpoint: few ids however many
-        # checkpoints pass, many re-inits
-        assert 0 < live_ids <= 10, (live_ids, ids)
-        assert reinits >= 10, reinits
-    print(f"{naming}: {live_ids:.0f} ids, {reinits:.0f} re-initialisations, fences {reasons(m, prefix)}")
-
-    # 4. the sink's transactional ids: <prefix>-<subtask>-<n> (INCREMENTING: n follows the
-    # checkpoint id, and the abort of lingering transactions at each start (PROBING) also
-    # makes ids of subtasks 2 and 3, in case the job ran with more before, which stay Empty;
-    # POOLING: n is a pool index). Transactions come from subtasks 0 and 1 only.
+    m = exp.wait_metric(lambda m: all((reasons(m, p).get("startup_abort") or 0) >= 1 for p in prefixes.values()), 60,
+                        what="the tap counting the restart's abort of each sink's open transaction")
     listed = kafka_tool("kafka-transactions", "--bootstrap-server", bootstrap, "list",
                         log_dir=tmp_path / "tools").stdout
+    for naming, prefix in prefixes.items():
+        assert reasons(m, prefix)["new_instance"] == 0 and reasons(m, prefix)["timeout"] == 0, reasons(m, prefix)
+        assert (m.get_value("kafka_transactions_total", app=prefix, outcome="aborted") or 0) >= 1
+        ids = per_id_series(m, prefix)
+        live_ids = m.get_value("kafka_transactional_ids", app=prefix) or 0
+        reinits = m.get_value("kafka_transactional_id_reinitializations_total", app=prefix) or 0
+        if naming == "incrementing":
+            # however many ids the checkpoints made, per-id series stay under the cap (+ __other__,
+            # the cap counting the ids of both sinks)
+            assert live_ids > ID_SERIES_CAP
+            assert len(ids - {"__other__"}) <= ID_SERIES_CAP and "__other__" in ids, ids
+        else:
+            # a pool per subtask, re-initialised at every checkpoint: few ids however many
+            # checkpoints pass, many re-inits
+            assert 0 < live_ids <= 10, (live_ids, ids)
+            assert reinits >= 10, reinits
+        print(f"{naming}: {live_ids:.0f} ids, {reinits:.0f} re-initialisations, fences {reasons(m, prefix)}")
+        _assert_sink_ids(listed, prefix)
+
+
+def _assert_sink_ids(listed: str, prefix: str) -> None:
+    """A sink's transactional ids in `kafka-transactions list`: <prefix>-<subtask>-<n>
+    (INCREMENTING: n follows the checkpoint id, and the abort of lingering transactions at
+    each start (PROBING) also makes ids of subtasks 2 and 3, in case the job ran with more
+    before, which stay Empty; POOLING: n is a pool index). Transactions come from subtasks 0
+    and 1 only."""
     rows = [line.split() for line in listed.splitlines()[1:] if line.startswith(prefix + "-")]
     pattern = re.compile(rf"^{re.escape(prefix)}-(\d+)-(\d+)$")
     states = {(int(m.group(1)), int(m.group(2))): row[3] for row in rows if (m := pattern.match(row[0]))}

@@ -35,11 +35,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--group", help="the source's consumer group (default: <prefix>-source)")
     p.add_argument("--naming", choices=("incrementing", "pooling"), default="incrementing",
                    help="the sink's TransactionNamingStrategy (flink-connector-kafka 4.0+)")
+    p.add_argument("--extra-sink", action="append", default=[], metavar="OUTPUT:PREFIX:NAMING",
+                   help="the same stream also to OUTPUT through a KafkaSink of its own (repeatable): "
+                        "two naming strategies in one job share its start-up and its checkpoints")
     p.add_argument("--checkpoint-dir", help="a directory for retained checkpoints (default: Flink's, in memory)")
     p.add_argument("--restore", help="a retained checkpoint (chk-N directory) to resume from")
     p.add_argument("--jars", default=os.environ.get("TXNWATCH_FLINK_JARS", ""),
                    help="the connector's jars, os.pathsep-separated (default: $TXNWATCH_FLINK_JARS)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    args.sinks = [(args.output, args.prefix, args.naming)]
+    for spec in args.extra_sink:
+        parts = spec.split(":")
+        if len(parts) != 3 or parts[2] not in ("incrementing", "pooling") or not all(parts):
+            p.error(f"--extra-sink {spec!r}: want OUTPUT:PREFIX:NAMING, NAMING incrementing or pooling")
+        args.sinks.append(tuple(parts))
+    return args
 
 
 def configuration(args: argparse.Namespace):
@@ -73,7 +83,7 @@ def configuration(args: argparse.Namespace):
 
 
 def build(env, args: argparse.Namespace) -> None:
-    """IN -> upper-case -> OUT, exactly once."""
+    """IN -> upper-case -> OUT (and each --extra-sink's OUTPUT), exactly once."""
     from pyflink.common import Types, WatermarkStrategy
     from pyflink.common.serialization import SimpleStringSchema
     from pyflink.datastream.connectors.base import DeliveryGuarantee
@@ -93,24 +103,24 @@ def build(env, args: argparse.Namespace) -> None:
               .set_value_only_deserializer(SimpleStringSchema())
               .set_property("isolation.level", "read_committed")
               .build())
-    serializer = (KafkaRecordSerializationSchema.builder()
-                  .set_topic(args.output)
-                  .set_value_serialization_schema(SimpleStringSchema())
-                  .build())
-    builder = (KafkaSink.builder()
-               .set_bootstrap_servers(args.bootstrap)
-               .set_record_serializer(serializer)
-               .set_delivery_guarantee(DeliveryGuarantee.EXACTLY_ONCE)
-               .set_transactional_id_prefix(args.prefix)
-               .set_property("transaction.timeout.ms", str(args.timeout_ms)))
+    upper = (env.from_source(source, WatermarkStrategy.no_watermarks(), "kafka-in")
+             .map(lambda v: v.upper(), output_type=Types.STRING())
+             .name("upper"))
     # PyFlink's builder has no setter for the naming strategy: the Java builder's, via py4j.
     strategy = get_gateway().jvm.org.apache.flink.connector.kafka.sink.TransactionNamingStrategy
-    builder._j_builder.setTransactionNamingStrategy(strategy.valueOf(args.naming.upper()))
-    (env.from_source(source, WatermarkStrategy.no_watermarks(), "kafka-in")
-        .map(lambda v: v.upper(), output_type=Types.STRING())
-        .name("upper")
-        .sink_to(builder.build())
-        .name("kafka-out"))
+    for output, prefix, naming in args.sinks:
+        serializer = (KafkaRecordSerializationSchema.builder()
+                      .set_topic(output)
+                      .set_value_serialization_schema(SimpleStringSchema())
+                      .build())
+        builder = (KafkaSink.builder()
+                   .set_bootstrap_servers(args.bootstrap)
+                   .set_record_serializer(serializer)
+                   .set_delivery_guarantee(DeliveryGuarantee.EXACTLY_ONCE)
+                   .set_transactional_id_prefix(prefix)
+                   .set_property("transaction.timeout.ms", str(args.timeout_ms)))
+        builder._j_builder.setTransactionNamingStrategy(strategy.valueOf(naming.upper()))
+        upper.sink_to(builder.build()).name(f"kafka-out-{prefix}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -148,7 +148,8 @@ class FlinkJob:
 
     def command(self, bootstrap: str, input: str, output: str, prefix: str, checkpoint_ms: int = 2000,
                 timeout_ms: int = 60000, parallelism: int = 2, *, group: str | None = None,
-                naming: str = "incrementing", restore: str | os.PathLike | None = None) -> list[str]:
+                naming: str = "incrementing", restore: str | os.PathLike | None = None,
+                extra_sinks: tuple[tuple[str, str, str], ...] = ()) -> list[str]:
         cmd = [str(python()), "-m", "txnwatch_dev.flink.job", "--bootstrap", bootstrap, "--input", input,
                "--output", output, "--prefix", prefix, "--checkpoint-ms", str(checkpoint_ms),
                "--timeout-ms", str(timeout_ms), "--parallelism", str(parallelism), "--naming", naming,
@@ -158,6 +159,8 @@ class FlinkJob:
             cmd += ["--group", group]
         if restore:
             cmd += ["--restore", str(restore)]
+        for sink in extra_sinks:            # (output, prefix, naming)
+            cmd += ["--extra-sink", ":".join(sink)]
         return cmd
 
     def start(self, *args, timeout: float = 180.0, **kwargs) -> FlinkJob:
