@@ -2,6 +2,7 @@
 # Config by TXNWATCH_* environment variables or a mounted file:
 #   docker run -p 10129:10129 -e TXNWATCH_BOOTSTRAP_SERVERS=kafka:9092 txnwatch
 #   docker run -v $PWD/txnwatch.yaml:/etc/txnwatch/txnwatch.yaml:ro -e TXNWATCH_CONFIG=/etc/txnwatch/txnwatch.yaml txnwatch
+# TLS and basic auth: mount a web config and set TXNWATCH_WEB_CONFIG_FILE to it.
 # Runs as a non-root user and works with a read-only root filesystem.
 FROM python:3.11.7-slim-bookworm
 
@@ -38,8 +39,9 @@ ENV TXNWATCH_HOST=0.0.0.0 \
 
 EXPOSE 10129
 
+# /healthz on the configured port and scheme (TXNWATCH_PORT, the web config's TLS)
 HEALTHCHECK --interval=30s --timeout=5s --start-period=15s --retries=3 \
-    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:10129/healthz', timeout=4)"]
+    CMD ["txnwatch", "healthcheck"]
 
 ENTRYPOINT ["txnwatch"]
 CMD ["serve"]

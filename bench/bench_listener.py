@@ -3,7 +3,7 @@
 One run, one local SparkSession: the same stateless query (rate source -> projection ->
 noop sink) runs in alternating rounds without and with TxnWatchListener attached in its
 heaviest configuration (driver-side state + serve(port) + forwarding to a local
-waitress-served ingest endpoint). Alternating rounds cancel slow drifts (JIT warm-up,
+ingest endpoint on the exporter's HTTP server). Alternating rounds cancel slow drifts (JIT warm-up,
 page cache). Reported:
 - the ratio of median batch durations with / without the listener (Spark's own
   batchDuration of executed batches), the figure asked for;
@@ -60,8 +60,10 @@ def run_query(spark, name: str, batches: int, trigger: str) -> list[float]:
 class Ingest:
     def __init__(self):
         from flask import Flask
-        from waitress.server import create_server
 
+        from txnwatch.config import HttpConfig
+        from txnwatch.config.web import WebConfig
+        from txnwatch.exporter.serve.server import make_server
         from txnwatch.exporter.spark.ingest import make_ingest_blueprint
         from txnwatch.spark_listener.state import SparkQueryState
         from txnwatch_dev.net import free_port
@@ -70,12 +72,11 @@ class Ingest:
         app = Flask("bench-ingest")
         app.register_blueprint(make_ingest_blueprint(self.state, "bench"))
         self.port = free_port()
-        self.server = create_server(app, host="127.0.0.1", port=self.port, threads=2)
+        self.server = make_server(app, HttpConfig(host="127.0.0.1", port=self.port, threads=2), WebConfig())
         threading.Thread(target=self.server.run, daemon=True).start()
 
     def close(self):
         self.server.close()
-        self.server.task_dispatcher.shutdown()
 
 
 def main(argv=None) -> int:

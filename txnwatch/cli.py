@@ -69,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "($POD_NAME / $HOSTNAME ending in -N); default $TXNWATCH_SHARD")
     serve.add_argument("--total-shards", type=int, metavar="M",
                        help="replicas splitting the work (default 1, $TXNWATCH_TOTAL_SHARDS)")
+    serve.add_argument("--web.config.file", "--web-config-file", dest="web_config_file", metavar="FILE",
+                       help="the web configuration file of Prometheus's exporters (TLS, client certificates, "
+                            "bcrypt basic-auth users); $TXNWATCH_WEB_CONFIG_FILE")
     serve.add_argument("--check-config", action="store_true",
                        help="validate the configuration (flags, environment, file) and exit: 0 valid, "
                             "2 not; contacts no Kafka cluster")
@@ -82,6 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--sample-seconds", type=float, default=1.0,
                        help="time between the two samples that show whether an LSO moves")
 
+    health = sub.add_parser("healthcheck", help="exit 0 when the exporter on this host answers /healthz "
+                                                "(container HEALTHCHECK: follows the configured port and scheme)")
+    health.add_argument("--config", metavar="FILE", help="YAML config file")
+    health.add_argument("--port", type=int, help="listen port (default 10129)")
+    health.add_argument("--web.config.file", "--web-config-file", dest="web_config_file", metavar="FILE",
+                        help="the web configuration file")
     dash = sub.add_parser("dashboards", help="write the Grafana dashboards (JSON) and provisioning files")
     dash.add_argument("--out", required=True, metavar="DIR")
     dash.add_argument("--config", metavar="FILE", help=MIXIN_CONFIG_HELP)
@@ -145,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"txnwatch: {exc}", file=sys.stderr)
             return 2
     try:
-        config = load_config(flags)
+        config = load_config(flags, require_cluster=args.command != "healthcheck")
     except ConfigError as exc:
         print(f"txnwatch: {exc}", file=sys.stderr)
         return 2
@@ -163,6 +172,12 @@ def main(argv: list[str] | None = None) -> int:
         from .exporter.runtime.service import serve
 
         return serve(config, shard=shard)
+    if args.command == "healthcheck":
+        from .exporter.serve.healthcheck import healthcheck
+
+        ok, message = healthcheck(config.http)
+        print(message, file=sys.stdout if ok else sys.stderr)
+        return 0 if ok else 1
     if args.command == "check":
         setup_logging("ERROR", secrets)
         from .check import run_check
@@ -182,7 +197,11 @@ def config_summary(config, shard) -> str:
         lines.append(f"  {c.name}: {c.bootstrap_servers} ({', '.join(sources)}; poll every "
                      f"{c.poll_interval_seconds:g} s)")
     http = config.http
-    lines.append(f"  http: {http.host}:{http.port}" + (", TLS" if http.tls else "")
+    web = http.web
+    access = ([f"TLS {web.tls.min_version}+, client certificates: {web.tls.client_auth_type}"] if web.tls else []) + \
+        ([f"{len(web.basic_auth_users)} basic-auth user(s)"] if web.basic_auth_users else []) + \
+        (["bearer token"] if http.auth_bearer_token else [])
+    lines.append(f"  http: {http.scheme}://{http.host}:{http.port}" + (f" ({'; '.join(access)})" if access else "")
                  + f"; log {config.log_level} as {config.log_format}; cluster name in label "
                  f"{config.cluster_label}")
     if shard is not None and shard.sharded:

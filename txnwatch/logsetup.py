@@ -141,6 +141,6 @@ def setup_logging(level: str = "INFO", secrets: Iterable[str] = (), fmt: str = "
     root.handlers[:] = [handler]
     root.setLevel(level)
     # kafka-python logs its whole configuration (passwords included) at DEBUG and every
-    # reconnect at INFO; librdkafka and waitress are chatty too.
-    for name in ("kafka", "txnwatch.librdkafka", "waitress.queue"):
+    # reconnect at INFO; librdkafka is chatty too.
+    for name in ("kafka", "txnwatch.librdkafka"):
         logging.getLogger(name).setLevel(logging.ERROR if name == "kafka" else logging.WARNING)

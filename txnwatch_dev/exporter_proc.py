@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -19,7 +20,10 @@ from .scrape import Metrics, parse_metrics
 
 class ExporterProcess:
     def __init__(self, config: dict, port: int | None = None, env: dict | None = None,
-                 log_path: str | os.PathLike | None = None, extra_args: list[str] | None = None) -> None:
+                 log_path: str | os.PathLike | None = None, extra_args: list[str] | None = None,
+                 tls_client: ssl.SSLContext | None = None, headers: dict | None = None) -> None:
+        """`tls_client`: the exporter serves HTTPS (its web config) and this context talks to
+        it; `headers`: sent with every request of get() (credentials)."""
         self.port = port or free_port()
         config = {**config, "http": {**config.get("http", {}), "host": "127.0.0.1", "port": self.port}}
         self._dir = tempfile.mkdtemp(prefix="txnwatch-exporter-")
@@ -28,11 +32,12 @@ class ExporterProcess:
         self.log_path = Path(log_path) if log_path else Path(self._dir) / "exporter.log"
         self._env = {**os.environ, **(env or {})}
         self._extra = extra_args or []
+        self.tls_client, self.headers = tls_client, dict(headers or {})
         self.proc: subprocess.Popen | None = None
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls_client else 'http'}://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 30) -> ExporterProcess:
         log = open(self.log_path, "ab")
@@ -47,9 +52,9 @@ class ExporterProcess:
         return self
 
     def get(self, path: str, headers: dict | None = None, timeout: float = 5) -> tuple[int, str]:
-        req = urllib.request.Request(self.url + path, headers=headers or {})
+        req = urllib.request.Request(self.url + path, headers={**self.headers, **(headers or {})})
         try:
-            with urllib.request.urlopen(req, timeout=timeout) as r:
+            with urllib.request.urlopen(req, timeout=timeout, context=self.tls_client) as r:
                 return r.status, r.read().decode()
         except urllib.error.HTTPError as e:
             return e.code, e.read().decode()

@@ -30,14 +30,16 @@ class PrometheusProcess:
     def __init__(self, targets: list[str], rule_files: list[str | os.PathLike] = (), port: int | None = None,
                  interval: str = "1s", job: str = "txnwatch", log_path: str | os.PathLike | None = None,
                  data_dir: str | os.PathLike | None = None, target_labels: dict[str, str] | None = None,
-                 alertmanagers: list[str] = ()) -> None:
+                 alertmanagers: list[str] = (), scrape: dict | None = None) -> None:
+        """`scrape`: more of the scrape job's settings (scheme, tls_config, basic_auth)."""
         self.port = port or free_port()
         self.dir = Path(data_dir) if data_dir else Path(tempfile.mkdtemp(prefix="txnwatch-prom-"))
         self.dir.mkdir(parents=True, exist_ok=True)
         config = {"global": {"scrape_interval": interval, "evaluation_interval": interval},
                   "rule_files": [str(Path(r).resolve()) for r in rule_files],
                   "scrape_configs": [{"job_name": job,
-                                      "static_configs": [{"targets": targets, "labels": target_labels or {}}]}]}
+                                      "static_configs": [{"targets": targets, "labels": target_labels or {}}],
+                                      **(scrape or {})}]}
         if alertmanagers:
             config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": list(alertmanagers)}]}]}
         self.config_path = self.dir / "prometheus.yml"

@@ -102,9 +102,9 @@ def test_dockerfile_commands_install_and_start_the_exporter(tmp_path, broker):
     proc = subprocess.Popen([str(bin_dir / entrypoint[0]), *entrypoint[1:], *cmd], env=run_env,
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        probe = [str(bin_dir / "python") if healthcheck[0] == "python" else healthcheck[0],
-                 *[a.replace("10129", str(port)) for a in healthcheck[1:]]]
-        wait_for(lambda: subprocess.run(probe, capture_output=True).returncode == 0, 60,
+        # the probe runs in the container's environment: it follows TXNWATCH_PORT
+        probe = [str(bin_dir / healthcheck[0]), *healthcheck[1:]]
+        wait_for(lambda: subprocess.run(probe, capture_output=True, env=run_env, cwd=tmp_path).returncode == 0, 60,
                  what="the image's HEALTHCHECK to pass")
         import urllib.request
         body = wait_for(lambda: (b := urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode())

@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import shutil
-import ssl
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 
@@ -110,60 +105,6 @@ def test_exporter_sigkill_restart_rebuilds_state_and_readiness(broker, producers
     finally:
         exp.kill()
         exp2.stop()
-
-
-def _self_signed(tmp_path):
-    if not shutil.which("openssl"):
-        pytest.fail("openssl is needed to make a test certificate (apt-get install openssl)")
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
-                    str(cert), "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
-                   check=True, capture_output=True)
-    return cert, key
-
-
-def _get(url, headers=None, ctx=None):
-    req = urllib.request.Request(url, headers=headers or {})
-    try:
-        with urllib.request.urlopen(req, timeout=5, context=ctx) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
-
-
-def test_metrics_and_page_behind_basic_auth_over_tls(broker, exporter_factory, tmp_path):
-    """Access: with auth and TLS configured, /metrics and / need credentials over HTTPS;
-    /healthz and /readyz stay open for probes."""
-    cert, key = _self_signed(tmp_path)
-    pw = tmp_path / "pw"
-    pw.write_text("s3cret-basic")
-    cfg = cluster_config(broker.bootstrap)
-    cfg["http"] = {"auth": {"username": "prom", "password": f"${{file:{pw}}}"},
-                   "tls": {"cert_file": str(cert), "key_file": str(key)}}
-    port = free_port()
-    cfg["http"].update(host="127.0.0.1", port=port)
-    conf = tmp_path / "tls.yaml"
-    conf.write_text(yaml.safe_dump(cfg))
-    ctx = ssl.create_default_context(cafile=str(cert))
-    base = f"https://127.0.0.1:{port}"
-    proc = subprocess.Popen([sys.executable, "-m", "txnwatch.cli", "serve", "--config", str(conf)],
-                            stdout=open(tmp_path / "tls.log", "wb"), stderr=subprocess.STDOUT)
-    try:
-        wait_for(lambda: _get(base + "/healthz", ctx=ctx)[0] == 200, 30, what="https /healthz")
-        assert _get(base + "/metrics", ctx=ctx)[0] == 401
-        assert _get(base + "/", ctx=ctx)[0] == 401
-        bad = base64.b64encode(b"prom:wrong").decode()
-        assert _get(base + "/metrics", {"Authorization": f"Basic {bad}"}, ctx)[0] == 401
-        good = base64.b64encode(b"prom:s3cret-basic").decode()
-        status, body = _get(base + "/metrics", {"Authorization": f"Basic {good}"}, ctx)
-        assert status == 200 and "txnwatch_build_info" in body
-        assert _get(base + "/readyz", ctx=ctx)[0] in (200, 503)
-        with pytest.raises(OSError):  # plain HTTP is not served
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=3)
-        assert "s3cret-basic" not in (tmp_path / "tls.log").read_text()
-    finally:
-        proc.terminate()
-        proc.wait(15)
 
 
 def test_bearer_token_for_metrics(broker, exporter_factory):

@@ -1,7 +1,7 @@
 """The listener with real PySpark streaming queries (local mode, the session's one SparkSession).
 
 Both ways out are exercised for real: serve(port) scraped over HTTP, and forwarding to a
-waitress-served Flask app with the ingest blueprint.
+Flask app with the ingest blueprint on the exporter's HTTP server.
 """
 
 from __future__ import annotations
@@ -57,10 +57,12 @@ def windowed_count(spark, name: str):
 
 
 class IngestServer:
-    """A tiny exporter: Flask + the ingest blueprint + /metrics, served by waitress."""
+    """A tiny exporter: Flask + the ingest blueprint + /metrics, on the exporter's server."""
 
     def __init__(self, token: str = TOKEN) -> None:
-        from waitress.server import create_server
+        from txnwatch.config import HttpConfig
+        from txnwatch.config.web import WebConfig
+        from txnwatch.exporter.serve.server import make_server
 
         self.state = SparkQueryState()
         app = Flask("tiny-exporter")
@@ -68,14 +70,13 @@ class IngestServer:
         app.add_url_rule("/metrics", "metrics",
                          lambda: Response(render_text(self.state), mimetype="text/plain"))
         self.port = free_port()
-        self.server = create_server(app, host="127.0.0.1", port=self.port, threads=2)
+        self.server = make_server(app, HttpConfig(host="127.0.0.1", port=self.port, threads=2), WebConfig())
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()
         self.url = f"http://127.0.0.1:{self.port}"
 
     def close(self) -> None:
         self.server.close()
-        self.server.task_dispatcher.shutdown()
 
 
 @pytest.fixture

@@ -166,6 +166,7 @@ CLUSTER_BAD_VALUES = {
 HTTP_BAD_VALUES = {"host": [5, ""], "port": [0, 70000, "x"], "threads": [0, "x"], "ingest_token": [5],
                    "ingest_max_bytes": [0, "x"], "spark_query_ttl_seconds": ["x", 0],
                    "auth": ["x", {"username": "u"}, {"token": "t"}, {}], "tls": ["x", {"cert_file": "/nope"}],
+                   "web_config_file": [5, "/nope/web.yml"],
                    "worker_processes": ["maybe", 2]}
 
 
@@ -195,8 +196,7 @@ def test_every_invalid_value_names_its_key():
     assert set(CLUSTER_BAD_VALUES) == {f.name for f in fields(ClusterConfig)}
     assert set(HTTP_BAD_VALUES) >= {"host", "port", "threads", "ingest_token", "ingest_max_bytes",
                                     "spark_query_ttl_seconds"}
-    assert {f.name for f in fields(HttpConfig)} - {"auth_username", "auth_password", "auth_bearer_token",
-                                                    "tls_cert_file", "tls_key_file"} <= set(HTTP_BAD_VALUES)
+    assert {f.name for f in fields(HttpConfig)} - {"auth_bearer_token", "web"} <= set(HTTP_BAD_VALUES)
     assert checked > 50
 
 

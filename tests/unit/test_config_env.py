@@ -68,19 +68,14 @@ ACCESSORS = {
     "http.ingest_max_bytes": lambda c: c.http.ingest_max_bytes,
     "http.spark_query_ttl_seconds": lambda c: c.http.spark_query_ttl_seconds,
     "http.worker_processes": lambda c: c.http.worker_processes,
-    "http.auth.username": lambda c: c.http.auth_username,
-    "http.auth.password": lambda c: c.http.auth_password,
     "http.auth.bearer_token": lambda c: c.http.auth_bearer_token,
-    "http.tls.cert_file": lambda c: c.http.tls_cert_file,
-    "http.tls.key_file": lambda c: c.http.tls_key_file,
+    "http.web_config_file": lambda c: c.http.web_config_file,
     "log_level": lambda c: c.log_level,
     "log_format": lambda c: c.log_format,
     "cluster_label": lambda c: c.cluster_label,
 }
 # Keys the parser accepts only together with another.
 COMPANIONS = {
-    "http.auth.username": ["http.auth.password"], "http.auth.password": ["http.auth.username"],
-    "http.tls.cert_file": ["http.tls.key_file"], "http.tls.key_file": ["http.tls.cert_file"],
     "clusters[].app_rules[].match": ["clusters[].app_rules[].app"],
     "clusters[].app_rules[].app": ["clusters[].app_rules[].match"],
     "clusters[].app_rules[].scheme": ["clusters[].app_rules[].match", "clusters[].app_rules[].app"],
@@ -108,9 +103,10 @@ def env_for(path: str, value) -> dict[str, str]:
 
 @pytest.fixture
 def tls_files(tmp_path):
-    for name in ("tls.crt", "tls.key"):
-        (tmp_path / name).write_text("not checked when loading\n")
-    return {"http.tls.cert_file": str(tmp_path / "tls.crt"), "http.tls.key_file": str(tmp_path / "tls.key")}
+    """Files that must exist: the web config (basic auth only: no certificate to make)."""
+    web = tmp_path / "web-config.yml"
+    web.write_text("basic_auth_users:\n  prometheus: $2y$10$" + "a" * 53 + "\n")
+    return {"http.web_config_file": str(web)}
 
 
 def test_every_leaf_has_an_accessor_and_a_non_default_example():
@@ -230,7 +226,7 @@ def test_client_properties_from_the_environment():
 def test_secrets_from_the_environment_are_secrets(tmp_path):
     pw_file = tmp_path / "pw"
     pw_file.write_text("from-a-file\n")
-    env = {**BASE, "TXNWATCH_HTTP__AUTH__USERNAME": "prometheus", "TXNWATCH_HTTP__AUTH__PASSWORD": "scrape-pw",
+    env = {**BASE, "TXNWATCH_HTTP__AUTH__BEARER_TOKEN": "scrape-pw",
            "TXNWATCH_HTTP__INGEST_TOKEN": "ingest-tok", "TXNWATCH_CLUSTERS__0__CLIENT__SASL_PASSWORD": "sasl-pw",
            "TXNWATCH_CLUSTERS__0__CLIENT__SSL_KEY_PASSWORD": f"${{file:{pw_file}}}"}
     cfg = load_config({}, env=env)
@@ -251,7 +247,7 @@ def test_secrets_from_the_environment_are_secrets(tmp_path):
     ({"TXNWATCH_CLUSTERS__0__TRANSACTION_LOG_TAP": "maybe"}, "(set by TXNWATCH_CLUSTERS__0__TRANSACTION_LOG_TAP)"),
     ({"TXNWATCH_HTTP__PROT": "80"},
      "http.prot: unknown key (allowed: auth, host, ingest_max_bytes, ingest_token, port, spark_query_ttl_seconds, "
-     "threads, tls, worker_processes) (set by TXNWATCH_HTTP__PROT)"),
+     "threads, web_config_file, worker_processes) (set by TXNWATCH_HTTP__PROT)"),
     ({"TXNWATCH_CLUSTERS__0__CANARY__INTERVAL": "5"}, "clusters[0].canary.interval: unknown key (allowed: abort_every"),
     ({"TXNWATCH_CLUSTERS__FIRST__NAME": "x"}, "clusters: 'FIRST' is not a list index (the items are numbered from 0) "
                                              "(set by TXNWATCH_CLUSTERS__FIRST__NAME)"),
@@ -269,8 +265,8 @@ def test_secrets_from_the_environment_are_secrets(tmp_path):
     ({"TXNWATCH_CLUSTERS__0__CLIENT__SASL_PASSWORD": "${env:TXNWATCH_TEST_NOT_SET}"},
      "clusters[0].client.sasl.password: environment variable TXNWATCH_TEST_NOT_SET is not set "
      "(set by TXNWATCH_CLUSTERS__0__CLIENT__SASL_PASSWORD)"),
-    ({"TXNWATCH_HTTP__AUTH__USERNAME": "u"}, "basic auth needs both username and password "
-                                             "(set by TXNWATCH_HTTP__AUTH__USERNAME)"),
+    ({"TXNWATCH_HTTP__AUTH__USERNAME": "u"}, "http.auth.username: unknown key (allowed: bearer_token)"),
+    ({"TXNWATCH_WEB_CONFIG_FILE": "/nope/web.yml"}, "http.web_config_file: web config /nope/web.yml: cannot read it "),
     ({"TXNWATCH_CLUSTER_LABEL": "topic"}, "cluster_label: 'topic' is already a label of txnwatch's series (e.g. "),
     ({"TXNWATCH_CLUSTER_LABEL": "le"}, "'le' is already a label of txnwatch's series (histogram buckets)"),
     ({"TXNWATCH_CLUSTER_LABEL": "__cluster"}, "must be a Prometheus label name"),

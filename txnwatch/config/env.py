@@ -24,6 +24,7 @@ OVERRIDES = {
     "config": None,
     "host": ("http", "host"), "port": ("http", "port"),
     "ingest_token": ("http", "ingest_token"),
+    "web_config_file": ("http", "web_config_file"),
     "bootstrap_servers": ("cluster", "bootstrap_servers"),
     "cluster_name": ("cluster", "name"),
     "poll_interval": ("cluster", "poll_interval_seconds"),

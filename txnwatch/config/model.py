@@ -14,6 +14,7 @@ from typing import Any
 from ..apps import AppRule
 from ..metrics import DEFAULT_CLUSTER_LABEL
 from .schema import DEFAULT_PORT
+from .web import WebConfig
 
 SECRET_KEY_RE = re.compile(r"(password|secret|token|credential|\.key$|key\.pem|sasl\.jaas)", re.I)
 _REF_RE = re.compile(r"^\$\{(env|file):([^}]+)\}$")
@@ -125,19 +126,22 @@ class HttpConfig:
     ingest_token: str | None = None        # bearer token for POST /api/v1/spark/events
     ingest_max_bytes: int = 1_000_000
     spark_query_ttl_seconds: float = 600.0
-    # Access to /metrics and / (not /healthz, /readyz): basic auth or a bearer token.
-    auth_username: str | None = None
-    auth_password: str | None = None
+    # Access to /metrics and / (not /healthz, /readyz): the web config's basic-auth users, or
+    # a bearer token.
     auth_bearer_token: str | None = None
-    tls_cert_file: str | None = None
-    tls_key_file: str | None = None
+    web_config_file: str | None = None
+    web: WebConfig = WebConfig()             # loaded from web_config_file
     # Each cluster's poller and tap in a worker process of its own (the serving process then
     # holds no Kafka client); false runs them as threads of the serving process.
     worker_processes: bool = True
 
     @property
     def tls(self) -> bool:
-        return bool(self.tls_cert_file)
+        return self.web.tls is not None
+
+    @property
+    def scheme(self) -> str:
+        return self.web.scheme
 
 
 @dataclass(frozen=True)
@@ -153,7 +157,7 @@ class Config:
         """Every configured secret (SASL passwords, tokens): log lines never show them."""
         out = [v for c in self.clusters for k, v in c.client_properties().items()
                if k in c.redacted_client() and c.redacted_client()[k] == "***"]
-        for v in (self.http.ingest_token, self.http.auth_password, self.http.auth_bearer_token):
+        for v in (self.http.ingest_token, self.http.auth_bearer_token):
             if v:
                 out.append(v)
         return out

@@ -27,12 +27,12 @@ from .model import (
     resolve_secret,
 )
 from .schema import LABEL_NAME_RE, LOG_FORMATS, LOG_LEVELS, ROOT
+from .web import WebConfigError, load_web_config
 
 # The parser's key sets, from the one declaration (txnwatch.config.schema).
 _TOP_KEYS = ROOT.names
 _HTTP_KEYS = ROOT.child("http").names
 _AUTH_KEYS = ROOT.child("http").child("auth").names
-_TLS_KEYS = ROOT.child("http").child("tls").names
 _CLUSTER_KEYS = ROOT.child("clusters").items.names
 _CANARY_KEYS = ROOT.child("clusters").items.child("canary").names
 _FILTER_KEYS = ROOT.child("clusters").items.child("topics").names
@@ -213,6 +213,14 @@ class _Parser:
     def http(self, key: str, value: Any) -> HttpConfig:
         if value is None:
             return HttpConfig()
+        if isinstance(value, dict) and value.get("tls") is not None:
+            raise self.err(f"{key}.tls", "moved to the web configuration file (http.web_config_file, "
+                           "--web.config.file): tls_server_config: {cert_file: ..., key_file: ...}")
+        if isinstance(value, dict) and isinstance(value.get("auth"), dict) and (
+                {"username", "password"} & set(value["auth"])):
+            raise self.err(f"{key}.auth", "basic-auth users moved to the web configuration file "
+                           "(http.web_config_file, --web.config.file) as bcrypt hashes: "
+                           "basic_auth_users: {prometheus: $2y$10$...} (htpasswd -nBC 10 prometheus)")
         v = self.mapping(key, value, _HTTP_KEYS)
         kw: dict[str, Any] = {}
         if "host" in v:
@@ -233,21 +241,16 @@ class _Parser:
             kw["worker_processes"] = self.boolean(f"{key}.worker_processes", v["worker_processes"])
         if v.get("auth") is not None:
             a = self.mapping(f"{key}.auth", v["auth"], _AUTH_KEYS)
-            for k in a:
-                kw[f"auth_{k}"] = resolve_secret(self.string(f"{key}.auth.{k}", a[k]))
-            if ("username" in a) != ("password" in a):
-                raise self.err(f"{key}.auth", "basic auth needs both username and password")
-            if not a:
-                raise self.err(f"{key}.auth", "set username and password, or bearer_token")
-        if v.get("tls") is not None:
-            t = self.mapping(f"{key}.tls", v["tls"], _TLS_KEYS)
-            for k in ("cert_file", "key_file"):
-                if k not in t:
-                    raise self.err(f"{key}.tls.{k}", "is required when tls is set")
-                path = self.string(f"{key}.tls.{k}", t[k])
-                if not Path(path).is_file():
-                    raise self.err(f"{key}.tls.{k}", f"no such file: {path}")
-                kw[f"tls_{k}"] = path
+            if not a.get("bearer_token"):
+                raise self.err(f"{key}.auth", "set bearer_token (basic-auth users are in the web configuration file)")
+            kw["auth_bearer_token"] = resolve_secret(self.string(f"{key}.auth.bearer_token", a["bearer_token"]))
+        if v.get("web_config_file") is not None:
+            path = self.string(f"{key}.web_config_file", v["web_config_file"])
+            try:
+                kw["web"] = load_web_config(path)
+            except WebConfigError as exc:
+                raise self.err(f"{key}.web_config_file", str(exc)) from None
+            kw["web_config_file"] = path
         return HttpConfig(**kw)
 
 

@@ -161,7 +161,7 @@ HTTP = Key(
     "http", ("object",), "the HTTP server (/metrics, /, probes, the Spark ingest)", nullable=True, children=(
         _str("host", "listen address", "0.0.0.0", example="127.0.0.1"),
         _num("port", "listen port", DEFAULT_PORT, integer=True, minimum=1, maximum=65535, example=8080),
-        _num("threads", "waitress worker threads", 8, integer=True, exclusive_minimum=0, example=4),
+        _num("threads", "HTTP server (cheroot) worker threads", 8, integer=True, exclusive_minimum=0, example=4),
         _str("ingest_token", "bearer token for POST /api/v1/spark/events; may be ${env:NAME} or ${file:/path}",
              nullable=True, secret=True, example="ingest-token-1"),
         _num("ingest_max_bytes", "request size limit for the Spark ingest", 1_000_000, integer=True,
@@ -169,16 +169,14 @@ HTTP = Key(
         _num("spark_query_ttl_seconds", "Spark queries that stop reporting expire after this", 600.0,
              exclusive_minimum=0, example=60.0),
         _bool("worker_processes", "each cluster's poller and tap in a process of its own", True, example=False),
-        Key("auth", ("object",), "access to /metrics and / (probes stay open): username and password, or a "
-            "bearer token; values may be ${env:NAME} or ${file:/path}", nullable=True,
-            extra=(("minProperties", 1), ("dependentRequired", {"username": ["password"],
-                                                               "password": ["username"]})),
-            children=(_str("username", "basic auth user", example="prometheus"),
-                      _str("password", "basic auth password", secret=True, example="scrape-pw-1"),
-                      _str("bearer_token", "bearer token", secret=True, example="scrape-token-1"))),
-        Key("tls", ("object",), "serve HTTPS only (cheroot)", nullable=True, required=("cert_file", "key_file"),
-            children=(_str("cert_file", "PEM certificate (chain) file", example="/etc/txnwatch/tls.crt"),
-                      _str("key_file", "PEM private key file", example="/etc/txnwatch/tls.key"))),
+        _str("web_config_file", "the web configuration file of Prometheus's exporters (exporter-toolkit's "
+             "format): TLS with client certificates (re-read when they change), bcrypt-hashed basic-auth "
+             "users, response headers; paths in it are relative to it", nullable=True,
+             example="/etc/txnwatch/web-config.yml"),
+        Key("auth", ("object",), "a bearer token for /metrics and / (probes stay open); basic-auth users are "
+            "in the web configuration file", nullable=True, extra=(("minProperties", 1),),
+            children=(_str("bearer_token", "bearer token; may be ${env:NAME} or ${file:/path}", secret=True,
+                           example="scrape-token-1"),)),
     ))
 
 ROOT = Key(

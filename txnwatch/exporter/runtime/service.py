@@ -156,13 +156,13 @@ def serve(config: Config, ready_event: threading.Event | None = None, shard=None
     """`txnwatch serve`: the exporter on a production WSGI server until SIGTERM or SIGINT."""
     exporter = Exporter(config, shard=shard)
     http = config.http
-    server = make_server(create_app(exporter), http)
+    server = make_server(create_app(exporter), http, http.web)
     tune_gc()
     exporter.start()
     names = ", ".join(f"{c.name} ({c.bootstrap_servers})" for c in config.clusters if c.name in exporter.clusters)
     if exporter.shard.sharded:
         names += f"; shard {exporter.shard.index} of {exporter.shard.total}"
-    log.info("txnwatch serving on %s://%s:%s/ for %s", "https" if http.tls else "http", http.host,
+    log.info("txnwatch serving on %s://%s:%s/ for %s", http.scheme, http.host,
              server.effective_port, names)
 
     def shutdown(signum, _frame) -> None:

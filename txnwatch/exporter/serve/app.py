@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import base64
-import hmac
-
 from flask import Flask, Response, request
 
 from ...metrics.exposition import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, accepts_gzip, wants_openmetrics
 from ..spark.ingest import INGEST_PATH, make_ingest_blueprint
+from .auth import Authorizer
 from .page import render_page
 
 LOOPBACK = {"127.0.0.1", "::1", "localhost"}
@@ -19,14 +17,21 @@ def create_app(exporter) -> Flask:
     app.config["exporter"] = exporter
     http = exporter.config.http
     protected = {"/metrics", "/"}
+    authorized = Authorizer(http.web.basic_auth_users, http.auth_bearer_token)
+    headers = dict(http.web.headers)
 
     @app.before_request
     def require_auth():
-        if request.path in protected and not authorized(http, request.headers.get("Authorization", "")):
-            scheme = "Basic" if http.auth_username else "Bearer"
+        if request.path in protected and not authorized(request.headers.get("Authorization", "")):
             return Response("unauthorized\n", status=401, mimetype="text/plain",
-                            headers={"WWW-Authenticate": f'{scheme} realm="txnwatch"'})
+                            headers={"WWW-Authenticate": authorized.challenge})
         return None
+
+    if headers:
+        @app.after_request
+        def add_headers(resp: Response) -> Response:
+            resp.headers.update(headers)
+            return resp
 
     @app.get("/metrics")
     def metrics() -> Response:
@@ -81,22 +86,3 @@ def _register_ingest(app: Flask, exporter) -> None:
         return Response('{"error": "the Spark ingest endpoint is disabled: the exporter listens beyond '
                         'loopback and no http.ingest_token (TXNWATCH_INGEST_TOKEN) is set", "field": null}\n',
                         status=403, mimetype="application/json")
-
-
-def authorized(http, header: str) -> bool:
-    """Basic or bearer credentials, compared in constant time. No auth configured: open."""
-    if not (http.auth_username or http.auth_bearer_token):
-        return True
-    scheme, _, value = header.partition(" ")
-    value = value.strip()
-    if http.auth_bearer_token and scheme.lower() == "bearer":
-        return hmac.compare_digest(value.encode(), http.auth_bearer_token.encode())
-    if http.auth_username and scheme.lower() == "basic":
-        try:
-            user, _, pw = base64.b64decode(value, validate=True).decode().partition(":")
-        except (ValueError, UnicodeDecodeError):
-            return False
-        ok_user = hmac.compare_digest(user.encode(), http.auth_username.encode())
-        ok_pw = hmac.compare_digest(pw.encode(), (http.auth_password or "").encode())
-        return ok_user and ok_pw
-    return False

@@ -1,30 +1,33 @@
-"""The HTTP server: waitress (a production WSGI server), or cheroot where TLS is configured."""
+"""The HTTP server: cheroot (CherryPy's production WSGI server), plain or with TLS from the
+web config, one stack for both (bench/bench_scrape.py measures each)."""
 
 from __future__ import annotations
 
 import gc
 import threading
 
-from waitress import create_server
-
 from ...config import HttpConfig
+from ...config.web import WebConfig
 
 
-class _TLSServer:
-    """waitress has no TLS; with certificate files configured the same WSGI app is served by
-    cheroot (CherryPy's production WSGI server) with its built-in TLS adapter."""
-
-    def __init__(self, app, http) -> None:
+class Server:
+    def __init__(self, app, http: HttpConfig, web: WebConfig) -> None:
         from cheroot import wsgi
-        from cheroot.ssl.builtin import BuiltinSSLAdapter
 
-        self._server = wsgi.Server((http.host, http.port), app, numthreads=http.threads,
-                                   server_name="txnwatch")
-        self._server.ssl_adapter = BuiltinSSLAdapter(http.tls_cert_file, http.tls_key_file)
-        self.effective_port = http.port
+        self._server = wsgi.Server((http.host, http.port), app, numthreads=http.threads, server_name="txnwatch",
+                                   # an idle or stuck client's connection is dropped after this long
+                                   timeout=30, shutdown_timeout=5)
+        self.tls = None
+        if web.tls is not None:
+            from .tls import ReloadingContext, ssl_adapter
+
+            self.tls = ReloadingContext(web.tls)
+            self._server.ssl_adapter = ssl_adapter(self.tls)
+        self._server.prepare()            # binds: a taken port fails here, before serving is announced
+        self.effective_port = self._server.bind_addr[1]
 
     def run(self) -> None:
-        self._server.safe_start()
+        self._server.serve()
 
     def close(self) -> None:
         threading.Thread(target=self._server.stop, daemon=True).start()
@@ -45,12 +48,6 @@ def tune_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
-def make_server(app, http: HttpConfig):
-    """The WSGI server for `app` on the configured address: waitress, or cheroot with TLS.
-    Both have run(), close() and effective_port."""
-    if http.tls:
-        return _TLSServer(app, http)
-    return create_server(app, host=http.host, port=http.port, threads=http.threads, ident="txnwatch",
-                         channel_timeout=30, clear_untrusted_proxy_headers=True,
-                         # big clusters make multi-MB bodies: keep them in memory
-                         outbuf_overflow=256 * 1024 * 1024, send_bytes=256 * 1024)
+def make_server(app, http: HttpConfig, web: WebConfig) -> Server:
+    """The WSGI server for `app` on the configured address (run(), close(), effective_port)."""
+    return Server(app, http, web)

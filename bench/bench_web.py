@@ -1,0 +1,139 @@
+"""Scrape latency of the one HTTP server stack (cheroot) plain and with TLS from the web
+config, in one run on one broker.
+
+    .venv/bin/python bench/bench_web.py [--partitions 10000] [--groups 500] [--seconds 30]
+
+One broker (Apache Kafka from Maven Central) with the partitions and groups, then for each
+of three exporters in turn (`txnwatch serve`, polling every 2 s):
+  plain        http, no auth;
+  tls          https, server certificate only;
+  mtls+basic   https with a client certificate required and a bcrypt basic-auth user
+               (cost 10), the fleet setting of docs/configuration.md;
+4 scraper processes, each scraping every 0.25 s on its own schedule over a kept-alive
+connection (as Prometheus does) with Prometheus's Accept headers (OpenMetrics, gzip):
+p50/p99/max. Then the same with a new connection (a full TLS handshake) for every scrape.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import http.client
+import multiprocessing as mp
+import random
+import ssl
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import bcrypt
+import yaml
+from bench_scrape import PROMETHEUS_HEADERS, pct, setup  # bench/ is on sys.path when run as a script
+
+from txnwatch_dev.exporter_proc import ExporterProcess
+from txnwatch_dev.kafka import make_broker
+from txnwatch_dev.pki import make_ca
+
+PASSWORD = "bench-scrape-pw"
+
+
+def _worker(port: int, tls: dict | None, headers: dict, seconds: float, period: float, keep_alive: bool, out) -> None:
+    def connect():
+        if tls is None:
+            return http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        ctx = ssl.create_default_context(cafile=tls["ca"])
+        if tls.get("cert"):
+            ctx.load_cert_chain(tls["cert"], tls["key"])
+        return http.client.HTTPSConnection("127.0.0.1", port, timeout=30, context=ctx)
+
+    conn = connect()
+    lat = []
+    next_at = time.monotonic() + random.uniform(0, period)
+    stop = time.monotonic() + seconds
+    while next_at < stop:
+        time.sleep(max(0.0, next_at - time.monotonic()))
+        t = time.perf_counter()
+        if not keep_alive:
+            conn.close()
+            conn = connect()
+        conn.request("GET", "/metrics", headers=headers)
+        resp = conn.getresponse()
+        resp.read()
+        if resp.status != 200:
+            raise RuntimeError(f"/metrics answered {resp.status}")
+        lat.append(time.perf_counter() - t)
+        next_at += period
+    conn.close()
+    out.put(lat)
+
+
+def scrape(port: int, tls: dict | None, headers: dict, seconds: float, keep_alive: bool) -> list[float]:
+    q = mp.Queue()
+    procs = [mp.Process(target=_worker, args=(port, tls, headers, seconds, 0.25, keep_alive, q)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    lat = [x for _ in procs for x in q.get()]
+    for p in procs:
+        p.join()
+    return lat
+
+
+def variants(d: Path) -> list[tuple[str, dict | None, dict | None, dict]]:
+    """(name, web config, client TLS settings, extra headers)."""
+    ca, clients = make_ca(d, "server-ca"), make_ca(d, "clients-ca")
+    server = ca.issue("tls", "localhost", server=True)
+    client = clients.issue("prometheus", "prometheus")
+    tls = {"cert_file": str(server.cert), "key_file": str(server.key)}
+    user = {"prometheus": bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(10)).decode()}
+    auth = {"Authorization": "Basic " + base64.b64encode(f"prometheus:{PASSWORD}".encode()).decode()}
+    return [("plain", None, None, {}),
+            ("tls", {"tls_server_config": tls}, {"ca": str(ca.cert)}, {}),
+            ("mtls+basic", {"tls_server_config": {**tls, "client_auth_type": "RequireAndVerifyClientCert",
+                                                  "client_ca_file": str(clients.cert)}, "basic_auth_users": user},
+             {"ca": str(ca.cert), "cert": str(client.cert), "key": str(client.key)}, auth)]
+
+
+def summary(lat: list[float]) -> str:
+    return (f"{len(lat)} scrapes, p50 {statistics.median(lat) * 1000:.1f} ms, p99 {pct(lat, 99) * 1000:.1f} ms, "
+            f"max {max(lat) * 1000:.1f} ms")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--partitions", type=int, default=10_000)
+    ap.add_argument("--groups", type=int, default=500)
+    ap.add_argument("--seconds", type=float, default=30)
+    a = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="txnwatch-bench-web-"))
+    with make_broker() as broker:
+        t0 = time.perf_counter()
+        setup(broker.bootstrap, a.partitions, a.groups)
+        print(f"setup {a.partitions} partitions / {a.groups} groups: {time.perf_counter() - t0:.0f}s")
+        for name, web, client, auth in variants(work / "pki"):
+            args = []
+            if web is not None:
+                path = work / f"web-{name}.yml"
+                path.write_text(yaml.safe_dump(web))
+                args = ["--web.config.file", str(path)]
+            ctx = None
+            if client is not None:
+                ctx = ssl.create_default_context(cafile=client["ca"])
+                if client.get("cert"):
+                    ctx.load_cert_chain(client["cert"], client["key"])
+            exp = ExporterProcess({"clusters": [{"name": "bench", "bootstrap_servers": broker.bootstrap,
+                                                 "poll_interval_seconds": 2, "poll_timeout_seconds": 60}]},
+                                  extra_args=args, tls_client=ctx, headers=auth).start(60)
+            try:
+                exp.wait_metric(lambda m: m.get_value("txnwatch_up") == 1, timeout=300, what="first poll")
+                headers = {**PROMETHEUS_HEADERS, **auth}
+                kept = scrape(exp.port, client, headers, a.seconds, keep_alive=True)
+                fresh = scrape(exp.port, client, headers, a.seconds, keep_alive=False)
+                print(f"{name:<11} kept-alive connection: {summary(kept)}")
+                print(f"{'':<11} new connection per scrape: {summary(fresh)}")
+            finally:
+                exp.stop()
+
+
+if __name__ == "__main__":
+    main()
