@@ -128,7 +128,9 @@ def wrk(url: str, seconds: float, headers: dict | None = None) -> str:
     return "; ".join(keep)
 
 
-def _open_loop_worker(url: str, seconds: float, period: float, headers: dict, out) -> None:
+def paced(seconds: float, period: float, call) -> list[float]:
+    """call() every `period` seconds from a random phase, for `seconds`: each call's latency
+    (an open loop: a slow answer does not delay the next call's start)."""
     import random
 
     lat = []
@@ -137,11 +139,18 @@ def _open_loop_worker(url: str, seconds: float, period: float, headers: dict, ou
     while next_at < stop:
         time.sleep(max(0.0, next_at - time.monotonic()))
         t = time.perf_counter()
-        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=30) as r:
-            r.read()
+        call()
         lat.append(time.perf_counter() - t)
         next_at += period
-    out.put(lat)
+    return lat
+
+
+def _open_loop_worker(url: str, seconds: float, period: float, headers: dict, out) -> None:
+    def get() -> None:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=30) as r:
+            r.read()
+
+    out.put(paced(seconds, period, get))
 
 
 def open_loop(url: str, seconds: float, scrapers: int = 4, period: float = 0.25,

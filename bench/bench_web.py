@@ -20,7 +20,6 @@ import argparse
 import base64
 import http.client
 import multiprocessing as mp
-import random
 import ssl
 import statistics
 import tempfile
@@ -29,7 +28,7 @@ from pathlib import Path
 
 import bcrypt
 import yaml
-from bench_scrape import PROMETHEUS_HEADERS, pct, setup  # bench/ is on sys.path when run as a script
+from bench_scrape import PROMETHEUS_HEADERS, paced, pct, setup  # bench/ is on sys.path when run as a script
 
 from txnwatch_dev.exporter_proc import ExporterProcess
 from txnwatch_dev.kafka import make_broker
@@ -47,24 +46,20 @@ def _worker(port: int, tls: dict | None, headers: dict, seconds: float, period: 
             ctx.load_cert_chain(tls["cert"], tls["key"])
         return http.client.HTTPSConnection("127.0.0.1", port, timeout=30, context=ctx)
 
-    conn = connect()
-    lat = []
-    next_at = time.monotonic() + random.uniform(0, period)
-    stop = time.monotonic() + seconds
-    while next_at < stop:
-        time.sleep(max(0.0, next_at - time.monotonic()))
-        t = time.perf_counter()
+    conn = [connect()]
+
+    def get() -> None:
         if not keep_alive:
-            conn.close()
-            conn = connect()
-        conn.request("GET", "/metrics", headers=headers)
-        resp = conn.getresponse()
+            conn[0].close()
+            conn[0] = connect()
+        conn[0].request("GET", "/metrics", headers=headers)
+        resp = conn[0].getresponse()
         resp.read()
         if resp.status != 200:
             raise RuntimeError(f"/metrics answered {resp.status}")
-        lat.append(time.perf_counter() - t)
-        next_at += period
-    conn.close()
+
+    lat = paced(seconds, period, get)
+    conn[0].close()
     out.put(lat)
 
 
