@@ -99,3 +99,7 @@ done
 
 # Flink's Kafka connector from Maven Central, for the Flink job's tests and the demo.
 bash scripts/bootstrap-flink.sh jars
+
+# Helm (built once from the Go module proxy) and the Prometheus Operator's CRDs, for the
+# Helm chart's tests.
+bash scripts/bootstrap-go.sh

@@ -6,6 +6,8 @@ deploy/grafana/provisioning/{datasources,dashboards}/txnwatch.yaml
 deploy/prometheus/rules.yml, prometheusrule.yaml   txnwatch.alerts.generate_alerts
 deploy/prometheus/prometheus.yml             a sample scrape config loading rules.yml
 deploy/alertmanager/alertmanager.yml         txnwatch.alerts.alertmanager: routes and inhibitions
+charts/txnwatch/files/                       the same rules, dashboards and Alertmanager example for the
+                                             Helm chart (a chart cannot read files outside itself)
 
 tests/unit/test_deploy_drift.py regenerates into a temporary directory and fails when
 the committed files differ.
@@ -31,7 +33,10 @@ ALERTMANAGER_HEADER = ("# Alertmanager for txnwatch's alerts (scripts/regenerate
                        "# cause inhibits its symptoms. Replace the two webhook receivers with yours.\n")
 
 
-def regenerate(deploy_dir: str | Path) -> list[Path]:
+CHART_FILES = ROOT / "charts" / "txnwatch" / "files"
+
+
+def regenerate(deploy_dir: str | Path, chart_files: str | Path | None = None) -> list[Path]:
     from txnwatch.alerts import generate_alerts
     from txnwatch.alerts.alertmanager import alertmanager_config
     from txnwatch.alerts.rules import dump_yaml, prometheus_config
@@ -49,14 +54,29 @@ def regenerate(deploy_dir: str | Path) -> list[Path]:
     am.parent.mkdir(parents=True, exist_ok=True)
     am.write_text(dump_yaml(alertmanager_config(), header=ALERTMANAGER_HEADER))
     paths.append(am)
+    if chart_files is not None:
+        paths += _chart_files(out, Path(chart_files))
     return paths
+
+
+def _chart_files(deploy: Path, files: Path) -> list[Path]:
+    import shutil
+
+    copies = {deploy / "prometheus" / "rules.yml": files / "prometheus-rules.yaml",
+              deploy / "alertmanager" / "alertmanager.yml": files / "alertmanager.yml"}
+    copies.update({p: files / "dashboards" / p.name for p in sorted((deploy / "grafana" / "dashboards").glob("*.json"))})
+    for src, dst in copies.items():
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dst)
+    return list(copies.values())
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(ROOT / "deploy"), help="deploy directory (default: %(default)s)")
+    ap.add_argument("--chart-files", default=str(CHART_FILES), help="the chart's files/ (default: %(default)s)")
     args = ap.parse_args(argv)
-    for p in regenerate(args.out):
+    for p in regenerate(args.out, args.chart_files):
         print(p)
     return 0
 

@@ -197,16 +197,22 @@ def _load_regenerate():
 
 
 def test_committed_deploy_files_match_the_generators(tmp_path):
-    """Fails on drift: run `python scripts/regenerate.py` and commit deploy/."""
-    written = _load_regenerate().regenerate(tmp_path)
+    """Fails on drift: run `python scripts/regenerate.py` and commit deploy/ and the chart's files/."""
+    deploy, chart_files = tmp_path / "deploy", tmp_path / "chart-files"
+    written = _load_regenerate().regenerate(deploy, chart_files)
     assert written
     drift = []
+    committed_chart_files = ROOT / "charts" / "txnwatch" / "files"
     for path in written:
-        rel = path.relative_to(tmp_path)
-        committed = DEPLOY / rel
+        base, committed_base = (deploy, DEPLOY) if path.is_relative_to(deploy) else (chart_files, committed_chart_files)
+        rel = path.relative_to(base)
+        committed = committed_base / rel
         if not committed.is_file() or not filecmp.cmp(path, committed, shallow=False):
-            drift.append(str(rel))
-    generated = {p.relative_to(tmp_path) for p in written}
+            drift.append(str(committed.relative_to(ROOT)))
+    stale_chart = [str(p.relative_to(ROOT)) for p in committed_chart_files.rglob("*")
+                   if p.is_file() and chart_files / p.relative_to(committed_chart_files) not in written]
+    assert not stale_chart, f"files in the chart's files/ no generator writes: {stale_chart}"
+    generated = {p.relative_to(deploy) for p in written if p.is_relative_to(deploy)}
     stale = [str(p.relative_to(DEPLOY)) for p in DEPLOY.rglob("*")
              if p.is_file() and p.relative_to(DEPLOY) not in generated
              and p.relative_to(DEPLOY).parts[0] in ("grafana", "prometheus", "alertmanager")]
