@@ -1,10 +1,10 @@
 """The demo with no fault for a while: what pages a healthy exactly-once estate gets.
 
-    .venv/bin/python bench/bench_healthy_demo.py [--minutes 10] [--rate 200]
+    .venv/bin/python bench/bench_healthy_demo.py [--minutes 10] [--rate 200] [--trigger-seconds 1]
 
 Runs `make demo`'s program (`python -m txnwatch_dev.demo --fault-interval 0`): a Kafka
 broker, the reference Spark pipeline (orders-totals: Kafka source, read_committed, through
-the exactly-once sink at a 1 s trigger), the Kafka Streams app and its outbox sink, the
+the exactly-once sink at the demo's 2 s trigger, or --trigger-seconds), the Kafka Streams app and its outbox sink, the
 Flink job, the transactional canary, the exporter with its transaction-log tap, and
 Prometheus with the generated rules at the demo's short `for`s (fencing_for 10 s above
 0.05 fences a minute: stricter than the defaults). Every 30 s and at the end it reads
@@ -38,11 +38,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", type=float, default=10.0)
     ap.add_argument("--rate", type=int, default=200)
+    ap.add_argument("--trigger-seconds", type=float, default=2.0, help="the Spark pipeline's trigger interval")
     args = ap.parse_args()
     state = Path(tempfile.mkdtemp(prefix="txnwatch-healthy-demo-"))
     ex_port, prom_port = free_port(), free_port()
     cmd = [sys.executable, "-m", "txnwatch_dev.demo", "--fault-interval", "0", "--state-dir", str(state),
            "--exporter-port", str(ex_port), "--prometheus-port", str(prom_port), "--rate", str(args.rate),
+           "--trigger-seconds", f"{args.trigger_seconds:g}",
            "--duration", str(args.minutes * 60 + 120)]
     log = open(state / "demo.out", "wb")
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,

@@ -290,7 +290,8 @@ class Demo:
         cmd = [sys.executable, "-m", "txnwatch.pipeline", "--bootstrap", self.bootstrap,
                "--input-topic", INPUT, "--output-topic", OUTPUT, "--checkpoint", str(ckpt),
                "--name", "orders-totals",
-               "--trigger-seconds", "2", "--window", "10 seconds", "--watermark", "5 seconds",
+               "--trigger-seconds", f"{self.args.trigger_seconds:g}", "--window", "10 seconds",
+               "--watermark", "5 seconds",
                "--transaction-timeout-ms", "15000",
                "--forward-url", f"http://127.0.0.1:{self.exporter_port}",
                # one slow micro-batch that eats into the sink's 15 s transaction timeout
@@ -414,7 +415,7 @@ class Demo:
                           headroom_for="10s", headroom_window="1m", abort_ratio_for="10s",
                           fencing_for="10s", fencing_per_minute=0.05, commit_latency_for="30s",
                           blocked_for="30s", blocked_lso_stalled_seconds=30, blocked_committed_window="1m",
-                          spark_stalled_seconds=60, spark_stalled_for="30s", spark_trigger_interval_seconds=2,
+                          spark_stalled_seconds=60, spark_stalled_for="30s", spark_trigger_interval_seconds=self.args.trigger_seconds,
                           spark_behind_for="1m", spark_failed_for="10s", exporter_down_for="30s",
                           source_failing_for="30s")
         rules = generate_alerts(self.state / "prometheus-rules", cfg)[0]
@@ -621,6 +622,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--hanging-threshold", type=float, default=20.0,
                    help="seconds an LSO may stall before a read_committed group counts as blocked")
     p.add_argument("--rate", type=int, default=200, help="orders per second from the load generator")
+    p.add_argument("--trigger-seconds", type=float, default=2.0, help="the Spark pipeline's trigger interval")
     p.add_argument("--state-dir", default=str(ROOT / ".demo"), help="logs, checkpoints, Prometheus data")
     p.add_argument("--duration", type=float, default=None, help="stop by itself after this many seconds")
     return p.parse_args(argv)
