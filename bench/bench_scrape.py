@@ -157,11 +157,15 @@ def open_loop(url: str, seconds: float, scrapers: int = 4, period: float = 0.25,
               headers: dict | None = None) -> list[float]:
     """`scrapers` separate processes (no shared GIL), each scraping every `period` seconds
     on its own schedule, like independent Prometheus servers (at a far higher rate)."""
+    return in_processes(scrapers, _open_loop_worker, url, seconds, period, headers or {})
+
+
+def in_processes(n: int, worker, *args) -> list[float]:
+    """worker(*args, queue) in `n` processes of their own (no shared GIL): all their latencies."""
     import multiprocessing as mp
 
     q = mp.Queue()
-    procs = [mp.Process(target=_open_loop_worker, args=(url, seconds, period, headers or {}, q))
-             for _ in range(scrapers)]
+    procs = [mp.Process(target=worker, args=(*args, q)) for _ in range(n)]
     for p in procs:
         p.start()
     lat = [x for _ in procs for x in q.get()]

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import base64
 import http.client
-import multiprocessing as mp
 import ssl
 import statistics
 import tempfile
@@ -28,7 +27,13 @@ from pathlib import Path
 
 import bcrypt
 import yaml
-from bench_scrape import PROMETHEUS_HEADERS, paced, pct, setup  # bench/ is on sys.path when run as a script
+from bench_scrape import (  # bench/ is on sys.path when run as a script
+    PROMETHEUS_HEADERS,
+    in_processes,
+    paced,
+    pct,
+    setup,
+)
 
 from txnwatch_dev.exporter_proc import ExporterProcess
 from txnwatch_dev.kafka import make_broker
@@ -64,14 +69,7 @@ def _worker(port: int, tls: dict | None, headers: dict, seconds: float, period: 
 
 
 def scrape(port: int, tls: dict | None, headers: dict, seconds: float, keep_alive: bool) -> list[float]:
-    q = mp.Queue()
-    procs = [mp.Process(target=_worker, args=(port, tls, headers, seconds, 0.25, keep_alive, q)) for _ in range(4)]
-    for p in procs:
-        p.start()
-    lat = [x for _ in procs for x in q.get()]
-    for p in procs:
-        p.join()
-    return lat
+    return in_processes(4, _worker, port, tls, headers, seconds, 0.25, keep_alive)
 
 
 def variants(d: Path) -> list[tuple[str, dict | None, dict | None, dict]]:
