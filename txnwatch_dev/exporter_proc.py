@@ -31,7 +31,7 @@ class ExporterProcess:
         self.config_path.write_text(yaml.safe_dump(config))
         self.log_path = Path(log_path) if log_path else Path(self._dir) / "exporter.log"
         self._env = {**os.environ, **(env or {})}
-        self._extra = extra_args or []
+        self.extra_args = list(extra_args or [])
         self.tls_client, self.headers = tls_client, dict(headers or {})
         self.proc: subprocess.Popen | None = None
 
@@ -42,7 +42,7 @@ class ExporterProcess:
     def start(self, timeout: float = 30) -> ExporterProcess:
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen([sys.executable, "-m", "txnwatch.cli", "serve", "--config",
-                                      str(self.config_path), *self._extra],
+                                      str(self.config_path), *self.extra_args],
                                      stdout=log, stderr=subprocess.STDOUT, env=self._env,
                                      start_new_session=True)
         wait_for(lambda: self.proc.poll() is not None or self.get("/healthz")[0] == 200, timeout,

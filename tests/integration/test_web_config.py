@@ -94,7 +94,7 @@ def scraped_after(prom: PrometheusProcess, t: float) -> bool:
 
 def healthcheck(exp: ExporterProcess) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "txnwatch.cli", "healthcheck", "--config", str(exp.config_path),
-                           *exp._extra], capture_output=True, text=True, timeout=30)
+                           *exp.extra_args], capture_output=True, text=True, timeout=30)
 
 
 def test_prometheus_scrapes_over_mutual_tls_with_basic_auth_and_a_rotation_needs_no_restart(broker, pki, tmp_path):

@@ -14,11 +14,11 @@ CACHE_SIZE = 256
 
 
 class Authorizer:
-    """Checks an Authorization header. A bcrypt check costs tens of milliseconds by design
-    (cost 10: 0.1 s on this project's 2-core machine), and Prometheus sends the same credentials every scrape: the
-    outcome of each (user, password, hash) is kept in a small LRU cache keyed by a SHA-256
-    of the three, as exporter-toolkit does, so a scrape pays it once. The cache holds
-    digests, never a password."""
+    """Checks an Authorization header. A bcrypt check is slow by design (cost 10: 0.1 s on
+    this project's 2-core machine), and Prometheus sends the same credentials every scrape:
+    the outcome of each (user, password, hash) is kept in a small LRU cache keyed by a
+    SHA-256 of the three, as exporter-toolkit does, so a scrape pays it once. The cache
+    holds digests, never a password."""
 
     def __init__(self, users: Mapping[str, str] | None = None, bearer_token: str | None = None) -> None:
         self.users = dict(users or {})
