@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Idempotent set-up for a fresh Debian machine: a .venv with the project and its
-# extras, the apt packages the tests and demo use (promtool/prometheus, a JDK, Maven), and the
-# Apache Kafka releases they run, from Maven Central.
+# extras, the apt packages the tests and demo use (Debian's promtool, Alertmanager, a JDK, Maven),
+# the Apache Kafka releases they run, from Maven Central, and the tools built from the Go module
+# proxy (Prometheus 3 with its web UI, Helm).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -49,6 +50,7 @@ done
 
 # apt packages: only what is missing; never start packaged services.
 need=()
+# Debian's Prometheus 2.42: only its promtool, which runs the alert unit tests beside Prometheus 3's.
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 # Alertmanager (and amtool): the alert chain's test routes and inhibits through a real one.
 command -v amtool >/dev/null 2>&1 || need+=(prometheus-alertmanager)
@@ -103,3 +105,7 @@ bash scripts/bootstrap-flink.sh jars
 # Helm (built once from the Go module proxy) and the Prometheus Operator's CRDs, for the
 # Helm chart's tests.
 bash scripts/bootstrap-go.sh
+
+# Prometheus 3 and promtool (built once from the Go module proxy) with the web UI (built once
+# through the npm registry): the Prometheus of the tests, the demo and the benchmarks.
+bash scripts/bootstrap-prometheus.sh

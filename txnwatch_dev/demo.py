@@ -405,10 +405,13 @@ class Demo:
         from txnwatch.alerts.config import AlertConfig
         from txnwatch.alerts.rules import generate_alerts
 
-        from .prometheus import PrometheusProcess
+        from .gotools import GoToolMissing
+        from .prometheus import PrometheusProcess, prometheus_binary
 
-        if not shutil.which("prometheus"):
-            self.say("prometheus is not installed (apt-get install prometheus): skipping it")
+        try:
+            prometheus_binary()
+        except GoToolMissing as e:
+            self.say(f"{e}: skipping Prometheus")
             return
         # Demo timings: alerts fire within a minute instead of the production `for`s.
         cfg = AlertConfig(hanging_for="10s", lso_stalled_hanging_seconds=30, hwm_growth_window="1m",
@@ -488,7 +491,7 @@ class Demo:
                  f"  metrics       : {self.exporter.url}/metrics"]
         if self.prometheus:
             lines += [f"  alerts        : {self.prometheus.page_url('alerts')}",
-                      f"  prometheus    : {self.prometheus.page_url('graph')}"]
+                      f"  prometheus    : {self.prometheus.page_url('query', **{'g0.expr': 'kafka_partition_lso_lag_offsets > 0'})}"]
         lines += [f"  dashboards    : import {ROOT}/deploy/grafana/dashboards/*.json into Grafana "
                   "(provisioning files in deploy/grafana/provisioning)",
                   f"  one-shot check: {ROOT}/.venv/bin/txnwatch check --bootstrap-servers {self.bootstrap}",

@@ -50,9 +50,10 @@ def terminal_signals() -> None:
     signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 
-def start_until_ready(argv: list[str], log_path, ready_url: str, what: str, timeout: float) -> subprocess.Popen:
-    """Start a server in a session of its own, its output appended to `log_path`, and wait
-    until `ready_url` answers 200 (Prometheus' and Alertmanager's /-/ready); raise with the
+def start_until_ready(argv: list[str], log_path, ready_url: str, what: str, timeout: float,
+                      cwd: str | os.PathLike | None = None) -> subprocess.Popen:
+    """Start a server in a session of its own (in `cwd`), its output appended to `log_path`, and
+    wait until `ready_url` answers 200 (Prometheus' and Alertmanager's /-/ready); raise with the
     log's tail if it exits first."""
     def ready() -> bool:
         try:
@@ -62,7 +63,7 @@ def start_until_ready(argv: list[str], log_path, ready_url: str, what: str, time
             return False
 
     with open(log_path, "ab") as log:    # the child holds its own descriptor
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=cwd)
     wait_for(lambda: proc.poll() is not None or ready(), timeout, what=f"{what} {ready_url}")
     if proc.poll() is not None:
         raise RuntimeError(f"{what} exited {proc.returncode}: {Path(log_path).read_text()[-2000:]}")

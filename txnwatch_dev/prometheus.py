@@ -1,6 +1,7 @@
-"""Run a real Prometheus (Debian's `prometheus` package) on a loopback port: tests and demo.
+"""Run a real Prometheus 3 (built by scripts/bootstrap-prometheus.sh) on a loopback port: tests,
+demo and benchmarks.
 
-Never the packaged service: our own process, config, rules and a throwaway TSDB."""
+Never a packaged service: our own process, config, rules and a throwaway TSDB."""
 
 from __future__ import annotations
 
@@ -15,14 +16,26 @@ from pathlib import Path
 
 import yaml
 
+from .gotools import PROMETHEUS_HOME, prometheus3
 from .net import free_port
 from .procs import start_until_ready, stop_group
 
 
 def prometheus_binary() -> str:
-    path = shutil.which("prometheus")
+    return str(prometheus3("prometheus"))
+
+
+def promtool_binary() -> str:
+    """Prometheus 3's promtool."""
+    return str(prometheus3("promtool"))
+
+
+def debian_promtool() -> str:
+    """Debian's promtool (2.42): the alert unit tests run on it as well as on Prometheus 3's,
+    for users still on 2.x (range selectors there include the window's left edge)."""
+    path = shutil.which("promtool")
     if not path:
-        raise RuntimeError("prometheus is not installed: `apt-get install prometheus` (make bootstrap does it)")
+        raise RuntimeError("Debian's promtool is not installed: `apt-get install prometheus` (make bootstrap does it)")
     return path
 
 
@@ -56,21 +69,14 @@ class PrometheusProcess:
             [prometheus_binary(), f"--config.file={self.config_path}", f"--storage.tsdb.path={self.dir / 'data'}",
              f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=1d",
              "--web.enable-lifecycle"],
-            self.log_path, self.url + "/-/ready", "prometheus", timeout)
+            self.log_path, self.url + "/-/ready", "prometheus", timeout,
+            cwd=PROMETHEUS_HOME)   # its web UI is served from ./static (no assets built into the binary)
         return self
 
-    def page_url(self, page: str) -> str:
-        """The URL of one of the UI's pages ("alerts", "graph") that this Prometheus serves:
-        the React UI's `/alerts`, or where only the classic UI is built in (Debian's package
-        answers `/alerts` with 404) `/classic/alerts`."""
-        for path in (f"/{page}", f"/classic/{page}"):
-            try:
-                with urllib.request.urlopen(self.url + path, timeout=5) as r:
-                    if r.status == 200:
-                        return self.url + path
-            except OSError:
-                continue
-        raise RuntimeError(f"prometheus at {self.url} serves neither /{page} nor /classic/{page}")
+    def page_url(self, page: str, **params: str) -> str:
+        """The URL of one of Prometheus 3's UI pages ("alerts", "query", "targets", "rules"),
+        with query parameters (the query page's `g0.expr`...)."""
+        return f"{self.url}/{page}" + ("?" + urllib.parse.urlencode(params) if params else "")
 
     def api(self, path: str, **params) -> dict:
         url = f"{self.url}/api/v1/{path}"

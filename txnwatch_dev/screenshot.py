@@ -35,8 +35,11 @@ def screenshot(url: str, out: str, width: int = 1280, height: int = 1000) -> Non
         raise RuntimeError(f"chromium failed ({r.returncode}): {r.stderr.decode()[-1500:]}")
 
 
-def dump_dom(url: str) -> str:
-    r = _run(["--dump-dom", url])
+def dump_dom(url: str, virtual_time_ms: int | None = None) -> str:
+    """The page's DOM after load; with `virtual_time_ms`, after the page's scripts had that
+    much (virtual) time for their requests and rendering (a single-page app's views)."""
+    budget = [f"--virtual-time-budget={virtual_time_ms}"] if virtual_time_ms else []
+    r = _run([*budget, "--dump-dom", url])
     if r.returncode != 0:
         raise RuntimeError(f"chromium failed ({r.returncode}): {r.stderr.decode()[-1500:]}")
     return r.stdout.decode()

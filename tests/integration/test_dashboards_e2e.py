@@ -63,7 +63,7 @@ from txnwatch_dev.exporter_proc import ExporterProcess
 from txnwatch_dev.hanging import make_hanging_transaction
 from txnwatch_dev.kafka import KafkaBroker
 from txnwatch_dev.net import free_port, wait_for
-from txnwatch_dev.prometheus import PrometheusProcess
+from txnwatch_dev.prometheus import PrometheusProcess, promtool_binary
 from txnwatch_dev.rawkafka import RawTransaction
 from txnwatch_dev.workload import ProducerProcess, commit_group_offset, create_topics
 
@@ -655,7 +655,7 @@ def test_every_dashboard_query_has_data_and_the_hanging_alert_fires(spark, tmp_p
         # clean for promtool's linter and for the naming rules it does not check.
         status, body = exporter.get("/metrics")
         assert status == 200
-        lint = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True, text=True,
+        lint = subprocess.run([promtool_binary(), "check", "metrics"], input=body, capture_output=True, text=True,
                               timeout=60)
         assert (lint.returncode, lint.stdout.strip(), lint.stderr.strip()) == (0, "", ""), lint
         assert naming.scrape_problems(body) == []

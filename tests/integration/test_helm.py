@@ -18,6 +18,7 @@ import yaml
 
 from txnwatch_dev.gotools import prometheus_operator_crds, tool
 from txnwatch_dev.pki import make_ca
+from txnwatch_dev.prometheus import promtool_binary
 
 pytestmark = [pytest.mark.integration]
 
@@ -156,10 +157,8 @@ def monitor_job(docs: list[dict]) -> str:
 
 
 def test_the_rendered_rules_pass_promtool(tmp_path):
-    import shutil
 
-    promtool = shutil.which("promtool")
-    assert promtool, "promtool not found: apt-get install -y prometheus (make bootstrap does it)"
+    promtool = promtool_binary()
     rule = next(d for d in render(None) if d["kind"] == "PrometheusRule")
     path = tmp_path / "rules.yml"
     path.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
