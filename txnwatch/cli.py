@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     _cluster_flags(serve)
     serve.add_argument("--host", help="listen address (default 0.0.0.0)")
     serve.add_argument("--port", type=int, help="listen port (default 10129)")
-    serve.add_argument("--poll-interval", type=float, metavar="SECONDS", help="minimum seconds between poll starts (default 1 with worker processes, 15 without)")
+    serve.add_argument("--poll-interval", type=float, metavar="SECONDS", help="poll every SECONDS at most, back to back (poll_schedule interval); unset, polls are timed to the scrapes")
     serve.add_argument("--transaction-log-tap", action="store_const", const=True, default=None,
                        help="also tap __transaction_state (needs read access to it)")
     serve.add_argument("--shard", metavar="N|auto", default=os.environ.get("TXNWATCH_SHARD"),
@@ -194,8 +194,10 @@ def config_summary(config, shard) -> str:
     lines = [f"configuration valid ({config.source or 'defaults'}): {len(config.clusters)} cluster(s)"]
     for c in config.clusters:
         sources = ["poller"] + (["tap"] if c.transaction_log_tap else []) + (["canary"] if c.canary.enabled else [])
-        lines.append(f"  {c.name}: {c.bootstrap_servers} ({', '.join(sources)}; poll every "
-                     f"{c.poll_interval_seconds:g} s)")
+        schedule = (f"polls timed to the scrapes, at most one start per {c.poll_interval_seconds:g} s, one per "
+                    f"{c.poll_idle_interval_seconds:g} s unscraped" if c.poll_schedule == "scrapes"
+                    else f"poll every {c.poll_interval_seconds:g} s")
+        lines.append(f"  {c.name}: {c.bootstrap_servers} ({', '.join(sources)}; {schedule})")
     http = config.http
     web = http.web
     access = ([f"TLS {web.tls.min_version}+, client certificates: {web.tls.client_auth_type}"] if web.tls else []) + \

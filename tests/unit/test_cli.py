@@ -14,7 +14,8 @@ def test_check_config_validates_and_exits_0_without_contacting_kafka(capsys, mon
                  "--total-shards", "2", "--shard", "1"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("configuration valid (flags/environment): 1 cluster(s)")
-    assert "prod: 192.0.2.1:9092 (poller; poll every 1 s)" in out
+    assert ("prod: 192.0.2.1:9092 (poller; polls timed to the scrapes, at most one start per 1 s, one per 60 s "
+            "unscraped)") in out
     assert "log INFO as logfmt" in out and "shard 1 of 0..1" in out
 
 
@@ -50,7 +51,14 @@ def test_check_config_from_the_environment_alone_shows_the_cluster_label(capsys,
         monkeypatch.setenv(k, v)
     assert main(["serve", "--check-config"]) == 0
     out = capsys.readouterr().out
-    assert "prod: 192.0.2.1:9092 (poller, canary; poll every 1 s)" in out and "cluster name in label kafka" in out
+    assert "prod: 192.0.2.1:9092 (poller, canary; polls timed to the scrapes" in out
+    assert "cluster name in label kafka" in out
+
+
+def test_check_config_says_a_configured_interval_wins(capsys):
+    assert main(["serve", "--check-config", "--bootstrap-servers", "192.0.2.1:9092", "--cluster-name", "prod",
+                 "--poll-interval", "5"]) == 0
+    assert "prod: 192.0.2.1:9092 (poller; poll every 5 s)" in capsys.readouterr().out
 
 
 def test_config_schema_prints_the_checked_in_schema(capsys):

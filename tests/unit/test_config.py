@@ -150,6 +150,7 @@ clusters:
 
 CLUSTER_BAD_VALUES = {
     "name": [None, "", 5], "bootstrap_servers": [None, ""], "poll_interval_seconds": ["x", 0, -1, [1]],
+    "poll_schedule": ["always", 5, ["scrapes"]], "poll_idle_interval_seconds": ["x", 0, -60],
     "poll_duty_cycle": ["x", 0, -0.5, 1.5], "poll_timeout_seconds": ["x", 0],
     "open_transaction_min_age_seconds": ["x", -1],
     "canary": ["x", 5, {"interval": 10}, {"interval_seconds": 0}, {"abort_every": -1}, {"topic": ""},
@@ -237,3 +238,19 @@ def test_a_bad_file_is_named_before_the_environment(tmp_path):
     with pytest.raises(ConfigError) as ei:
         load_config({"config": str(path)}, env={"TXNWATCH_PORT": "80"})
     assert str(ei.value).startswith(f"config error in {path}: http.port") and "set by" not in str(ei.value)
+
+
+def test_the_poll_schedule_defaults_to_the_scrapes_and_a_configured_interval_wins():
+    from txnwatch.config import parse_config
+
+    def cluster(**kw):
+        return parse_config({"clusters": [{"name": "a", "bootstrap_servers": "x:1", **kw}]}, "f.yaml").clusters[0]
+
+    c = cluster()
+    assert (c.poll_schedule, c.poll_interval_seconds, c.poll_idle_interval_seconds) == ("scrapes", 1.0, 60.0)
+    assert cluster(poll_interval_seconds=5).poll_schedule == "interval"
+    # both set: timed to the scrapes, at most one poll start per 5 s
+    c = cluster(poll_interval_seconds=5, poll_schedule="scrapes", poll_idle_interval_seconds=120)
+    assert (c.poll_schedule, c.poll_interval_seconds, c.poll_idle_interval_seconds) == ("scrapes", 5.0, 120.0)
+    with pytest.raises(ConfigError, match="must be scrapes or interval, got 'often'"):
+        cluster(poll_schedule="often")

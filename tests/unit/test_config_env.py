@@ -32,6 +32,8 @@ ACCESSORS = {
     "clusters[].bootstrap_servers": lambda c: c.clusters[0].bootstrap_servers,
     "clusters[].poll_interval_seconds": lambda c: c.clusters[0].poll_interval_seconds,
     "clusters[].poll_duty_cycle": lambda c: c.clusters[0].poll_duty_cycle,
+    "clusters[].poll_schedule": lambda c: c.clusters[0].poll_schedule,
+    "clusters[].poll_idle_interval_seconds": lambda c: c.clusters[0].poll_idle_interval_seconds,
     "clusters[].poll_timeout_seconds": lambda c: c.clusters[0].poll_timeout_seconds,
     "clusters[].open_transaction_min_age_seconds": lambda c: c.clusters[0].open_transaction_min_age_seconds,
     "clusters[].client": lambda c: dict(c.clusters[0].client),

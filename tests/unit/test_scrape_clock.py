@@ -3,9 +3,12 @@
 import pytest
 
 from txnwatch.exporter.poll.scrape_clock import (
+    NOBODY,
     Cadence,
     ScrapeLog,
+    ScrapeView,
     next_poll_start,
+    plan_next_poll,
     poll_margin,
     steady_period,
 )
@@ -67,3 +70,55 @@ def test_two_scrapers_each_get_their_poll():
 def test_nobody_scraping_polls_on_the_idle_interval():
     assert next_poll_start(1010.0, [], 1.0, 1001.0, 60.0, 1000.0, 0.5) == 1060.0
     assert next_poll_start(1100.0, [], 1.0, 1001.0, 60.0, 1000.0, 0.5) == 1100.0
+
+
+def test_a_single_scrape_is_nobody_and_repeated_irregular_scrapes_are_settling():
+    log = ScrapeLog()
+    log.seen("10.0.0.9 curl/8", 1000.0)
+    assert log.view(1001.0) == NOBODY                                  # a person's curl
+    log.seen("10.0.0.9 curl/8", 1004.0)
+    assert log.view(1005.0) == ScrapeView((), 1)                       # again: settling
+    feed(log, "10.0.0.1 Prometheus", 1000.0, 5.0, 4)
+    view = log.view(1016.0)
+    assert view.settling == 1 and [c.period for c in view.cadences] == [pytest.approx(5.0)]
+    assert log.view(1030.0).settling == 0                              # the curls stopped
+
+
+def test_the_plan_follows_the_scrapers():
+    steady = ScrapeView((Cadence(5.0, 1000.0),))
+    # steady: done poll_margin(1.0) = 0.35 s before the scrape at 1005
+    assert plan_next_poll(1001.0, steady, 999.0, 1.0, 2.0, 60.0) == pytest.approx(1005.0 - 1.35)
+    # the serving process reads published data up to 0.1 s late: start that much earlier
+    assert plan_next_poll(1001.0, steady, 999.0, 1.0, 2.0, 60.0, 0.1) == pytest.approx(1005.0 - 1.45)
+    # the poll's cost comes first: not before last start + min period
+    assert plan_next_poll(1001.0, steady, 1002.0, 1.0, 2.0, 60.0) == pytest.approx(1010.0 - 1.35)
+    # settling scrapers: back to back, bounded by the cost
+    assert plan_next_poll(1001.0, ScrapeView((), 1), 999.0, 1.0, 2.0, 60.0) == 1001.0
+    assert plan_next_poll(1001.0, ScrapeView((), 1), 1000.5, 1.0, 2.0, 60.0) == 1002.5
+    # nobody: the idle interval
+    assert plan_next_poll(1001.0, NOBODY, 999.0, 1.0, 2.0, 60.0) == 1059.0
+
+
+def test_a_flood_of_user_agents_is_remembered_no_more_than_the_cap():
+    from txnwatch.exporter.poll.scrape_clock import MAX_SCRAPERS
+
+    log = ScrapeLog()
+    feed(log, "10.0.0.1 Prometheus", 1000.0, 1.0, 4)
+    for i in range(MAX_SCRAPERS * 3):
+        log.seen(f"10.0.0.66 agent-{i}", 1003.0 + i * 0.001)
+    log.seen("10.0.0.1 Prometheus", 1004.0)     # the steady scraper keeps its cadence
+    assert len(log._scrapers) == MAX_SCRAPERS
+    [c] = log.view(1004.5).cadences
+    assert c.period == pytest.approx(1.0)
+
+
+def test_a_poll_re_planned_at_its_due_moment_is_still_due():
+    """The poll thread wakes at the planned start a little late and plans again: the poll
+    stays due (it eats into its margin) instead of slipping one period, again and again."""
+    c = Cadence(period=3.0, last=1000.0)
+    due = next_poll_start(1001.0, [c], 0.5, 1001.0, 600.0, 999.0, 0.3)
+    assert due == pytest.approx(1002.2)
+    for late in (0.0, 0.001, 0.05, 0.29):
+        assert next_poll_start(due + late, [c], 0.5, 1001.0, 600.0, 999.0, 0.3) == pytest.approx(due + late)
+    # too late to be done before the scrape at 1003: the one after
+    assert next_poll_start(1002.6, [c], 0.5, 1001.0, 600.0, 999.0, 0.3) == pytest.approx(1005.2)

@@ -84,6 +84,12 @@ class ClusterConfig:
     # None: chosen by the process model (parse_config): back to back (1 s) in a worker
     # process, 15 s when polling shares the interpreter with serving
     poll_interval_seconds: float | None = None
+    # "scrapes": each poll timed to be done just before the next scrape, learnt from the
+    # scrapes (poll_interval_seconds is then the least time between poll starts), one poll per
+    # poll_idle_interval_seconds while nobody scrapes. "interval": back to back from
+    # poll_interval_seconds. parse_config picks "interval" when poll_interval_seconds is set.
+    poll_schedule: str = "scrapes"
+    poll_idle_interval_seconds: float = 60.0
     poll_duty_cycle: float = 0.5            # at most this share of wall time spent polling
     poll_timeout_seconds: float = 10.0
     # KIP-994 (Kafka 3.8+): list only transactions open at least this long (0: all open ones)

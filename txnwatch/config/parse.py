@@ -26,7 +26,7 @@ from .model import (
     NameFilter,
     resolve_secret,
 )
-from .schema import LABEL_NAME_RE, LOG_FORMATS, LOG_LEVELS, ROOT
+from .schema import LABEL_NAME_RE, LOG_FORMATS, LOG_LEVELS, POLL_SCHEDULES, ROOT
 from .web import WebConfigError, load_web_config
 
 # The parser's key sets, from the one declaration (txnwatch.config.schema).
@@ -155,10 +155,19 @@ class _Parser:
         kw: dict[str, Any] = {"name": self.string(f"{key}.name", v["name"]),
                               "bootstrap_servers": self.string(f"{key}.bootstrap_servers",
                                                                _join(v["bootstrap_servers"]))}
-        for num in ("poll_interval_seconds", "poll_timeout_seconds", "hanging_threshold_seconds",
-                    "two_phase_commit_max_age_seconds"):
+        for num in ("poll_interval_seconds", "poll_idle_interval_seconds", "poll_timeout_seconds",
+                    "hanging_threshold_seconds", "two_phase_commit_max_age_seconds"):
             if v.get(num) is not None:
                 kw[num] = self.number(f"{key}.{num}", v[num])
+        if v.get("poll_schedule") is not None:
+            sched = self.string(f"{key}.poll_schedule", v["poll_schedule"])
+            if sched not in POLL_SCHEDULES:
+                raise self.err(f"{key}.poll_schedule", f"must be {' or '.join(POLL_SCHEDULES)}, got {sched!r}: "
+                                                       "scrapes times each poll to the scrapes, interval polls "
+                                                       "back to back from poll_interval_seconds")
+            kw["poll_schedule"] = sched
+        elif "poll_interval_seconds" in kw:
+            kw["poll_schedule"] = "interval"     # a configured interval wins
         if v.get("open_transaction_min_age_seconds") is not None:
             kw["open_transaction_min_age_seconds"] = self.number(f"{key}.open_transaction_min_age_seconds",
                                                                  v["open_transaction_min_age_seconds"], exclusive=False)

@@ -21,6 +21,7 @@ from ..metrics import DEFAULT_CLUSTER_LABEL
 DEFAULT_PORT = 10129  # 9100-9999 (Prometheus's exporter range) is fully allocated.
 LOG_FORMATS = ("text", "json", "logfmt")     # logsetup.FORMATS has a formatter for each
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+POLL_SCHEDULES = ("scrapes", "interval")
 LABEL_NAME_RE = r"^[a-zA-Z_][a-zA-Z0-9_]*$"   # Prometheus's; names starting with __ are reserved
 SCHEMA_FILE = Path(__file__).resolve().parents[2] / "schema" / "txnwatch-config.schema.json"
 NONE = object()   # "no default" / "no example"
@@ -122,7 +123,13 @@ CLUSTER = Key(
         Key("bootstrap_servers", ("string", "array"), "bootstrap servers: comma-separated, or a list",
             example="k1:9092,k2:9092", items=_str("server", "host:port")),
         _num("poll_interval_seconds", "minimum seconds between poll starts; default 1 with worker processes "
-             "(back to back), 15 without", exclusive_minimum=0, nullable=True, example=2.5),
+             "(back to back), 15 without; setting it makes poll_schedule interval unless that is set",
+             exclusive_minimum=0, nullable=True, example=2.5),
+        _str("poll_schedule", "scrapes: each poll timed to be done just before the next scrape (cadences "
+             "learnt from the scrapes); interval: back to back from poll_interval_seconds. Default: scrapes, or "
+             "interval when poll_interval_seconds is set", enum=POLL_SCHEDULES, nullable=True, example="interval"),
+        _num("poll_idle_interval_seconds", "seconds between polls while nobody scrapes (poll_schedule scrapes)",
+             60.0, exclusive_minimum=0, nullable=True, example=120),
         _num("poll_duty_cycle", "at most this share of wall time spent polling", 0.5, exclusive_minimum=0,
              maximum=1, nullable=True, example=0.25),
         _num("poll_timeout_seconds", "bound on each poll step's requests", 10.0, exclusive_minimum=0,

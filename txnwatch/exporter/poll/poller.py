@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import statistics
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from types import MappingProxyType
 
@@ -20,11 +22,14 @@ from ..kafka.kip664 import TransactionAPI
 from ..model import ClusterFacts, ClusterSnapshot
 from . import derive
 from .access_probe import AccessProbe
-from .schedule import wait_before_next_poll
+from .schedule import poll_period, wait_before_next_poll
+from .scrape_clock import NOBODY, ScrapeView, plan_next_poll
 
 log = logging.getLogger(__name__)
 
 CAPABILITY_RECHECK_POLLS = 40
+REPLAN_SECONDS = 1.0          # a poll timed to the scrapes re-plans at least this often while it waits
+DURATIONS_KEPT = 5            # polls whose median duration plans the next one
 PREV_EPOCHS_LIMIT = 100_000   # ids whose last (producer id, epoch) the poller keeps for epoch bumps
 
 
@@ -49,6 +54,11 @@ class ClusterPoller:
         self.snapshot: ClusterSnapshot | None = None
         self.on_snapshot: Callable[[ClusterSnapshot], None] | None = None  # called in the poll thread
         self.on_success: Callable[[ClusterSnapshot], None] | None = None   # then, once `up` says so
+        # poll_schedule "scrapes": the scrapers as the serving side sees them, how long published
+        # data takes to be served, and an event set when the scrapers change (re-plan at once)
+        self.scrapes: Callable[[], ScrapeView] = lambda: NOBODY
+        self.publish_delay = 0.0
+        self.wake = threading.Event()
         self.polls = 0
         self._facts = ClusterFacts()
         self._prev_partitions: dict = {}
@@ -270,10 +280,30 @@ class ClusterPoller:
 
     def _loop(self) -> None:
         interval = self.cfg.poll_interval_seconds or IN_PROCESS_POLL_INTERVAL
+        durations: deque[float] = deque(maxlen=DURATIONS_KEPT)
         while not self._stop.is_set():
-            started = time.monotonic()
+            started, t0 = time.time(), time.monotonic()
             self.run_cycle()
-            self._stop.wait(wait_before_next_poll(interval, self.cfg.poll_duty_cycle, time.monotonic() - started))
+            took = time.monotonic() - t0
+            if self.cfg.poll_schedule == "interval":
+                self._stop.wait(wait_before_next_poll(interval, self.cfg.poll_duty_cycle, took))
+                continue
+            durations.append(took)
+            self._wait_for_the_scrapes(started, statistics.median(durations),
+                                       poll_period(interval, self.cfg.poll_duty_cycle, took))
+
+    def _wait_for_the_scrapes(self, started: float, duration: float, min_period: float) -> None:
+        """Until the poll after the one that started at `started` is due: timed to be done
+        just before the next scrape (scrape_clock.plan_next_poll), re-planned when the
+        scrapers change."""
+        while not self._stop.is_set():
+            now = time.time()
+            due = plan_next_poll(now, self.scrapes(), started, duration, min_period,
+                                 self.cfg.poll_idle_interval_seconds, self.publish_delay)
+            if due <= now:
+                return
+            self.wake.wait(min(due - now, REPLAN_SECONDS))
+            self.wake.clear()
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name=f"poller-{self.cfg.name}", daemon=True)
@@ -282,9 +312,10 @@ class ClusterPoller:
     def signal_stop(self) -> None:
         """Ask the poll thread to end after its current step (stop() waits for it)."""
         self._stop.set()
+        self.wake.set()
 
     def stop(self) -> None:
-        self._stop.set()
+        self.signal_stop()
         if self._thread:
             self._thread.join(timeout=self.cfg.poll_timeout_seconds * 4)
         self.io.close()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import threading
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -23,6 +24,9 @@ STEADY_AFTER = 3
 TOLERANCE = 0.1
 # A scraper not seen for this many periods is gone.
 GONE_AFTER_PERIODS = 3.0
+# Scrapers remembered at most: a client that sends a new user agent with every request
+# costs no more memory than this.
+MAX_SCRAPERS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +40,16 @@ class Cadence:
         return self.last + k * self.period
 
 
+@dataclass(frozen=True, slots=True)
+class ScrapeView:
+    """What a poll schedule knows of the scrapers at one moment."""
+    cadences: tuple[Cadence, ...] = ()   # the steady ones
+    settling: int = 0                    # scraping again and again, at no steady cadence (yet)
+
+
+NOBODY = ScrapeView()
+
+
 @dataclass
 class _Scraper:
     last: float
@@ -43,32 +57,49 @@ class _Scraper:
 
 
 class ScrapeLog:
-    """The scrapes of /metrics, per scraper."""
+    """The scrapes of /metrics, per scraper. Fed by the HTTP server's threads, read by the
+    poll schedule: one lock around a few small dicts."""
 
     def __init__(self) -> None:
         self._scrapers: dict[str, _Scraper] = {}
+        self._lock = threading.Lock()
 
     def seen(self, key: str, now: float) -> None:
-        s = self._scrapers.get(key)
-        if s is None:
-            self._scrapers[key] = _Scraper(now)
-            return
-        if now > s.last:
-            s.intervals.append(now - s.last)
-            s.last = now
+        with self._lock:
+            s = self._scrapers.get(key)
+            if s is None:
+                if len(self._scrapers) >= MAX_SCRAPERS:
+                    self._forget_one()
+                self._scrapers[key] = _Scraper(now)
+                return
+            if now > s.last:
+                s.intervals.append(now - s.last)
+                s.last = now
+
+    def _forget_one(self) -> None:
+        """The least recently seen of those that scraped once (else of all): a flood of
+        one-off requests never pushes a steady scraper out."""
+        once = [k for k, s in self._scrapers.items() if not s.intervals] or list(self._scrapers)
+        del self._scrapers[min(once, key=lambda k: self._scrapers[k].last)]
+
+    def view(self, now: float) -> ScrapeView:
+        """The steady scrapers still scraping (the longest silent first) and how many others
+        scrape repeatedly; forgets the gone. A single scrape (a person's curl) is neither."""
+        cadences, settling = [], 0
+        with self._lock:
+            for key, s in list(self._scrapers.items()):
+                period = steady_period(list(s.intervals))
+                horizon = (period or max(s.intervals, default=60.0)) * GONE_AFTER_PERIODS
+                if now - s.last > max(horizon, 1.0):
+                    del self._scrapers[key]
+                elif period is not None:
+                    cadences.append(Cadence(period, s.last))
+                elif s.intervals:
+                    settling += 1
+        return ScrapeView(tuple(sorted(cadences, key=lambda c: c.last)), settling)
 
     def cadences(self, now: float) -> list[Cadence]:
-        """The steady scrapers still scraping, the longest silent first; forgets the gone."""
-        out = []
-        for key, s in list(self._scrapers.items()):
-            period = steady_period(list(s.intervals))
-            horizon = (period or max(s.intervals, default=60.0)) * GONE_AFTER_PERIODS
-            if now - s.last > max(horizon, 1.0):
-                del self._scrapers[key]
-                continue
-            if period is not None:
-                out.append(Cadence(period, s.last))
-        return sorted(out, key=lambda c: c.last)
+        return list(self.view(now).cadences)
 
 
 def steady_period(intervals: list[float]) -> float | None:
@@ -95,12 +126,28 @@ def next_poll_start(now: float, cadences: list[Cadence], duration: float, earlie
     earliest = max(now, earliest)
     if not cadences:
         return max(earliest, last_start + idle_interval)
-    lead = duration + margin
-    # each scraper's first scrape a poll starting at `earliest` can be done before
-    return min(c.next_after(earliest + lead - 1e-9) - lead for c in cadences)
+    # Each scraper's first scrape that a poll starting at `earliest` is still done before;
+    # started `margin` ahead of that, or at once when less is left (re-planned at its due
+    # moment, the same poll stays due: it does not slip to the scrape after).
+    return min(max(earliest, c.next_after(earliest + duration) - duration - margin) for c in cadences)
 
 
 def poll_margin(duration: float) -> float:
     """How long before the expected scrape a poll should be done: its duration varies from
     one poll to the next, and a scrape comes a little early now and then."""
     return 0.1 + 0.25 * duration
+
+
+def plan_next_poll(now: float, view: ScrapeView, last_start: float, duration: float, min_period: float,
+                   idle_interval: float, publish_delay: float = 0.0) -> float:
+    """When the next poll starts (wall clock), after one that started at `last_start` and took
+    `duration` (to published data). `min_period` is the least time between starts the poll's
+    cost allows (schedule.poll_period). Scrapers still settling (new, or irregular) get the
+    polls back to back, as without this clock; steady ones get each poll done just before
+    their next scrape; nobody scraping, one poll per `idle_interval`. `publish_delay`: how
+    long published data takes to reach the serving process."""
+    earliest = last_start + min_period
+    if view.settling:
+        return max(now, earliest)
+    return next_poll_start(now, list(view.cadences), duration, earliest, idle_interval, last_start,
+                           poll_margin(duration) + publish_delay)

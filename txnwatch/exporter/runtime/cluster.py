@@ -42,6 +42,9 @@ class ClusterRuntime:
             self.canary = CanaryProbe(cfg.name, cfg.client_properties(), cfg.canary,
                                       cfg.canary.instance or default_instance())
 
+    def scrapes_changed(self) -> None:
+        self.poller.wake.set()
+
     def sources(self):
         yield self.poller.health.view()
         if self.tap is not None:

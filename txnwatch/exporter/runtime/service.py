@@ -17,6 +17,7 @@ from ...config import Config
 from ...metrics import FamilyWriter
 from ...sharding import ALL, Shard, plan
 from ...spark_listener.state import SparkQueryState
+from ..poll.scrape_clock import ScrapeLog, ScrapeView
 from ..serve.app import create_app
 from ..serve.collector import ExporterCollector, Part
 from ..serve.page import canary_section, tap_section
@@ -42,6 +43,7 @@ class Exporter:
         watched = [c for c in config.clusters if shares[c.name].watch]
         self.started_at = time.time()
         self.spark_state = SparkQueryState(ttl_seconds=config.http.spark_query_ttl_seconds)
+        self.scrape_log = ScrapeLog()     # the scrapes of /metrics: polls timed to them
         parts: list[Part] = []
         self.clusters: dict[str, ClusterRuntime | WorkerRuntime] = {}
         self.workers = config.http.worker_processes
@@ -52,12 +54,13 @@ class Exporter:
                 wr = WorkerRuntime(c, lambda name=c.name: self._worker_base() / _safe(name), lambda: self.collector,
                                    self.spark_state.topics, log_level=config.log_level, log_format=config.log_format,
                                    secrets=tuple(config.secret_values()), share=shares[c.name],
-                                   cluster_label=config.cluster_label)
+                                   cluster_label=config.cluster_label, scrapes=self.scrape_view)
                 self.clusters[c.name] = wr
                 parts.append(Part(f"health:{c.name}", wr.render_live))
         else:
             for c in watched:
                 rt = self.clusters[c.name] = ClusterRuntime(c, share=shares[c.name])
+                rt.poller.scrapes = self.scrape_view
                 name = c.name
                 parts.append(Part(f"health:{name}", rt.render_live))
                 if rt.tap is not None:
@@ -75,6 +78,16 @@ class Exporter:
         self.collector = ExporterCollector(parts, live_key=lambda: tuple(
             rt.readiness() for rt in self.clusters.values()), worker_pids=self.worker_pids,
             cluster_label=config.cluster_label)
+
+    def scrape_view(self) -> ScrapeView:
+        return self.scrape_log.view(time.time())
+
+    def scrape_seen(self, scraper: str) -> None:
+        """A scrape of /metrics by `scraper` (address and user agent): pollers timed to the
+        scrapes re-plan (worker processes hear of it within their supervisor's step)."""
+        self.scrape_log.seen(scraper, time.time())
+        for rt in self.clusters.values():
+            rt.scrapes_changed()
 
     def worker_pids(self) -> dict[str, int]:
         """cluster -> pid of its running worker process (none without worker processes)."""

@@ -26,6 +26,7 @@ from types import MappingProxyType
 
 from ...metrics import DEFAULT_CLUSTER_LABEL, FamilyWriter
 from ..health import SourceHealth, first_attempts_done, render_health
+from ..poll.scrape_clock import NOBODY, ScrapeView
 from .published import ClusterDigest, PublishedFile, WorkerStatus, write_atomic_text
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,7 @@ class WorkerRuntime:
                  spark_topics: Callable[[], frozenset[str]], *, log_level: str = "INFO", log_format: str = "text",
                  secrets: tuple[str, ...] = (), stall_seconds: float | None = None,
                  kill_stalled_after: float | None = None, share=None,
-                 cluster_label: str = DEFAULT_CLUSTER_LABEL) -> None:
+                 cluster_label: str = DEFAULT_CLUSTER_LABEL, scrapes: Callable[[], ScrapeView] = lambda: NOBODY) -> None:
         self.cfg = cfg
         self.cluster_label = cluster_label
         self.share = share
@@ -72,6 +73,8 @@ class WorkerRuntime:
         self._status: WorkerStatus | None = None
         self._status_seen = 0.0                   # monotonic time the status last changed
         self._spark_written: frozenset[str] | None = None
+        self._scrapes = scrapes
+        self._scrapes_written: ScrapeView | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -165,6 +168,7 @@ class WorkerRuntime:
                 log.warning("cluster %s: killing the stalled worker %d", self.cfg.name, self.proc.pid)
                 self.proc.kill()
         self._write_spark_topics()
+        self._write_scrapes()
 
     def _read(self) -> None:
         # The data first, then the status that covers it: a scrape never sees a status (up,
@@ -202,6 +206,21 @@ class WorkerRuntime:
 
         write_atomic_text(self.dir / "spark-topics", sorted(topics))
         self._spark_written = topics
+
+    def scrapes_changed(self) -> None:
+        pass    # the supervisor's next step (every SUPERVISE_INTERVAL) writes the new view
+
+    def _write_scrapes(self) -> None:
+        """The scrapers as this process sees them, for the worker's poll schedule: when they
+        changed (a scrape came, a scraper settled or went away)."""
+        if self.cfg.poll_schedule != "scrapes":
+            return
+        view = self._scrapes()
+        if view == self._scrapes_written:
+            return
+        write_atomic_text(self.dir / "scrapes", {"cadences": [[c.period, c.last] for c in view.cadences],
+                                                 "settling": view.settling})
+        self._scrapes_written = view
 
     def _count(self, cause: str) -> None:
         with self._lock:

@@ -11,7 +11,8 @@ Files: poller.chunks, tap.chunks (dict[str, FamilyChunk]), digest (ClusterDigest
 status (WorkerStatus, every `status_interval` and after each poll), checkpoint (the
 counters a restarted worker continues from: the tap's TapView counters with the log
 offsets they are complete to, and the poller's epoch bumps). Reads spark-topics (JSON
-list) to know which topics' partitions the digest carries for the Spark join.
+list) to know which topics' partitions the digest carries for the Spark join, and scrapes
+(JSON: the scrapers' cadences) to time its polls to them (poll_schedule scrapes).
 
 The worker exits when its parent goes away (checked every status interval) or on SIGTERM.
 """
@@ -33,9 +34,11 @@ from ...logsetup import setup_logging
 from ...metrics import DEFAULT_CLUSTER_LABEL, FamilyWriter
 from ...sharding import WHOLE
 from ..poll.render import render_snapshot
+from ..poll.scrape_clock import NOBODY, Cadence, ScrapeView
 from ..tap.render import render_tap
 from .cluster import ClusterRuntime
 from .published import ClusterDigest, WorkerStatus, canary_summary, digest_of, tap_summary, write_atomic
+from .supervisor import SUPERVISE_INTERVAL
 
 log = logging.getLogger("txnwatch.worker")
 
@@ -84,6 +87,11 @@ class Worker:
         self._digest: ClusterDigest | None = None
         self.rt.poller.on_snapshot = self._on_snapshot
         self.rt.poller.on_success = self._on_success
+        # poll_schedule "scrapes": the scrapers as the serving process last wrote them
+        self._scrapes_key = None
+        self._scrape_view = NOBODY
+        self.rt.poller.scrapes = lambda: self._scrape_view
+        self.rt.poller.publish_delay = SUPERVISE_INTERVAL   # the serving process reads what we publish
 
     # ------------------------------------------------------------------ publishing
     def _on_snapshot(self, snap) -> None:
@@ -195,6 +203,23 @@ class Worker:
         except (OSError, ValueError):
             pass
 
+    def _read_scrapes(self) -> None:
+        path = self.dir / "scrapes"
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if key == self._scrapes_key:
+            return
+        try:
+            raw = json.loads(path.read_text())
+            view = ScrapeView(tuple(Cadence(float(p), float(t)) for p, t in raw["cadences"]), int(raw["settling"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return    # a half-read file: the next look reads the whole one
+        self._scrapes_key, self._scrape_view = key, view
+        self.rt.poller.wake.set()
+
     # ------------------------------------------------------------------ run
     def run(self, parent_pid: int) -> int:
         self.rt.start()
@@ -204,6 +229,7 @@ class Worker:
             while not self._stop.is_set():
                 now = time.monotonic()
                 try:
+                    self._read_scrapes()
                     self._publish_tap()
                     self._publish_canary()
                     if now >= next_status:

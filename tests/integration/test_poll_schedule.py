@@ -1,0 +1,118 @@
+"""Polls timed to the scrapes (issue 29), on the real broker: a scraper at a fixed cadence
+gets data as old as the poll takes, from one poll per scrape; nobody scraping, one poll per
+idle interval.
+
+Each poll is seen through its start (`txnwatch_last_success_timestamp_seconds`, when it
+finished, less `txnwatch_poll_duration_seconds`) by an observer whose every request has a user agent of its own: one-off requests are
+"nobody" to the scrape clock, so the observer never steers the polls it watches."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+
+import pytest
+
+from tests.integration.helpers import cluster_config
+from txnwatch.exporter.poll.scrape_clock import poll_margin
+from txnwatch_dev.net import wait_for
+from txnwatch_dev.scrape import Metrics, parse_metrics
+from txnwatch_dev.workload import create_topics
+
+pytestmark = pytest.mark.integration
+
+PERIOD = 2.0          # the scraper's cadence; the worker's least time between polls is 1 s
+OBSERVE_EVERY = 0.2
+
+
+def timed_config(bootstrap: str, topic: str, **extra) -> dict:
+    cfg = cluster_config(bootstrap, [topic], **extra)
+    del cfg["clusters"][0]["poll_interval_seconds"]     # unset: poll_schedule scrapes
+    return cfg
+
+
+class Observer(threading.Thread):
+    """Records each poll start the exporter publishes, with one-off requests."""
+
+    def __init__(self, exporter) -> None:
+        super().__init__(daemon=True)
+        self.exporter = exporter
+        self.polls: list[float] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        for i in itertools.count():
+            if self.stop.wait(OBSERVE_EVERY):
+                return
+            status, body = self.exporter.get("/metrics", headers={"User-Agent": f"observer-{i}"})
+            if status != 200:
+                continue
+            m = Metrics(parse_metrics(body))
+            done = m.get_value("txnwatch_last_success_timestamp_seconds", source="poller")
+            took = m.get_value("txnwatch_poll_duration_seconds", source="poller")
+            if done is not None and took is not None and (not self.polls or done - took > self.polls[-1] + 1e-6):
+                self.polls.append(done - took)
+
+
+def scrape_as(exporter, agent: str) -> Metrics:
+    status, body = exporter.get("/metrics", headers={"User-Agent": agent})
+    assert status == 200, body[:500]
+    return Metrics(parse_metrics(body))
+
+
+def test_a_scraper_at_a_fixed_cadence_gets_data_as_old_as_the_poll_takes(broker, exporter_factory, unique):
+    topic = unique("sched")
+    create_topics(broker.bootstrap, [topic])
+    # nobody scraping: one poll in ten minutes, so every fresh scrape below is the schedule's doing
+    exp = exporter_factory(timed_config(broker.bootstrap, topic, poll_idle_interval_seconds=600))
+    watch = Observer(exp)
+    watch.start()
+    try:
+        wait_for(lambda: watch.polls, 30, what="the first poll")
+        # the scraper, at a fixed cadence: settled after its fourth scrape, then timed to
+        scrapes: list[tuple[float, float, float]] = []       # (when, data age, that poll's duration)
+
+        def fresh_streak() -> bool:
+            due = t0 + len(scrapes) * PERIOD
+            time.sleep(max(0.0, due - time.monotonic()))   # the cadence itself, not a wait for state
+            m = scrape_as(exp, "Prometheus/cadence-test")
+            scrapes.append((time.time(), m.get_value("txnwatch_data_age_seconds", source="poller"),
+                            m.get_value("txnwatch_poll_duration_seconds", source="poller")))
+            # fresh: no older than the poll took, its margin and a little scheduling slack
+            recent = scrapes[-3:]
+            # (the cadence is known from the fourth scrape: the window below starts at the fifth)
+            return len(scrapes) >= 8 and all(age <= d + poll_margin(d) + 0.6 for _, age, d in recent)
+
+        t0 = time.monotonic()
+        try:
+            wait_for(fresh_streak, 120, interval=0, what="three scrapes in a row with data as old as the poll takes")
+        except TimeoutError:
+            pytest.fail(f"scrapes (when, age, poll duration): {scrapes}; poll starts: {watch.polls}")
+        first_timed = scrapes[-3][0] - PERIOD
+        # ...from one poll per scrape, not polls back to back (which would be one a second here)
+        polls = [p for p in watch.polls if p >= first_timed]
+        assert len(polls) <= 4, (polls, scrapes)
+        ages = [round(age, 2) for _, age, _ in scrapes]
+        print(f"data age at each scrape: {ages}; polls in the last three periods: {len(polls)}")
+    finally:
+        watch.stop.set()
+        watch.join()
+
+
+def test_nobody_scraping_polls_once_per_idle_interval(broker, exporter_factory, unique):
+    topic = unique("idle")
+    create_topics(broker.bootstrap, [topic])
+    idle = 3.0
+    exp = exporter_factory(timed_config(broker.bootstrap, topic, poll_idle_interval_seconds=idle))
+    watch = Observer(exp)
+    watch.start()
+    try:
+        wait_for(lambda: len(watch.polls) >= 4, 60, what="four polls on the idle schedule")
+    finally:
+        watch.stop.set()
+        watch.join()
+    gaps = [b - a for a, b in itertools.pairwise(watch.polls)]
+    # a poll starts idle seconds after the previous one started, never sooner
+    assert all(g >= idle - 0.05 for g in gaps), gaps
+    print(f"poll starts {idle:g} s apart: {[round(g, 2) for g in gaps]}")
