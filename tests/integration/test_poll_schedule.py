@@ -2,7 +2,7 @@
 gets data as old as the poll takes, from one poll per scrape; nobody scraping, one poll per
 idle interval.
 
-Each poll is seen through its start (`txnwatch_last_success_timestamp_seconds`, when it
+With nobody scraping, each poll is seen through its start (`txnwatch_last_success_timestamp_seconds`, when it
 finished, less `txnwatch_poll_duration_seconds`) by an observer whose every request has a user agent of its own: one-off requests are
 "nobody" to the scrape clock, so the observer never steers the polls it watches."""
 
@@ -66,38 +66,31 @@ def test_a_scraper_at_a_fixed_cadence_gets_data_as_old_as_the_poll_takes(broker,
     create_topics(broker.bootstrap, [topic])
     # nobody scraping: one poll in ten minutes, so every fresh scrape below is the schedule's doing
     exp = exporter_factory(timed_config(broker.bootstrap, topic, poll_idle_interval_seconds=600))
-    watch = Observer(exp)
-    watch.start()
+    wait_for(lambda: exp.get("/readyz")[0] == 200, 30, what="the first poll")
+    # the scraper, at a fixed cadence: its cadence is known from its fourth scrape
+    scrapes: list[tuple[float, float, float]] = []       # (data age, that poll's duration, polls so far)
+
+    def fresh_streak() -> bool:
+        due = t0 + len(scrapes) * PERIOD
+        time.sleep(max(0.0, due - time.monotonic()))   # the cadence itself, not a wait for state
+        m = scrape_as(exp, "Prometheus/cadence-test")
+        scrapes.append((m.get_value("txnwatch_data_age_seconds", source="poller"),
+                        m.get_value("txnwatch_poll_duration_seconds", source="poller"),
+                        m.get_value("txnwatch_polls_total", source="poller")))
+        # fresh: no older than the poll took, its margin and a little scheduling slack, in
+        # three scrapes in a row from the fifth on
+        return len(scrapes) >= 8 and all(age <= d + poll_margin(d) + 0.6 for age, d, _ in scrapes[-3:])
+
+    t0 = time.monotonic()
     try:
-        wait_for(lambda: watch.polls, 30, what="the first poll")
-        # the scraper, at a fixed cadence: settled after its fourth scrape, then timed to
-        scrapes: list[tuple[float, float, float]] = []       # (when, data age, that poll's duration)
-
-        def fresh_streak() -> bool:
-            due = t0 + len(scrapes) * PERIOD
-            time.sleep(max(0.0, due - time.monotonic()))   # the cadence itself, not a wait for state
-            m = scrape_as(exp, "Prometheus/cadence-test")
-            scrapes.append((time.time(), m.get_value("txnwatch_data_age_seconds", source="poller"),
-                            m.get_value("txnwatch_poll_duration_seconds", source="poller")))
-            # fresh: no older than the poll took, its margin and a little scheduling slack
-            recent = scrapes[-3:]
-            # (the cadence is known from the fourth scrape: the window below starts at the fifth)
-            return len(scrapes) >= 8 and all(age <= d + poll_margin(d) + 0.6 for _, age, d in recent)
-
-        t0 = time.monotonic()
-        try:
-            wait_for(fresh_streak, 120, interval=0, what="three scrapes in a row with data as old as the poll takes")
-        except TimeoutError:
-            pytest.fail(f"scrapes (when, age, poll duration): {scrapes}; poll starts: {watch.polls}")
-        first_timed = scrapes[-3][0] - PERIOD
-        # ...from one poll per scrape, not polls back to back (which would be one a second here)
-        polls = [p for p in watch.polls if p >= first_timed]
-        assert len(polls) <= 4, (polls, scrapes)
-        ages = [round(age, 2) for _, age, _ in scrapes]
-        print(f"data age at each scrape: {ages}; polls in the last three periods: {len(polls)}")
-    finally:
-        watch.stop.set()
-        watch.join()
+        wait_for(fresh_streak, 120, interval=0, what="three scrapes in a row with data as old as the poll takes")
+    except TimeoutError:
+        pytest.fail(f"scrapes (data age, poll duration, polls): {scrapes}")
+    # ...from one poll per scrape, not polls back to back (which would be two a period here)
+    polls = scrapes[-1][2] - scrapes[-4][2]
+    assert 1 <= polls <= 4, scrapes
+    print(f"data age at each scrape: {[round(age, 2) for age, _, _ in scrapes]}; polls in the last three "
+          f"periods: {polls:g}")
 
 
 def test_nobody_scraping_polls_once_per_idle_interval(broker, exporter_factory, unique):

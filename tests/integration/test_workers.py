@@ -82,6 +82,8 @@ def test_killed_worker_is_restarted_and_counts_continue(broker, unique, producer
     producers(broker.bootstrap, topic, tid + "-a", action="commit", count=4, records=1).wait()
     exp.wait_metric(lambda m: committed(m, app) == 4, 60, what="4 commits counted")
     [pid] = children(exp.proc.pid)
+    polls_before = exp.metrics().get_value("txnwatch_polls_total", source="poller")
+    assert polls_before >= 1
 
     os.kill(pid, signal.SIGKILL)
     # Served while no worker runs: the last data, up 0 with the reason, the exit counted.
@@ -102,8 +104,10 @@ def test_killed_worker_is_restarted_and_counts_continue(broker, unique, producer
     assert committed(m, app) == 7
     assert children(exp.proc.pid) != [pid]
     wait_for(lambda: exp.get("/readyz")[0] == 200, 30, what="ready again")
-    # never backwards: the worker_exit count survives the new worker's own counts
+    # never backwards: the worker_exit count survives the new worker's own counts, and the polls
+    # the dead worker made stay counted under the new one's
     assert (m.get_value("txnwatch_poll_errors_total", source="poller", cause="worker_exit") or 0) >= 1
+    assert m.get_value("txnwatch_polls_total", source="poller") > polls_before
 
 
 def test_serving_answers_while_a_worker_is_stalled(broker, unique, exporter_factory):

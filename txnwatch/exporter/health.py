@@ -23,6 +23,7 @@ class SourceHealth:
     last_error: str | None = None          # one line, never with credentials
     last_error_at: float | None = None
     errors: Mapping[str, int] = field(default_factory=dict)  # cause -> count (monotonic)
+    attempts: int = 0                      # polls (or attempts) made, successful or not (monotonic)
 
 
 def first_attempts_done(sources) -> bool:
@@ -47,6 +48,7 @@ class HealthTracker:
         self._last_error: str | None = None
         self._last_error_at: float | None = None
         self._errors: dict[str, int] = {}
+        self._attempts = 0
 
     def success(self, duration: float | None = None, now: float | None = None) -> None:
         now = time.time() if now is None else now
@@ -54,6 +56,7 @@ class HealthTracker:
             self._up = True
             self._last_success = self._last_attempt = now
             self._last_duration = duration
+            self._attempts += 1
 
     def failure(self, cause: str, message: str, duration: float | None = None,
                 now: float | None = None) -> None:
@@ -65,6 +68,7 @@ class HealthTracker:
             self._last_error = message
             self._last_error_at = now
             self._errors[cause] = self._errors.get(cause, 0) + 1
+            self._attempts += 1
 
     def count_error(self, cause: str) -> None:
         """Count an error that does not make the source down (e.g. a skipped record)."""
@@ -75,7 +79,7 @@ class HealthTracker:
         with self._lock:
             return SourceHealth(self._source, self._up, self._last_success, self._last_attempt,
                                 self._last_duration, self._last_error, self._last_error_at,
-                                MappingProxyType(dict(self._errors)))
+                                MappingProxyType(dict(self._errors)), self._attempts)
 
 
 def render_health(w: FamilyWriter, cluster: str, health: SourceHealth) -> None:
@@ -85,3 +89,5 @@ def render_health(w: FamilyWriter, cluster: str, health: SourceHealth) -> None:
     w.add("txnwatch_last_success_timestamp_seconds", lbl, health.last_success)
     for cause, n in health.errors.items():
         w.add("txnwatch_poll_errors", {**lbl, "cause": cause}, n)
+    if health.source == "poller":    # the tap and the canary count their own work (records, rounds)
+        w.add("txnwatch_polls", lbl, health.attempts)

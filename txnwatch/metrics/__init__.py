@@ -304,6 +304,10 @@ CATALOG: dict[str, MetricSpec] = {s.name: s for s in [
        "groups left out of a poll while the others answered; worker_exit / worker_stalled: the cluster's "
        "worker process).", ("cluster", "source", "cause"),
        source="self"),
+    _m("txnwatch_polls", "counter",
+       "Polls the admin poller made, successful or not: with process_cpu_seconds_total, the CPU a poll costs; "
+       "timed to the scrapes (poll_schedule scrapes), about one per scrape.", ("cluster", "source"),
+       source="self"),
     _m("txnwatch_last_success_timestamp_seconds", "gauge", "Unix time of the source's last successful poll.",
        ("cluster", "source"), source="self"),
     _m("txnwatch_data_age_seconds", "gauge",

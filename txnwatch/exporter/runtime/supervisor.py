@@ -67,6 +67,7 @@ class WorkerRuntime:
         self._problem_cause: str | None = None
         self._events: dict[str, int] = {}        # worker_exit / worker_stalled, counted here
         self._base_errors: dict[tuple[str, str], int] = {}
+        self._base_attempts: dict[str, int] = {}
         self._status_file = self._digest_file = None
         self._chunk_files: dict[str, PublishedFile] = {}
         self._pending: dict[str, tuple[float, dict]] = {}
@@ -193,6 +194,7 @@ class WorkerRuntime:
                     for h in prev.sources:
                         for cause, n in h.errors.items():
                             self._base_errors[(h.source, cause)] = self._base_errors.get((h.source, cause), 0) + n
+                        self._base_attempts[h.source] = self._base_attempts.get(h.source, 0) + h.attempts
                 self._status = st
                 self._status_seen = time.monotonic()
                 if self.proc is not None and st.pid == self.proc.pid:
@@ -234,6 +236,7 @@ class WorkerRuntime:
     def sources(self) -> list[SourceHealth]:
         with self._lock:
             st, problem, events, base = self._status, self._problem, dict(self._events), dict(self._base_errors)
+            base_attempts = dict(self._base_attempts)
         if st is None:
             names = ["poller"] + (["tap"] if self.cfg.transaction_log_tap else [])
             views = [SourceHealth(n) for n in names]
@@ -249,7 +252,8 @@ class WorkerRuntime:
                 errors[cause] = errors.get(cause, 0) + n
             if problem is not None:
                 h = replace(h, up=False, last_error=problem)
-            out.append(replace(h, errors=MappingProxyType(errors)))
+            out.append(replace(h, errors=MappingProxyType(errors),
+                               attempts=h.attempts + base_attempts.get(h.source, 0)))
         return out
 
     def readiness(self) -> tuple[bool, ...]:
