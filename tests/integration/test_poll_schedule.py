@@ -56,7 +56,9 @@ class Observer(threading.Thread):
 
 
 def scrape_as(exporter, agent: str) -> Metrics:
-    status, body = exporter.get("/metrics", headers={"User-Agent": agent})
+    """A scrape as Prometheus sends it: its user agent and its scrape timeout header."""
+    status, body = exporter.get("/metrics", headers={"User-Agent": agent,
+                                                     "X-Prometheus-Scrape-Timeout-Seconds": str(PERIOD)})
     assert status == 200, body[:500]
     return Metrics(parse_metrics(body))
 
@@ -89,6 +91,8 @@ def test_a_scraper_at_a_fixed_cadence_gets_data_as_old_as_the_poll_takes(broker,
     # ...from one poll per scrape, not polls back to back (which would be two a period here)
     polls = scrapes[-1][2] - scrapes[-4][2]
     assert 1 <= polls <= 4, scrapes
+    # the page says so (a page view is no scrape)
+    assert "each poll timed to be done just before the next scrape of 1 scraper(s) (every 2 s)" in exp.get("/")[1]
     print(f"data age at each scrape: {[round(age, 2) for age, _, _ in scrapes]}; polls in the last three "
           f"periods: {polls:g}")
 
@@ -105,6 +109,7 @@ def test_nobody_scraping_polls_once_per_idle_interval(broker, exporter_factory, 
     finally:
         watch.stop.set()
         watch.join()
+    assert "nobody scraping, one poll per 3 s" in exp.get("/")[1]
     gaps = [b - a for a, b in itertools.pairwise(watch.polls)]
     # a poll starts idle seconds after the previous one started, never sooner
     assert all(g >= idle - 0.05 for g in gaps), gaps

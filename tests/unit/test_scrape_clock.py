@@ -122,3 +122,11 @@ def test_a_poll_re_planned_at_its_due_moment_is_still_due():
         assert next_poll_start(due + late, [c], 0.5, 1001.0, 600.0, 999.0, 0.3) == pytest.approx(due + late)
     # too late to be done before the scrape at 1003: the one after
     assert next_poll_start(1002.6, [c], 0.5, 1001.0, 600.0, 999.0, 0.3) == pytest.approx(1005.2)
+
+
+def test_prometheus_says_it_scrapes_on_a_schedule_from_its_first_scrape():
+    log = ScrapeLog()
+    log.seen("10.0.0.1 Prometheus/3.16", 1000.0, scheduled=True)
+    assert log.view(1000.1) == ScrapeView((), 1)       # settling: polls come at once
+    log.seen("10.0.0.9 curl/8", 1000.2)
+    assert log.view(1000.3) == ScrapeView((), 1)       # a curl is still nobody

@@ -54,6 +54,7 @@ NOBODY = ScrapeView()
 class _Scraper:
     last: float
     intervals: deque = field(default_factory=lambda: deque(maxlen=KEEP))
+    scheduled: bool = False       # says it scrapes on a schedule (Prometheus's timeout header)
 
 
 class ScrapeLog:
@@ -64,13 +65,16 @@ class ScrapeLog:
         self._scrapers: dict[str, _Scraper] = {}
         self._lock = threading.Lock()
 
-    def seen(self, key: str, now: float) -> None:
+    def seen(self, key: str, now: float, scheduled: bool = False) -> None:
+        """A scrape by `key` at `now`. `scheduled`: the request says it comes on a schedule
+        (Prometheus sends X-Prometheus-Scrape-Timeout-Seconds), so even its first scrape
+        counts as a scraper settling: the next poll comes at once, not at the idle interval."""
         with self._lock:
             s = self._scrapers.get(key)
             if s is None:
                 if len(self._scrapers) >= MAX_SCRAPERS:
                     self._forget_one()
-                self._scrapers[key] = _Scraper(now)
+                self._scrapers[key] = _Scraper(now, scheduled=scheduled)
                 return
             if now > s.last:
                 s.intervals.append(now - s.last)
@@ -79,7 +83,7 @@ class ScrapeLog:
     def _forget_one(self) -> None:
         """The least recently seen of those that scraped once (else of all): a flood of
         one-off requests never pushes a steady scraper out."""
-        once = [k for k, s in self._scrapers.items() if not s.intervals] or list(self._scrapers)
+        once = [k for k, s in self._scrapers.items() if not s.intervals and not s.scheduled] or list(self._scrapers)
         del self._scrapers[min(once, key=lambda k: self._scrapers[k].last)]
 
     def view(self, now: float) -> ScrapeView:
@@ -94,7 +98,7 @@ class ScrapeLog:
                     del self._scrapers[key]
                 elif period is not None:
                     cadences.append(Cadence(period, s.last))
-                elif s.intervals:
+                elif s.intervals or s.scheduled:
                     settling += 1
         return ScrapeView(tuple(sorted(cadences, key=lambda c: c.last)), settling)
 

@@ -82,10 +82,11 @@ class Exporter:
     def scrape_view(self) -> ScrapeView:
         return self.scrape_log.view(time.time())
 
-    def scrape_seen(self, scraper: str) -> None:
-        """A scrape of /metrics by `scraper` (address and user agent): pollers timed to the
-        scrapes re-plan (worker processes hear of it within their supervisor's step)."""
-        self.scrape_log.seen(scraper, time.time())
+    def scrape_seen(self, scraper: str, scheduled: bool = False) -> None:
+        """A scrape of /metrics by `scraper` (address and user agent; `scheduled`: it says it
+        scrapes on a schedule): pollers timed to the scrapes re-plan (worker processes hear of
+        it within their supervisor's step)."""
+        self.scrape_log.seen(scraper, time.time(), scheduled)
         for rt in self.clusters.values():
             rt.scrapes_changed()
 

@@ -36,7 +36,8 @@ def create_app(exporter) -> Flask:
     @app.get("/metrics")
     def metrics() -> Response:
         # when each scraper comes (its address and user agent: an HA pair is two) times the polls
-        exporter.scrape_seen(f"{request.remote_addr} {request.headers.get('User-Agent', '')}")
+        exporter.scrape_seen(f"{request.remote_addr} {request.headers.get('User-Agent', '')}",
+                             "X-Prometheus-Scrape-Timeout-Seconds" in request.headers)
         # OpenMetrics when the scraper asks for it (Accept: application/openmetrics-text).
         om = wants_openmetrics(request.headers.get("Accept", ""))
         gz = accepts_gzip(request.headers.get("Accept-Encoding", ""))

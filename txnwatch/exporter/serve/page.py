@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping
 from html import escape
 
 from ... import __version__
+from ...config import IN_PROCESS_POLL_INTERVAL
 from ..model import TP, GroupLag, HangingTransaction, OpenTransaction, PartitionState
 
 _CSS = """
@@ -154,6 +155,27 @@ def canary_section(canaries: list[tuple[str, object]], now: float) -> str:
             "</section>")
 
 
+def poll_schedule_note(view, clusters: list[tuple[str, str, float, float]]) -> str:
+    """One line on when polls happen (pure): `view` is the scrape clock's ScrapeView, and
+    `clusters` (name, poll_schedule, poll_interval_seconds, poll_idle_interval_seconds)."""
+    timed = [c for c in clusters if c[1] == "scrapes"]
+    parts = []
+    if timed:
+        names = ", ".join(escape(c[0]) for c in timed)
+        if view.settling:
+            parts.append(f"{names}: polls back to back while {view.settling} scraper(s) settle into a cadence")
+        elif view.cadences:
+            every = ", ".join(f"{c.period:.3g} s" for c in view.cadences)
+            parts.append(f"{names}: each poll timed to be done just before the next scrape of "
+                         f"{len(view.cadences)} scraper(s) (every {every})")
+        else:
+            idle = ", ".join(sorted({f"{c[3]:g} s" for c in timed}))
+            parts.append(f"{names}: nobody scraping, one poll per {idle}")
+    parts += [f"{escape(name)}: polls back to back, at most one start per {interval:g} s"
+              for name, schedule, interval, _idle in clusters if schedule != "scrapes"]
+    return "Polls: " + "; ".join(parts) + "." if parts else ""
+
+
 def render_page(exporter) -> str:
     now = time.time()
     out = [f"<!doctype html><html><head><meta charset=utf-8><title>txnwatch</title>"
@@ -178,7 +200,7 @@ def render_page(exporter) -> str:
                         f"<td class=num>{sum(h.errors.values())}</td><td>{err}{stale}</td></tr>")
     out.append("<section><h2>Clusters</h2><table><tr><th>cluster</th><th>source</th><th>state</th>"
                "<th>last success</th><th>last poll</th><th>errors</th><th>last error</th></tr>"
-               + "".join(rows) + "</table></section>")
+               + "".join(rows) + "</table>" + _schedule_paragraph(exporter) + "</section>")
 
     findings, txns, stalled, notes, digests = [], [], [], [], []
     unobservable = False   # a cluster without KIP-664: its open transactions cannot be listed
@@ -241,3 +263,13 @@ def render_page(exporter) -> str:
     out.append(f"<p class=muted>Rendered {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(now))}. "
                "Scrapes never talk to Kafka: values are from each source's last poll.</p></main></body></html>")
     return "".join(out)
+
+
+def _schedule_paragraph(exporter) -> str:
+    view_of = getattr(exporter, "scrape_view", None)
+    if view_of is None:
+        return ""
+    note = poll_schedule_note(view_of(), [(c.name, c.poll_schedule, c.poll_interval_seconds or IN_PROCESS_POLL_INTERVAL,
+                                           c.poll_idle_interval_seconds)
+                                          for c in exporter.config.clusters if c.name in exporter.clusters])
+    return f"<p class=muted>{note}</p>" if note else ""
