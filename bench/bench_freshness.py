@@ -32,6 +32,8 @@ import platform
 import statistics
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from bench_scrape import commit_groups, create_partitions  # bench/ is on sys.path when run as a script
@@ -57,6 +59,23 @@ def transactions(bootstrap: str, topics: list[str], n: int, stop: threading.Even
     for t in threads:
         t.start()
     return threads
+
+
+@contextmanager
+def workload(bootstrap: str, partitions: int, a) -> Iterator[str]:
+    """`partitions` partitions, a.groups groups with committed offsets and a.txn_producers
+    transactional producers running while the block runs; yields the names' prefix."""
+    prefix = f"fresh{partitions}"
+    topics = create_partitions(bootstrap, partitions, prefix)
+    commit_groups(bootstrap, topics, a.groups, prefix)
+    stop = threading.Event()
+    threads = transactions(bootstrap, topics, a.txn_producers, stop)
+    try:
+        yield prefix
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
 
 
 def measure(bootstrap: str, prefix: str, interval: float | None, seconds: float) -> dict:
@@ -153,17 +172,8 @@ def main() -> None:
     with make_broker() as broker:
         print("| partitions | scrapes | poll (median) | data age median | p90 | max |\n|---|---|---|---|---|---|")
         for n in [int(x) for x in a.partitions.split(",")]:
-            prefix = f"fresh{n}"
-            topics = create_partitions(broker.bootstrap, n, prefix)
-            commit_groups(broker.bootstrap, topics, a.groups, prefix)
-            stop = threading.Event()
-            threads = transactions(broker.bootstrap, topics, a.txn_producers, stop)
-            try:
+            with workload(broker.bootstrap, n, a) as prefix:
                 r = measure(broker.bootstrap, prefix, a.poll_interval, a.seconds)
-            finally:
-                stop.set()
-                for t in threads:
-                    t.join(30)
             print(f"| {n:,} | {r['scrapes']} | {r['poll'] * 1000:.0f} ms | **{r['median']:.2f} s** | "
                   f"{r['p90']:.2f} s | {r['max']:.2f} s |", flush=True)
 
@@ -175,22 +185,13 @@ def main_cadence(a) -> None:
         print("| partitions | scraped every | schedule | scrapes | data age median | p90 | polls | exporter CPU "
               "| worker CPU per poll | per partition |\n|---|---|---|---|---|---|---|---|---|---|")
         for n in [int(x) for x in a.partitions.split(",")]:
-            prefix = f"fresh{n}"
-            topics = create_partitions(broker.bootstrap, n, prefix)
-            commit_groups(broker.bootstrap, topics, a.groups, prefix)
-            stop = threading.Event()
-            threads = transactions(broker.bootstrap, topics, a.txn_producers, stop)
-            try:
+            with workload(broker.bootstrap, n, a) as prefix:
                 for every in [float(x) for x in a.scrape_every.split(",")]:
                     for schedule in a.schedule.split(","):
                         r = cadence(broker.bootstrap, prefix, n, schedule, every, a.scrapes)
                         print(f"| {n:,} | {every:g} s | {schedule} | {r['scrapes']} | **{r['median']:.2f} s** | "
                               f"{r['p90']:.2f} s | {r['polls']:g} | **{r['cpu'] * 100:.1f} %** | "
                               f"{r['per_poll'] * 1000:.0f} ms | {r['per_partition_us']:.1f} us |", flush=True)
-            finally:
-                stop.set()
-                for t in threads:
-                    t.join(30)
 
 
 if __name__ == "__main__":

@@ -189,34 +189,19 @@ class Worker:
             write_atomic(self.dir / "status", status)
 
     def _read_spark_topics(self) -> None:
-        path = self.dir / "spark-topics"
-        try:
-            st = os.stat(path)
-        except FileNotFoundError:
-            return
-        key = (st.st_ino, st.st_mtime_ns, st.st_size)
-        if key == self._spark_key:
-            return
-        try:
-            self._spark_topics = frozenset(json.loads(path.read_text()))
-            self._spark_key = key
-        except (OSError, ValueError):
-            pass
+        got = _read_if_replaced(self.dir / "spark-topics", self._spark_key)
+        if got is not None:
+            self._spark_key, self._spark_topics = got[0], frozenset(got[1])
 
     def _read_scrapes(self) -> None:
-        path = self.dir / "scrapes"
-        try:
-            st = os.stat(path)
-        except FileNotFoundError:
+        got = _read_if_replaced(self.dir / "scrapes", self._scrapes_key)
+        if got is None:
             return
-        key = (st.st_ino, st.st_mtime_ns, st.st_size)
-        if key == self._scrapes_key:
-            return
+        key, raw = got
         try:
-            raw = json.loads(path.read_text())
             view = ScrapeView(tuple(Cadence(float(p), float(t)) for p, t in raw["cadences"]), int(raw["settling"]))
-        except (OSError, ValueError, KeyError, TypeError):
-            return    # a half-read file: the next look reads the whole one
+        except (KeyError, TypeError, ValueError):
+            return    # not what the serving process writes: keep the last view
         self._scrapes_key, self._scrape_view = key, view
         self.rt.poller.wake.set()
 
@@ -252,6 +237,22 @@ class Worker:
 
     def stop(self) -> None:
         self._stop.set()
+
+
+def _read_if_replaced(path: Path, key: tuple | None) -> tuple[tuple, object] | None:
+    """(its new key, its JSON) when the serving process replaced `path` since `key`; None when
+    it is missing, unchanged, or caught half-read (the next look reads it whole)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    new = (st.st_ino, st.st_mtime_ns, st.st_size)
+    if new == key:
+        return None
+    try:
+        return new, json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def _load(path: Path):
