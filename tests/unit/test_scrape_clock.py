@@ -25,9 +25,9 @@ def feed(log: ScrapeLog, key: str, start: float, period: float, n: int, jitter=(
 def test_a_steady_scraper_is_learnt_after_three_intervals():
     log = ScrapeLog()
     feed(log, "10.0.0.1 Prometheus/3.16", 1000.0, 5.0, 3)
-    assert log.cadences(1011.0) == []                               # two intervals: not yet
+    assert log.view(1011.0).cadences == ()                               # two intervals: not yet
     last = feed(log, "10.0.0.1 Prometheus/3.16", 1015.0, 5.0, 1)
-    [c] = log.cadences(last + 1)
+    [c] = log.view(last + 1).cadences
     assert c.period == pytest.approx(5.0) and c.last == last
 
 
@@ -41,14 +41,14 @@ def test_an_ha_pair_is_two_scrapers_at_their_own_phases():
     log = ScrapeLog()
     feed(log, "10.0.0.1 Prometheus", 1000.0, 15.0, 5)
     feed(log, "10.0.0.2 Prometheus", 1007.0, 15.0, 5)
-    cads = log.cadences(1070.0)
+    cads = log.view(1070.0).cadences
     assert [c.last for c in cads] == [1060.0, 1067.0]
 
 
 def test_a_scraper_that_stopped_is_forgotten():
     log = ScrapeLog()
     last = feed(log, "a", 1000.0, 5.0, 6)
-    assert log.cadences(last + 14) and not log.cadences(last + 16)
+    assert log.view(last + 14).cadences and not log.view(last + 16).cadences
 
 
 def test_the_poll_is_done_just_before_the_next_scrape():

@@ -102,9 +102,6 @@ class ScrapeLog:
                     settling += 1
         return ScrapeView(tuple(sorted(cadences, key=lambda c: c.last)), settling)
 
-    def cadences(self, now: float) -> list[Cadence]:
-        return list(self.view(now).cadences)
-
 
 def steady_period(intervals: list[float]) -> float | None:
     """The cadence of these intervals, or None while fewer than STEADY_AFTER of the last
