@@ -124,6 +124,8 @@ class ClusterMetadata:
     # partitions of the selected topics that are offline or under-replicated (the rest are
     # healthy and not kept, so a poll of a big cluster builds nothing per partition here)
     degraded: tuple[PartitionReplicas, ...] = ()
+    # selected topics -> leader of each partition by index (-1: none): where ListOffsets goes
+    leaders: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -360,6 +360,7 @@ class FamilyWriter:
         # catalogue label name -> exposed name: the Kafka cluster's label is configurable
         self._exposed = {"cluster": cluster_label}
         self.invalid: dict[str, int] = {}
+        self._lines: dict[str, list[bytes]] = {}        # sample lines formatted by the caller
 
     def _spec(self, name: str) -> MetricSpec:
         return self._observed.get(name) or self._catalog[name]
@@ -404,6 +405,19 @@ class FamilyWriter:
         if bucket is None:
             bucket = self._samples[name] = []
         bucket.append((values, v))
+
+    def exposed_label(self, name: str) -> str:
+        """The label name `name` is exported as (the cluster's label is configurable)."""
+        return self._exposed.get(name, name)
+
+    def add_lines(self, name: str, body: bytes) -> None:
+        """Sample lines of catalogue gauge `name`, formatted by the caller (poll/render.py keeps
+        them per topic and group between polls): `chunks()` adds them as they are. Only the
+        exposition path takes them; `families()` refuses a writer that has any."""
+        if self._spec(name).kind != "gauge":
+            raise ValueError(f"add_lines takes gauges only, not {name}")
+        if body:
+            self._lines.setdefault(name, []).append(body)
 
     def histogram(self, name: str, labels: Mapping[str, object], bucket_counts: Sequence[int],
                   total: float) -> None:
@@ -455,6 +469,10 @@ class FamilyWriter:
                 else:
                     lines.extend(f"{sample} {format_value(v)}\n" for _, v in samples)
             out[name] = FamilyChunk(name, spec.kind, spec.help, "".join(lines).encode())
+        for name, bodies in self._lines.items():
+            spec = self._spec(name)
+            prev = out[name].body if name in out else b""
+            out[name] = FamilyChunk(name, spec.kind, spec.help, prev + b"".join(bodies))
         for name, values in self._info.items():
             spec = self._catalog[name]
             lbl = ",".join(f'{k}="{escape_label(v)}"' for k, v in values.items())
@@ -463,6 +481,9 @@ class FamilyWriter:
 
     def families(self) -> Iterable[Metric]:
         """prometheus_client metric families (for a CollectorRegistry)."""
+        if self._lines:
+            raise TypeError(f"families(): {', '.join(sorted(self._lines))} came as formatted lines (add_lines); "
+                            "use chunks()")
         out: list[Metric] = []
         for name, samples in self._samples.items():
             spec = self._spec(name)

@@ -2,7 +2,9 @@
 consumer-group offsets, DescribeConfigs and LSO record timestamps. Everything is
 issued as batched futures and bounded by a timeout; errors raise PollError with a cause.
 
-Committed offsets of consumer groups go through group_offsets.py (batched OffsetFetch v8
+Partition offsets go through list_offsets.py (one ListOffsets per leader and isolation
+level, sent over kafka-python's connections) where kafka-python can connect, else through
+librdkafka's batched futures in chunks. Committed offsets of consumer groups go through group_offsets.py (batched OffsetFetch v8
 and FindCoordinator v4 over kafka-python, which librdkafka lacks) where the broker has
 them, else through librdkafka one group per request."""
 
@@ -11,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 
 from confluent_kafka import (
@@ -32,16 +34,19 @@ from ..model import (
     PartitionOffsets,
     PartitionReplicas,
 )
+from . import list_offsets as lo
 from .errors import (
     AUTHENTICATION,
     BatchedUnsupported,
     PollError,
     auth_failure_message,
+    cause_of_code,
+    cause_of_exception,
     classify,
     tls_failure_message,
 )
 from .group_offsets import BatchedGroupOffsets, batched_supported
-from .kafka_python import KafkaPythonTransport
+from .kafka_python import KafkaPythonTransport, RawRequest
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +63,7 @@ OFFSETS_CHUNK = 1000   # partitions per ListOffsets call
 GROUP_PATH_RECHECK_CALLS = 40   # group_offsets calls before the batched path is tried again
 
 
-INVALID_OFFSET = "invalid_offset"   # kafka_partition_unavailable's cause for an answer without offsets
+INVALID_OFFSET = lo.INVALID_OFFSET   # kafka_partition_unavailable's cause for an answer without offsets
 
 
 def partition_offsets(topic: str, partition: int, hwm: int, lso: int) -> PartitionOffsets | None:
@@ -86,6 +91,16 @@ class KafkaIO:
                                   "error_cb": self._on_client_error})
         self._consumer: Consumer | None = None
         self._broker_ids: set[int] | None = None   # of the last metadata(): coordinator cache upkeep
+        # kafka-python's connections, shared by batched ListOffsets and batched OffsetFetch
+        self._kp: KafkaPythonTransport | None = None
+        self._kp_versions: dict[int, tuple[int, int]] = {}
+        # Partition offsets: batched per leader (list_offsets.py) once it is known to work
+        self._offsets_requests = lo.RequestCache()
+        self._offsets_calls = 0
+        self._offsets_retry_at = 0                  # offsets call that may try the batched path again
+        self._offsets_off_reason: str | None = None
+        self.list_offsets_batched: bool | None = None   # capability; None until tried
+        self.list_offsets_version: int | None = None     # the ListOffsets version spoken
         # Committed offsets: the batched path (group_offsets.py) once it is known to work
         self._groups_batched = None                 # BatchedGroupOffsets
         self._group_calls = 0
@@ -161,28 +176,47 @@ class KafkaIO:
         self._connect_errors.clear()   # connected: older connect errors are history
         self._broker_ids = set(md.brokers)
         topics: dict[str, int] = {}
+        leaders: dict[str, tuple[int, ...]] = {}
         degraded: list[PartitionReplicas] = []
         for name, t in md.topics.items():
             if t.error is not None or not topic_filter(name):
                 continue
-            topics[name] = len(t.partitions)
+            n = len(t.partitions)
+            topics[name] = n
+            by_index = [-1] * n
             for p in t.partitions.values():
+                if 0 <= p.id < n:
+                    by_index[p.id] = p.leader
                 if p.leader < 0 or len(p.isrs) < len(p.replicas):
                     degraded.append(_replicas(name, p))
+            leaders[name] = tuple(by_index)
         log_topic = md.topics.get(TRANSACTION_STATE_TOPIC)
         txn_log = () if log_topic is None or log_topic.error is not None else tuple(
             _replicas(TRANSACTION_STATE_TOPIC, p) for _, p in sorted(log_topic.partitions.items()))
-        return ClusterMetadata(tuple(sorted(md.brokers)), topics, txn_log, tuple(degraded))
+        return ClusterMetadata(tuple(sorted(md.brokers)), topics, txn_log, tuple(degraded), leaders)
 
     def offsets(self, topics: dict[str, int], owns: Callable[[str, int], bool] | None = None,
-                skip: Iterable[tuple[str, int]] = ()) -> tuple[list[PartitionOffsets], dict[tuple[str, int], str]]:
-        """HWM and LSO for every partition (those `owns` accepts, but `skip`: offline ones) by
-        two batched ListOffsets calls, and {partition: cause} for those left without an answer
-        (a leader that failed or did not answer in time): one partition never costs the others
-        theirs. Raises only when no partition at all was answered."""
+                skip: Iterable[tuple[str, int]] = (), leaders: Mapping[str, tuple[int, ...]] | None = None,
+                ) -> tuple[list[PartitionOffsets], dict[tuple[str, int], str]]:
+        """HWM and LSO for every partition (those `owns` accepts, but `skip`: offline ones),
+        and {partition: cause} for those left without an answer (a leader that failed or did
+        not answer in time): one partition never costs the others theirs. Raises only when no
+        partition at all was answered.
+
+        With the metadata's `leaders` (topic -> leader per partition index), one ListOffsets
+        per leader and isolation level over kafka-python (list_offsets.py); else, or where
+        that path cannot be used, librdkafka's futures in chunks."""
         skip = set(skip)
         if not topics:
             return [], {}
+        if leaders is not None:
+            batched = self._offsets_batched(topics, leaders, owns, skip)
+            if batched is not None:
+                return batched
+        return self._offsets_librdkafka(topics, owns, skip)
+
+    def _offsets_librdkafka(self, topics: dict[str, int], owns: Callable[[str, int], bool] | None,
+                            skip: set[tuple[str, int]]) -> tuple[list[PartitionOffsets], dict[tuple[str, int], str]]:
         tps = [TopicPartition(t, p) for t, n in topics.items() for p in range(n)
                if (owns is None or owns(t, p)) and (t, p) not in skip]
         if not tps:
@@ -220,6 +254,78 @@ class KafkaIO:
             raise first_error
         return out, failed
 
+    def _offsets_batched(self, topics: dict[str, int], leaders: Mapping[str, tuple[int, ...]],
+                         owns: Callable[[str, int], bool] | None, skip: set[tuple[str, int]],
+                         ) -> tuple[list[PartitionOffsets], dict[tuple[str, int], str]] | None:
+        """One ListOffsets per leader and isolation level (list_offsets.py); None where this
+        path cannot be used (the caller takes librdkafka's)."""
+        self._offsets_calls += 1
+        if self.list_offsets_batched is False and self._offsets_calls < self._offsets_retry_at:
+            return None
+        deadline = time.monotonic() + self.timeout
+        try:
+            transport = self._kafka_python(deadline)
+            version = lo.choose_version(self._kp_versions.get(lo.API_KEY))
+        except BatchedUnsupported as exc:
+            self._list_offsets_off(str(exc), forever=True)
+            return None
+        except Exception as exc:  # noqa: BLE001 - kafka-python reports failed bootstraps as timeouts
+            self._list_offsets_off(f"kafka-python could not connect ({type(exc).__name__}: {exc})")
+            return None
+        if self.list_offsets_batched is not True:
+            log.info("partition offsets: one ListOffsets v%d per leader and isolation level", version)
+        self.list_offsets_batched, self._offsets_off_reason = True, None
+        self.list_offsets_version = version
+        wanted = [(t, p) for t, n in topics.items() for p in range(n)
+                  if (owns is None or owns(t, p)) and (t, p) not in skip] if owns is not None or skip else None
+        selected = {t: leaders.get(t, (-1,) * n) for t, n in topics.items()}
+        by_leader = lo.group_by_leader(selected, wanted)
+        # partitions without a leader in the metadata (and not already skipped as offline)
+        no_leader = {(t, p): "offline" for t, ls in selected.items() for p, leader in enumerate(ls)
+                     if leader < 0 and (t, p) not in skip and (owns is None or owns(t, p))}
+        requests = self._offsets_requests.requests(version, by_leader, int(self.timeout * 1000))
+        flexible = version >= lo.FLEXIBLE_FROM
+        calls = [(r.leader, RawRequest("ListOffsetsRequest", lo.API_KEY, version, flexible, body, lo.decode_response))
+                 for r in requests for body in r.bodies]
+        answers = transport.send(calls, deadline, what="ListOffsets") if calls else []
+        out, failed = lo.combine(requests, answers, cause_of_code, cause_of_exception)
+        failed.update(no_leader)
+        if not out and failed:
+            first = next((a for a in answers if isinstance(a, BaseException)), None)
+            cause = next(iter(failed.values()))
+            raise PollError(cause_of_exception(first) if first is not None else cause,
+                            f"ListOffsets: no partition answered ({first if first is not None else cause})")
+        return out, failed
+
+    def _list_offsets_off(self, reason: str, forever: bool = False) -> None:
+        self.list_offsets_batched = False
+        self._offsets_retry_at = float("inf") if forever else self._offsets_calls + GROUP_PATH_RECHECK_CALLS
+        if reason != self._offsets_off_reason:
+            log.info("partition offsets: librdkafka's ListOffsets in chunks (%s)", reason)
+        self._offsets_off_reason = reason
+
+    def _kafka_python(self, deadline: float) -> KafkaPythonTransport:
+        """kafka-python's connections to the cluster and the bootstrap broker's ApiVersions,
+        connected on first use (half the time left at most, so the librdkafka path still gets
+        the rest of the poll). Raises BatchedUnsupported for settings kafka-python cannot use."""
+        if self._kp is None:
+            transport = KafkaPythonTransport(self._props, self.timeout,
+                                             connect_timeout=max((deadline - time.monotonic()) / 2, 0.5))
+            try:
+                self._kp_versions = transport.api_versions()
+            except BaseException:
+                transport.close()
+                raise
+            self._kp = transport
+        return self._kp
+
+    def _drop_kafka_python(self) -> None:
+        """A new kafka-python connection next time (as the KIP-664 client does after a failure)."""
+        if self._kp is not None:
+            self._kp.close()
+            self._kp = None
+        self._groups_batched = None
+
     @property
     def capabilities(self) -> dict[str, bool]:
         """{"offset_fetch_batched": True when committed offsets go through batched OffsetFetch
@@ -240,9 +346,7 @@ class KafkaIO:
             except BatchedUnsupported as exc:   # a broker without the versions (mixed cluster)
                 self._disable_batched(str(exc))
             except Exception:
-                # as the KIP-664 client does: a new kafka-python connection next time
-                fetcher.transport.close()
-                self._groups_batched = None
+                self._drop_kafka_python()
                 raise
             else:
                 self.group_offsets_report = fetcher.last
@@ -289,23 +393,15 @@ class KafkaIO:
         if self._group_calls < self._batched_retry_at:
             return None
         try:
-            # half the time left at most: the per-group path still gets the rest this poll
-            transport = KafkaPythonTransport(self._props, self.timeout,
-                                             connect_timeout=max((deadline - time.monotonic()) / 2, 0.5))
+            transport = self._kafka_python(deadline)
         except BatchedUnsupported as exc:
             self._disable_batched(str(exc), forever=True)
             return None
         except Exception as exc:  # noqa: BLE001 - kafka-python reports failed bootstraps as timeouts
             self._disable_batched(f"kafka-python could not connect ({type(exc).__name__}: {exc})")
             return None
-        try:
-            versions = transport.api_versions()
-        except Exception as exc:  # noqa: BLE001 - as above
-            transport.close()
-            self._disable_batched(f"ApiVersions unknown ({type(exc).__name__}: {exc})")
-            return None
+        versions = self._kp_versions
         if not batched_supported(versions):
-            transport.close()
             self._disable_batched("the broker lacks OffsetFetch v8 or FindCoordinator v4 (ApiVersions)")
             return None
         self._groups_batched = BatchedGroupOffsets(transport)
@@ -315,9 +411,7 @@ class KafkaIO:
         return self._groups_batched
 
     def _disable_batched(self, reason: str, forever: bool = False) -> None:
-        if self._groups_batched is not None:
-            self._groups_batched.transport.close()
-            self._groups_batched = None
+        self._groups_batched = None
         self.offset_fetch_batched = False
         self._batched_retry_at = float("inf") if forever else self._group_calls + GROUP_PATH_RECHECK_CALLS
         if reason != self._batched_off_reason:
@@ -445,9 +539,7 @@ class KafkaIO:
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
-        if self._groups_batched is not None:
-            self._groups_batched.transport.close()
-            self._groups_batched = None
+        self._drop_kafka_python()
 
 
 def _replicas(topic: str, p) -> PartitionReplicas:

@@ -39,7 +39,13 @@ def partition_states(offsets: Iterable[PartitionOffsets], previous: Mapping[TP, 
     for o in offsets:
         key = (o.topic, o.partition)
         since: float | None = None
-        if o.last_stable_offset < o.high_watermark:
+        if o.last_stable_offset >= o.high_watermark:
+            prev = previous.get(key)
+            if prev is not None and prev.stalled_since is None and prev.high_watermark == o.high_watermark \
+                    and prev.last_stable_offset == o.last_stable_offset:
+                out[key] = prev      # unchanged: the same object, so the render reuses its lines
+                continue
+        else:
             prev = previous.get(key)
             if prev is not None and prev.stalled_since is not None and \
                     prev.last_stable_offset == o.last_stable_offset:

@@ -86,7 +86,7 @@ class ClusterPoller:
         offline = [(p.topic, p.partition) for p in md.degraded if p.offline and (owns is None or owns(p.topic, p.partition))]
         # one offline partition, or a leader that does not answer, costs its own partitions'
         # offsets only: they are served as last read, and named
-        offsets, failed = self.io.offsets(md.topics, owns, skip=offline)
+        offsets, failed = self.io.offsets(md.topics, owns, skip=offline, leaders=md.leaders)
         unavailable = {**dict.fromkeys(offline, "offline"), **failed}
         self._refresh_lso_timestamps(derive.stalled_lsos(offsets), now)
         partitions = derive.with_unavailable(

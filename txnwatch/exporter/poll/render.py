@@ -1,5 +1,8 @@
 """The poller's snapshot as metric families: run once per poll (in the worker process that
-polled), never at scrape time. Pure: a snapshot in, families out."""
+polled), never at scrape time. A snapshot in, families out; a RenderCache carries the
+per-partition and per-group sample lines from one poll to the next, so a poll formats only
+the topics and groups whose values changed (most of a big cluster's partitions do not move
+between two polls)."""
 
 from __future__ import annotations
 
@@ -8,18 +11,114 @@ from collections import defaultdict
 
 from ...apps import fold_ids
 from ...metrics import FamilyWriter
-from ..model import ClusterSnapshot
+from ...metrics.exposition import escape_label, format_value
+from ..model import ClusterSnapshot, GroupLag, PartitionState
 from . import derive
+
+PARTITION_FAMILIES = ("kafka_partition_high_watermark", "kafka_partition_last_stable_offset",
+                      "kafka_partition_lso_lag_offsets", "kafka_partition_lso_stalled_seconds",
+                      "kafka_transaction_hanging")
+GROUP_FAMILIES = ("kafka_consumergroup_committed_offset", "kafka_consumergroup_read_committed_lag_offsets",
+                  "kafka_consumergroup_read_uncommitted_lag_offsets")
+
+
+class RenderCache:
+    """The per-partition and per-group sample lines of the last render, by topic and by
+    group, with the values they were formatted from. A topic is formatted again only when
+    one of its partitions changed (derive.partition_states keeps the same state object for
+    a partition that did not move) or its hanging count did; a group when a row changed."""
+
+    def __init__(self) -> None:
+        self._topics: dict[str, tuple] = {}
+        self._groups: dict[str, tuple] = {}
+        self.formatted = 0     # topics and groups formatted by the last render (tests, bench)
+
+    def partition_lines(self, w: FamilyWriter, cluster: str, partitions, hanging) -> None:
+        label = f'{w.exposed_label("cluster")}="{escape_label(cluster)}",topic="'
+        by_topic: dict[str, list[PartitionState]] = {}
+        for (topic, _), state in partitions.items():
+            states = by_topic.get(topic)
+            if states is None:
+                states = by_topic[topic] = []
+            states.append(state)
+        bodies: list[list[bytes]] = [[] for _ in PARTITION_FAMILIES]
+        kept: dict[str, tuple] = {}
+        formatted = 0
+        for topic, states in by_topic.items():
+            hang = tuple((s.partition, hanging[(topic, s.partition)]) for s in states
+                         if (topic, s.partition) in hanging) if hanging else ()
+            entry = self._topics.get(topic)
+            if entry is None or entry[0] != label or entry[1] != hang or entry[2] != states:
+                entry = (label, hang, states, _partition_bodies(label + escape_label(topic), states, dict(hang)))
+                formatted += 1
+            kept[topic] = entry
+            for out, body in zip(bodies, entry[3], strict=True):
+                out.append(body)
+        self._topics = kept
+        for name, parts in zip(PARTITION_FAMILIES, bodies, strict=True):
+            w.add_lines(name, b"".join(parts))
+        self.formatted = formatted
+
+    def group_lines(self, w: FamilyWriter, cluster: str, groups) -> None:
+        label = f'{w.exposed_label("cluster")}="{escape_label(cluster)}",group="'
+        by_group: dict[str, list[GroupLag]] = {}
+        for g in groups:
+            rows = by_group.get(g.group)
+            if rows is None:
+                rows = by_group[g.group] = []
+            rows.append(g)
+        bodies: list[list[bytes]] = [[] for _ in GROUP_FAMILIES]
+        kept: dict[str, tuple] = {}
+        formatted = 0
+        for group, rows in by_group.items():
+            entry = self._groups.get(group)
+            if entry is None or entry[0] != label or entry[1] != rows:
+                entry = (label, rows, _group_bodies(label + escape_label(group), rows))
+                formatted += 1
+            kept[group] = entry
+            for out, body in zip(bodies, entry[2], strict=True):
+                out.append(body)
+        self._groups = kept
+        for name, parts in zip(GROUP_FAMILIES, bodies, strict=True):
+            w.add_lines(name, b"".join(parts))
+        self.formatted += formatted
+
+
+def _partition_bodies(prefix: str, states: list[PartitionState], hanging: dict[int, int]) -> tuple[bytes, ...]:
+    """One topic's lines of PARTITION_FAMILIES; `prefix` is its labels up to the topic name."""
+    hwm, lso, lag, stalled, hang = [], [], [], [], []
+    for s in states:
+        lbl = f'{{{prefix}",partition="{s.partition}"}} '
+        hwm.append(f"kafka_partition_high_watermark{lbl}{s.high_watermark}.0\n")
+        lso.append(f"kafka_partition_last_stable_offset{lbl}{s.last_stable_offset}.0\n")
+        lag.append(f"kafka_partition_lso_lag_offsets{lbl}{s.lso_lag}.0\n")
+        stalled.append(f"kafka_partition_lso_stalled_seconds{lbl}{format_value(float(s.stalled_seconds))}\n")
+        hang.append(f"kafka_transaction_hanging{lbl}{hanging.get(s.partition, 0)}.0\n")
+    return tuple("".join(x).encode() for x in (hwm, lso, lag, stalled, hang))
+
+
+def _group_bodies(prefix: str, rows: list[GroupLag]) -> tuple[bytes, ...]:
+    """One group's lines of GROUP_FAMILIES; `prefix` is its labels up to the group name."""
+    committed, rc, ru = [], [], []
+    for g in rows:
+        lbl = f'{{{prefix}",topic="{escape_label(g.topic)}",partition="{g.partition}"}} '
+        committed.append(f"kafka_consumergroup_committed_offset{lbl}{g.committed}.0\n")
+        rc.append(f"kafka_consumergroup_read_committed_lag_offsets{lbl}{g.lag_read_committed}.0\n")
+        ru.append(f"kafka_consumergroup_read_uncommitted_lag_offsets{lbl}{g.lag_read_uncommitted}.0\n")
+    return tuple("".join(x).encode() for x in (committed, rc, ru))
 
 
 def render_snapshot(w: FamilyWriter, snap: ClusterSnapshot, granularity: str, id_cap: int,
-                    render_open_transactions: bool = True, cluster_level: bool = True) -> int:
+                    render_open_transactions: bool = True, cluster_level: bool = True,
+                    cache: RenderCache | None = None) -> int:
     """Write one cluster's poller snapshot. Returns how many id series were folded.
     `cluster_level=False` (a shard other than 0 of a split cluster) leaves out the facts
-    about the whole cluster, which shard 0 exports."""
+    about the whole cluster, which shard 0 exports. `cache` (the worker keeps one per
+    cluster) carries unchanged sample lines over from the last render."""
     if cluster_level:
         _render_cluster_facts(w, snap)
-    return _render_partitions_and_transactions(w, snap, granularity, id_cap, render_open_transactions)
+    return _render_partitions_and_transactions(w, snap, granularity, id_cap, render_open_transactions,
+                                               cache if cache is not None else RenderCache())
 
 
 def _render_cluster_facts(w: FamilyWriter, snap: ClusterSnapshot) -> None:
@@ -63,7 +162,7 @@ def _render_txn_log(w: FamilyWriter, snap: ClusterSnapshot) -> None:
 
 
 def _render_partitions_and_transactions(w: FamilyWriter, snap: ClusterSnapshot, granularity: str, id_cap: int,
-                                        render_open_transactions: bool) -> int:
+                                        render_open_transactions: bool, cache: RenderCache) -> int:
     c = snap.cluster
     hanging = defaultdict(int)
     for h in snap.hanging:
@@ -71,22 +170,12 @@ def _render_partitions_and_transactions(w: FamilyWriter, snap: ClusterSnapshot, 
     if granularity == "topic":
         _render_topics(w, snap, hanging)
     else:
-        for (topic, part), p in snap.partitions.items():
-            lbl = {"cluster": c, "topic": topic, "partition": part}
-            w.add("kafka_partition_high_watermark", lbl, p.high_watermark)
-            w.add("kafka_partition_last_stable_offset", lbl, p.last_stable_offset)
-            w.add("kafka_partition_lso_lag_offsets", lbl, p.lso_lag)
-            w.add("kafka_partition_lso_stalled_seconds", lbl, p.stalled_seconds)
-            w.add("kafka_transaction_hanging", lbl, hanging.get((topic, part), 0))
+        cache.partition_lines(w, c, snap.partitions, hanging)
     for (topic, part), cause in snap.unavailable.items():
         w.add("kafka_partition_unavailable", {"cluster": c, "topic": topic, "partition": part, "cause": cause}, 1)
     for group, cause in snap.groups_unavailable.items():
         w.add("kafka_consumergroup_unavailable", {"cluster": c, "group": group, "cause": cause}, 1)
-    for g in snap.groups:
-        base = {"cluster": c, "group": g.group, "topic": g.topic, "partition": g.partition}
-        w.add("kafka_consumergroup_committed_offset", base, g.committed)
-        w.add("kafka_consumergroup_read_committed_lag_offsets", base, g.lag_read_committed)
-        w.add("kafka_consumergroup_read_uncommitted_lag_offsets", base, g.lag_read_uncommitted)
+    cache.group_lines(w, c, snap.groups)
     for app, n in snap.epoch_bumps.items():
         w.add("kafka_transaction_epoch_bumps", {"cluster": c, "app": app}, n)
 

@@ -12,7 +12,7 @@ from ...metrics import FamilyWriter
 from ...sharding import WHOLE, ClusterShare
 from ..health import first_attempts_done, render_health
 from ..poll.poller import ClusterPoller
-from ..poll.render import render_snapshot
+from ..poll.render import RenderCache, render_snapshot
 from ..serve.collector import ExporterCollector
 from ..tap.render import render_tap
 from ..tap.source import TransactionLogTap
@@ -26,6 +26,7 @@ class ClusterRuntime:
         self.cfg = cfg
         self.share = share
         self.poller = ClusterPoller(cfg, share=share)
+        self.render_cache = RenderCache()   # used in the poll thread only
         self.tap = None
         if cfg.transaction_log_tap:
             self.tap = TransactionLogTap(cfg.name, cfg.client_properties(), self.poller.resolver,
@@ -109,7 +110,8 @@ class ClusterRuntime:
         # With the tap on, it is the exact source of open transactions; the poller's KIP-664
         # view would report the same series.
         folded = render_snapshot(w, snap, self.cfg.granularity, self.cfg.max_transactional_id_series,
-                                 render_open_transactions=self.tap is None, cluster_level=self.share.cluster_level)
+                                 render_open_transactions=self.tap is None, cluster_level=self.share.cluster_level,
+                                 cache=self.render_cache)
         collector.count_dropped(self.cfg.name, "kafka_transaction_timeout_headroom_seconds", "id_cap", folded)
 
     def render_tap(self, w: FamilyWriter, collector: ExporterCollector) -> None:

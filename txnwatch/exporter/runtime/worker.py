@@ -98,7 +98,7 @@ class Worker:
         w = FamilyWriter(cluster_label=self.cluster_label)
         folded = render_snapshot(w, snap, self.cfg.granularity, self.cfg.max_transactional_id_series,
                                  render_open_transactions=self.rt.tap is None,
-                                 cluster_level=self.share.cluster_level)
+                                 cluster_level=self.share.cluster_level, cache=self.rt.render_cache)
         self.dropped.count_dropped(self.cfg.name, "kafka_transaction_timeout_headroom_seconds", "id_cap", folded)
         for metric, n in w.invalid.items():
             self.dropped.count_dropped("", metric, "invalid_value", n)

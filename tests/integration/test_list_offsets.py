@@ -1,0 +1,75 @@
+"""ListOffsets per leader, encoded and decoded by txnwatch (exporter/kafka/list_offsets.py),
+against real brokers of both supported lines: the offsets equal librdkafka's for plain,
+committed-transactional, open-transactional and empty partitions; requests are encoded
+once while the leaders stay; a partition the broker refuses costs only itself."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import Producer
+
+from txnwatch.exporter.kafka.admin import KafkaIO
+from txnwatch.exporter.model import PartitionOffsets
+from txnwatch_dev.kafka import kafka_release
+from txnwatch_dev.workload import create_topics
+
+pytestmark = [pytest.mark.integration]
+
+
+def produce(bootstrap: str, topic: str, tid: str) -> Producer:
+    """p0: 3 plain records; p1: a committed transaction of 2 records (and its marker);
+    p2: a transaction of 1 record left open; p3: nothing. Returns the open producer."""
+    plain = Producer({"bootstrap.servers": bootstrap, "log_level": 3})
+    for _ in range(3):
+        plain.produce(topic, b"p", partition=0)
+    plain.flush(30)
+    txn = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid, "log_level": 3})
+    txn.init_transactions(30)
+    txn.begin_transaction()
+    txn.produce(topic, b"c", partition=1)
+    txn.produce(topic, b"c", partition=1)
+    txn.commit_transaction(30)
+    txn.begin_transaction()
+    txn.produce(topic, b"o", partition=2)
+    txn.flush(30)
+    return txn
+
+
+@pytest.mark.parametrize("line, version", [("4.x", 11), ("3.9", 9)])
+def test_offsets_per_leader_on_a_real_broker(line, version, broker, own_broker, unique):
+    b = broker if line == "4.x" else own_broker(release=kafka_release("3.9"))
+    topic = unique("list-offsets")
+    create_topics(b.bootstrap, [topic], partitions=4)
+    open_txn = produce(b.bootstrap, topic, unique("lo-txn"))
+    io = KafkaIO({"bootstrap.servers": b.bootstrap}, 15)
+    try:
+        md = io.metadata(lambda t: t == topic)
+        got, failed = io.offsets(md.topics, leaders=md.leaders)
+        assert io.list_offsets_batched is True and io.list_offsets_version == version
+        assert failed == {}
+        assert sorted(got, key=lambda o: o.partition) == [
+            PartitionOffsets(topic, 0, 3, 3),
+            PartitionOffsets(topic, 1, 3, 3),      # two records and the commit marker
+            PartitionOffsets(topic, 2, 1, 0),      # the open transaction holds the LSO
+            PartitionOffsets(topic, 3, 0, 0)]
+        # librdkafka's ListOffsets says the same
+        assert sorted(got, key=lambda o: o.partition) == sorted(
+            io._offsets_librdkafka(md.topics, None, set())[0], key=lambda o: o.partition)
+        # one request per isolation level to the one leader, encoded once
+        assert io._kp.sent["ListOffsets"] == 2 and io._offsets_requests.encoded == 1
+        assert io.offsets(md.topics, leaders=md.leaders) == (got, {})
+        assert io._kp.sent["ListOffsets"] == 4 and io._offsets_requests.encoded == 1
+
+        # two partitions the topic does not have, on the same leader: refused one by one
+        leader = md.leaders[topic][0]
+        got2, failed2 = io.offsets({topic: 6}, leaders={topic: md.leaders[topic] + (leader, leader)})
+        assert sorted(got2, key=lambda o: o.partition) == sorted(got, key=lambda o: o.partition)
+        assert failed2 == {(topic, 4): "kafka_unknown_topic_or_partition",
+                           (topic, 5): "kafka_unknown_topic_or_partition"}
+
+        open_txn.commit_transaction(30)
+        md = io.metadata(lambda t: t == topic)
+        after = {o.partition: o for o in io.offsets(md.topics, leaders=md.leaders)[0]}
+        assert after[2] == PartitionOffsets(topic, 2, 2, 2)     # the record and its marker
+    finally:
+        io.close()
