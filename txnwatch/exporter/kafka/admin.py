@@ -279,11 +279,9 @@ class KafkaIO:
         wanted = [(t, p) for t, n in topics.items() for p in range(n)
                   if (owns is None or owns(t, p)) and (t, p) not in skip] if owns is not None or skip else None
         selected = {t: leaders.get(t, (-1,) * n) for t, n in topics.items()}
-        by_leader = lo.group_by_leader(selected, wanted)
-        # partitions without a leader in the metadata (and not already skipped as offline)
-        no_leader = {(t, p): "offline" for t, ls in selected.items() for p, leader in enumerate(ls)
-                     if leader < 0 and (t, p) not in skip and (owns is None or owns(t, p))}
-        requests = self._offsets_requests.requests(version, by_leader, int(self.timeout * 1000))
+        requests, leaderless = self._offsets_requests.plan(version, selected, wanted, int(self.timeout * 1000))
+        # partitions without a leader in this metadata (offline ones the caller skips already)
+        no_leader = dict.fromkeys(leaderless, "offline")
         flexible = version >= lo.FLEXIBLE_FROM
         calls = [(r.leader, RawRequest("ListOffsetsRequest", lo.API_KEY, version, flexible, body, lo.decode_response))
                  for r in requests for body in r.bodies]

@@ -247,6 +247,23 @@ class RequestCache:
         self.max_partitions = max_partitions   # per request: answers stay well under a MB
         self._cache: dict[tuple, tuple[LeaderRequest, ...]] = {}
         self.encoded = 0                       # requests encoded since the start (tests, bench)
+        self._plan_key: tuple | None = None
+        self._plan: tuple[list[LeaderRequest], list[tuple[str, int]]] = ([], [])
+
+    def plan(self, version: int, leaders: Mapping[str, Sequence[int]],
+             wanted: Sequence[tuple[str, int]] | None, timeout_ms: int,
+             ) -> tuple[list[LeaderRequest], list[tuple[str, int]]]:
+        """The requests for `leaders` (topic -> leader per partition index; `wanted` limits
+        the partitions, None: all) and the wanted partitions without a leader. While the
+        leaders are the same as last time (compared whole, at C speed), the last plan."""
+        key = (version, timeout_ms, leaders, None if wanted is None else tuple(wanted))
+        if key != self._plan_key:
+            leaderless = [(t, p) for t, by_index in leaders.items() for p, leader in enumerate(by_index)
+                          if leader < 0] if wanted is None else \
+                [(t, p) for t, p in wanted if not (0 <= p < len(leaders.get(t, ()))) or leaders[t][p] < 0]
+            self._plan = (self.requests(version, group_by_leader(leaders, wanted), timeout_ms), leaderless)
+            self._plan_key = key
+        return self._plan
 
     def requests(self, version: int, by_leader: Mapping[int, list[tuple[str, list[int]]]],
                  timeout_ms: int) -> list[LeaderRequest]:
@@ -311,10 +328,16 @@ def combine(requests: Sequence[LeaderRequest], answers: Sequence[object],
                 for p in ps:
                     failed[(topic, p)] = cause
             continue
-        hwm_by = _by_topic(hwm_answer)
-        lso_by = _by_topic(lso_answer)
+        hwm_by = {t.topic: t.rows for t in hwm_answer.topics}
+        lso_by = {t.topic: t.rows for t in lso_answer.topics}
         for topic, ps in req.topics:
-            hw, ls = hwm_by.get(topic, {}), lso_by.get(topic, {})
+            hw, ls = hwm_by.get(topic), lso_by.get(topic)
+            if hw is not None and ls is not None and _clean(hw, ls, ps):
+                # the common answer: every partition, in the order asked, without an error
+                out.extend([PartitionOffsets(topic, h[0], h[3], s[3] if s[3] < h[3] else h[3])
+                            for h, s in zip(hw, ls, strict=True)])
+                continue
+            hw, ls = _by_partition(hw), _by_partition(ls)
             for p in ps:
                 h, s = hw.get(p), ls.get(p)
                 if h is None or s is None:
@@ -328,10 +351,12 @@ def combine(requests: Sequence[LeaderRequest], answers: Sequence[object],
     return out, failed
 
 
-def _by_topic(answer: Answer) -> dict[str, dict[int, tuple]]:
-    out: dict[str, dict[int, tuple]] = {}
-    for t in answer.topics:
-        rows = out.setdefault(t.topic, {})
-        for row in t.rows:
-            rows[row[0]] = row
-    return out
+def _clean(hw: Sequence[tuple], ls: Sequence[tuple], ps: Sequence[int]) -> bool:
+    """Both answers list exactly `ps`, in that order, with no error and an offset each."""
+    return (len(hw) == len(ls) == len(ps) and [r[0] for r in hw] == list(ps) and [r[0] for r in ls] == list(ps)
+            and not any(r[1] for r in hw) and not any(r[1] for r in ls)
+            and min((r[3] for r in hw), default=0) >= 0 and min((r[3] for r in ls), default=0) >= 0)
+
+
+def _by_partition(rows: Sequence[tuple] | None) -> dict[int, tuple]:
+    return {} if rows is None else {r[0]: r for r in rows}

@@ -135,3 +135,18 @@ def test_a_failed_request_costs_only_its_leaders_partitions():
     out, failed = lo.combine(reqs[:1], [lo.ProtocolError("cut"), ok], lambda code: "code",
                              lambda exc: "protocol")
     assert out == [] and failed == {("a", 0): "protocol"}
+
+
+def test_the_plan_is_kept_while_the_leaders_are_the_same():
+    cache = lo.RequestCache()
+    leaders = {"a": (1, -1, 2), "b": (2, 2)}
+    first = cache.plan(9, leaders, None, 1000)
+    assert [(r.leader, r.topics) for r in first[0]] == [(1, (("a", (0,)),)), (2, (("a", (2,)), ("b", (0, 1))))]
+    assert first[1] == [("a", 1)]
+    assert cache.plan(9, dict(leaders), None, 1000) is first          # equal leaders, a new dict
+    moved = cache.plan(9, {"a": (1, 1, 2), "b": (2, 2)}, None, 1000)
+    assert moved is not first and moved[1] == []
+    # a shard's partitions only; one it wants that has no leader, one the topic does not have
+    mine = cache.plan(9, leaders, [("a", 1), ("b", 1), ("a", 7)], 1000)
+    assert [(r.leader, r.topics) for r in mine[0]] == [(2, (("b", (1,)),))]
+    assert mine[1] == [("a", 1), ("a", 7)]
