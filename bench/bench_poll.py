@@ -2,13 +2,18 @@
 
     .venv/bin/python bench/bench_poll.py [--partitions 10000] [--topics 100] [--groups 500] [--rounds 5]
 
-Starts its own broker (Apache Kafka from Maven Central, KAFKA_VERSION), creates `--topics` topics sharing `--partitions`
-partitions, commits offsets for `--groups` consumer groups, then times
-  floor: ListOffsets in both isolation levels + list groups (confluent-kafka, the same
-         batched futures) + the groups' offsets batched per coordinator (kafka-python's
-         list_group_offsets: FindCoordinator v4 + OffsetFetch v8), issued bare, and
-  poll:  ClusterPoller.poll_once() (the same requests plus derivations and snapshot)
-in the same run, alternating, and prints medians and the ratio.
+Starts its own broker (Apache Kafka from Maven Central, KAFKA_VERSION; a KRaft cluster past
+15,000 partitions, see bench_scrape.broker_for), creates `--topics` topics sharing
+`--partitions` partitions, commits offsets for `--groups` consumer groups, then times
+  floor: the same requests as a poll, sent bare: metadata (librdkafka), the poller's own
+         ListOffsets requests (one per leader and isolation level, the bytes it encoded)
+         through a kafka-python connection with their answers left undecoded, list groups
+         and the groups' offsets batched per coordinator (kafka-python's
+         list_group_offsets: FindCoordinator v4 + OffsetFetch v8), and
+  poll:  ClusterPoller.poll_once() and its render (the same requests plus decoding,
+         derivations, snapshot and sample lines, as the worker does each poll)
+in the same run, alternating, and prints medians, the ratio and the poll's CPU (this
+process, all threads) per partition.
 """
 
 from __future__ import annotations
@@ -20,12 +25,21 @@ import statistics
 import time
 
 from bench_scrape import broker_for, commit_groups  # bench/ is on sys.path when run as a script
-from confluent_kafka import ConsumerGroupTopicPartitions, IsolationLevel, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from txnwatch.config import load_config
-from txnwatch.exporter.kafka.admin import OFFSETS_CHUNK
+from txnwatch.exporter.kafka import list_offsets as lo
+from txnwatch.exporter.kafka.kafka_python import KafkaPythonTransport
+from txnwatch.exporter.kafka.wire import RawRequest
 from txnwatch.exporter.poll.poller import ClusterPoller
+from txnwatch.exporter.poll.render import RenderCache, render_snapshot
+from txnwatch.metrics import FamilyWriter
+
+
+def snap_leaders(io, cfg):
+    """The selected topics' leaders, as the poller's last metadata saw them."""
+    md = io.metadata(cfg.topics)
+    return md.leaders
 
 
 def setup(bootstrap: str, topics: int, partitions: int, groups: int) -> list[str]:
@@ -40,29 +54,16 @@ def setup(bootstrap: str, topics: int, partitions: int, groups: int) -> list[str
     return names
 
 
-def floor_cycle(admin: AdminClient, topics: dict[str, int], timeout: float, chunk: int,
-                group_admin=None) -> float:
-    """The same requests as the poller, bare: metadata, ListOffsets in both isolation levels
-    (in calls of `chunk` partitions), list groups and the groups' offsets: batched
-    (FindCoordinator v4 + OffsetFetch v8 per coordinator, through kafka-python's own
-    list_group_offsets) when `group_admin` is given, else one call per group (librdkafka)."""
+def floor_cycle(admin: AdminClient, transport, requests, version: int, timeout: float, group_admin) -> float:
+    """The poll's requests, bare (see the module docstring); wall seconds."""
     t0 = time.perf_counter()
     md = admin.list_topics(timeout=timeout)
-    tps = [TopicPartition(t, p) for t, n in topics.items() for p in range(n)]
-    futs = []
-    for i in range(0, len(tps), chunk):
-        part = {tp: OffsetSpec.latest() for tp in tps[i:i + chunk]}
-        for iso in (IsolationLevel.READ_UNCOMMITTED, IsolationLevel.READ_COMMITTED):
-            futs += list(admin.list_offsets(part, isolation_level=iso, request_timeout=timeout).values())
+    flexible = version >= lo.FLEXIBLE_FROM
+    transport.send([(r.leader, RawRequest("ListOffsetsRequest", lo.API_KEY, version, flexible, body,
+                                          lambda v, b: b)) for r in requests for body in r.bodies],
+                   time.monotonic() + timeout, what="ListOffsets")
     groups = admin.list_consumer_groups(request_timeout=timeout).result().valid
-    if group_admin is not None:
-        group_admin.list_group_offsets({g.group_id: None for g in groups})
-    else:
-        for g in groups:
-            futs += list(admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g.group_id)],
-                                                           request_timeout=timeout).values())
-    for f in futs:
-        f.result()
+    group_admin.list_group_offsets({g.group_id: None for g in groups})
     del md
     return time.perf_counter() - t0
 
@@ -77,35 +78,44 @@ def main() -> None:
     a = ap.parse_args()
     with broker_for(a.partitions) as broker:
         t0 = time.perf_counter()
-        names = setup(broker.bootstrap, a.topics, a.partitions, a.groups)
+        setup(broker.bootstrap, a.topics, a.partitions, a.groups)
         print(f"setup: {a.topics} topics / {a.partitions} partitions / {a.groups} groups in "
               f"{time.perf_counter() - t0:.1f}s")
         cfg = load_config({"bootstrap_servers": broker.bootstrap, "poll_timeout": 60}, env={}).clusters[0]
         poller = ClusterPoller(cfg)
+        cache = RenderCache()
+
+        def poll():
+            snap = poller.poll_once()
+            w = FamilyWriter()
+            render_snapshot(w, snap, cfg.granularity, cfg.max_transactional_id_series, cache=cache)
+            w.chunks()
+            return snap
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-        md = admin.list_topics(timeout=30)
-        topics = {n: len(md.topics[n].partitions) for n in names}
-        poller.poll_once()          # warm-up: connections, capability probe, DescribeConfigs
-        total = sum(topics.values())
+        snap = poll()          # warm-up: connections, capability probe, DescribeConfigs
+        io = poller.io
+        version = io.list_offsets_version
+        requests, _ = lo.RequestCache().plan(version, dict(snap_leaders(io, cfg)), None, 60_000)
         from kafka.admin import KafkaAdminClient
         group_admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=60_000)
-        floor_cycle(admin, topics, 60, OFFSETS_CHUNK, group_admin)
-        polls, floors, single = [], [], []
+        transport = KafkaPythonTransport({"bootstrap.servers": broker.bootstrap}, 60)
+        floor_cycle(admin, transport, requests, version, 60, group_admin)
+        polls, floors, cpus = [], [], []
         for _ in range(a.rounds):
-            floors.append(floor_cycle(admin, topics, 60, OFFSETS_CHUNK, group_admin))
-            single.append(floor_cycle(admin, topics, 60, total, group_admin))
-            t = time.perf_counter()
-            snap = poller.poll_once()
+            floors.append(floor_cycle(admin, transport, requests, version, 60, group_admin))
+            t, c = time.perf_counter(), time.process_time()
+            snap = poll()
             polls.append(time.perf_counter() - t)
-        fl, po = statistics.median(floors), statistics.median(polls)
-        print(f"floor, one ListOffsets call per isolation level for all {total} partitions, median: "
-              f"{statistics.median(single) * 1000:.0f} ms (all: {[round(x * 1000) for x in single]})")
+            cpus.append(time.process_time() - c)
+        fl, po, cpu = statistics.median(floors), statistics.median(polls), statistics.median(cpus)
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        print(f"partitions polled: {len(snap.partitions)}, group-partitions: {len(snap.groups)}")
-        print(f"floor (bare, same requests: ListOffsets in calls of {OFFSETS_CHUNK}, batched OffsetFetch) median: "
-              f"{fl * 1000:.0f} ms  (all: {[round(x * 1000) for x in floors]})")
-        print(f"txnwatch poll_once       median: {po * 1000:.0f} ms  (all: {[round(x * 1000) for x in polls]})")
+        print(f"partitions polled: {len(snap.partitions)}, group-partitions: {len(snap.groups)}, "
+              f"ListOffsets v{version} in {len(requests) * 2} requests")
+        print(f"floor (the same requests, bare) median: {fl * 1000:.0f} ms  (all: {[round(x * 1000) for x in floors]})")
+        print(f"txnwatch poll + render   median: {po * 1000:.0f} ms  (all: {[round(x * 1000) for x in polls]})")
         print(f"ratio poll/floor: {po / fl:.2f}x")
+        print(f"poll CPU (all threads of this process) median: {cpu * 1000:.0f} ms, "
+              f"{cpu / len(snap.partitions) * 1e6:.1f} us per partition (all: {[round(x * 1000) for x in cpus]})")
         print(f"bench process max RSS: {rss:.0f} MB; machine: {platform.machine()}, "
               f"{platform.processor() or 'cpu'}, python {platform.python_version()}")
         if a.profile:
@@ -114,7 +124,7 @@ def main() -> None:
 
             prof = cProfile.Profile()
             t = time.perf_counter()
-            prof.runcall(poller.poll_once)
+            prof.runcall(poll)
             print(f"profiled poll: {(time.perf_counter() - t) * 1000:.0f} ms wall (under cProfile); "
                   "top functions by own time:")
             pstats.Stats(prof).sort_stats("tottime").print_stats(12)

@@ -21,9 +21,11 @@ from .scrape import Metrics, parse_metrics
 class ExporterProcess:
     def __init__(self, config: dict, port: int | None = None, env: dict | None = None,
                  log_path: str | os.PathLike | None = None, extra_args: list[str] | None = None,
-                 tls_client: ssl.SSLContext | None = None, headers: dict | None = None) -> None:
+                 tls_client: ssl.SSLContext | None = None, headers: dict | None = None,
+                 cwd: str | os.PathLike | None = None) -> None:
         """`tls_client`: the exporter serves HTTPS (its web config) and this context talks to
-        it; `headers`: sent with every request of get() (credentials)."""
+        it; `headers`: sent with every request of get() (credentials); `cwd`: where it runs
+        (`python -m` imports txnwatch from there first: benchmarks run another checkout)."""
         self.port = port or free_port()
         config = {**config, "http": {**config.get("http", {}), "host": "127.0.0.1", "port": self.port}}
         self._dir = tempfile.mkdtemp(prefix="txnwatch-exporter-")
@@ -34,6 +36,7 @@ class ExporterProcess:
         self.extra_args = list(extra_args or [])
         self.tls_client, self.headers = tls_client, dict(headers or {})
         self.proc: subprocess.Popen | None = None
+        self.cwd = cwd
 
     @property
     def url(self) -> str:
@@ -44,7 +47,7 @@ class ExporterProcess:
         self.proc = subprocess.Popen([sys.executable, "-m", "txnwatch.cli", "serve", "--config",
                                       str(self.config_path), *self.extra_args],
                                      stdout=log, stderr=subprocess.STDOUT, env=self._env,
-                                     start_new_session=True)
+                                     start_new_session=True, cwd=self.cwd)
         wait_for(lambda: self.proc.poll() is not None or self.get("/healthz")[0] == 200, timeout,
                  what=f"exporter /healthz on {self.url}")
         if self.proc.poll() is not None:

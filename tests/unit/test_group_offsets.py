@@ -20,6 +20,7 @@ from txnwatch.exporter.kafka.group_offsets import (
     offset_fetch_plan,
     waves,
 )
+from txnwatch.exporter.kafka.wire import RawRequest
 
 NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, LOAD_IN_PROGRESS = 16, 15, 14
 GROUP_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_OR_PARTITION = 30, 3
@@ -46,6 +47,7 @@ class FakeCluster:
         self.partition_errors: dict[tuple[str, str, int], int] = {}
         self.down: set[int] = set()
         self.unsupported = False
+        self.metadata = ""        # of every commit (consumers may attach a string)
         self.log: list[tuple[str, int | None, list[str]]] = []   # (api, node, groups)
         self.registered: dict[int, tuple[str, int]] = {}
 
@@ -77,10 +79,11 @@ class FakeCluster:
             resp = FindCoordinatorResponse(throttle_time_ms=0, coordinators=rows)
             return FindCoordinatorResponse.decode(resp.encode(version=FIND_COORDINATOR_VERSION),
                                                   version=FIND_COORDINATOR_VERSION)
-        assert isinstance(req, OffsetFetchRequest)
+        assert isinstance(req, RawRequest) and req.API_KEY == 9 and req.API_VERSION == OFFSET_FETCH_VERSION
         if self.unsupported:
             return E.IncompatibleBrokerVersion("OffsetFetch v8")
-        req = OffsetFetchRequest.decode(req.encode(version=OFFSET_FETCH_VERSION), version=OFFSET_FETCH_VERSION)
+        raw = req
+        req = OffsetFetchRequest.decode(raw.body, version=OFFSET_FETCH_VERSION)
         asked = [g.group_id for g in req.groups]
         self.log.append(("OffsetFetch", node, asked))
         assert all(g.topics is None for g in req.groups) and not req.require_stable
@@ -97,12 +100,12 @@ class FakeCluster:
                 by_topic: dict[str, list] = {}
                 for t, p, o in self.offsets.get(g, []):
                     by_topic.setdefault(t, []).append(_Partition(
-                        partition_index=p, committed_offset=o, committed_leader_epoch=-1, metadata="",
+                        partition_index=p, committed_offset=o, committed_leader_epoch=-1, metadata=self.metadata,
                         error_code=self.partition_errors.get((g, t, p), 0)))
                 groups.append(_Group(group_id=g, topics=[_Topic(name=t, partitions=ps) for t, ps in by_topic.items()],
                                      error_code=0))
         resp = OffsetFetchResponse(throttle_time_ms=0, groups=groups)
-        return OffsetFetchResponse.decode(resp.encode(version=OFFSET_FETCH_VERSION), version=OFFSET_FETCH_VERSION)
+        return raw.answer(resp.encode(version=OFFSET_FETCH_VERSION))   # read as the broker's bytes
 
     def requests(self, api: str | None = None) -> list:
         return [e for e in self.log if api is None or e[0] == api]

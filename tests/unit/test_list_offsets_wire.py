@@ -12,6 +12,7 @@ from kafka.protocol.consumer.offsets import ListOffsetsRequest, ListOffsetsRespo
 
 from txnwatch.exporter.kafka import list_offsets as lo
 from txnwatch.exporter.kafka.errors import BatchedUnsupported
+from txnwatch.exporter.kafka.wire import ProtocolError
 from txnwatch.exporter.model import PartitionOffsets
 
 VERSIONS = range(lo.MIN_VERSION, lo.MAX_VERSION + 1)
@@ -69,9 +70,9 @@ def test_tagged_fields_are_skipped():
 @pytest.mark.parametrize("version", [5, 9])
 def test_a_cut_answer_names_where_it_ends(version):
     body = their_answer(version, [("orders", [(0, 0, 10), (1, 0, 11)])])
-    with pytest.raises(lo.ProtocolError, match=r"ends at byte \d+ inside a partition of orders"):
+    with pytest.raises(ProtocolError, match=r"ends at byte \d+ inside a partition of orders"):
         lo.decode_response(version, body[:-9])
-    with pytest.raises(lo.ProtocolError, match="bytes left after the last topic"):
+    with pytest.raises(ProtocolError, match="bytes left after its last field"):
         lo.decode_response(version, body + b"\x00\x00")
 
 
@@ -132,7 +133,7 @@ def test_a_failed_request_costs_only_its_leaders_partitions():
     assert out == [PartitionOffsets("a", 0, 3, 3)]
     assert failed == {("b", 0): "TimeoutError", ("b", 1): "TimeoutError"}
     # an answer the decoder refused comes back as the error, named the same way
-    out, failed = lo.combine(reqs[:1], [lo.ProtocolError("cut"), ok], lambda code: "code",
+    out, failed = lo.combine(reqs[:1], [ProtocolError("cut"), ok], lambda code: "code",
                              lambda exc: "protocol")
     assert out == [] and failed == {("a", 0): "protocol"}
 

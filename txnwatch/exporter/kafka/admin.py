@@ -46,7 +46,8 @@ from .errors import (
     tls_failure_message,
 )
 from .group_offsets import BatchedGroupOffsets, batched_supported
-from .kafka_python import KafkaPythonTransport, RawRequest
+from .kafka_python import KafkaPythonTransport
+from .wire import RawRequest
 
 log = logging.getLogger(__name__)
 

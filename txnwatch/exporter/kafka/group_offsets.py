@@ -39,7 +39,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from . import offset_fetch
 from .errors import BatchedUnsupported, PollError, cause_of_code, cause_of_exception
+from .wire import RawRequest
 
 log = logging.getLogger(__name__)
 
@@ -157,12 +159,11 @@ def find_coordinator_request(groups: Sequence[str]):
                                   min_version=FIND_COORDINATOR_VERSION, max_version=FIND_COORDINATOR_VERSION)
 
 
-def offset_fetch_request(groups: Sequence[str]):
-    from kafka.protocol.consumer import OffsetFetchRequest
-
-    group = OffsetFetchRequest.OffsetFetchRequestGroup
-    return OffsetFetchRequest(groups=[group(group_id=g, topics=None) for g in groups], require_stable=False,
-                              min_version=OFFSET_FETCH_VERSION, max_version=OFFSET_FETCH_VERSION)
+def offset_fetch_request(groups: Sequence[str]) -> RawRequest:
+    """OffsetFetch v8 for every committed partition of `groups`, encoded and decoded by
+    offset_fetch.py (kafka-python's decoder built three objects per partition)."""
+    return RawRequest("OffsetFetchRequest", offset_fetch.API_KEY, OFFSET_FETCH_VERSION, offset_fetch.FLEXIBLE,
+                      offset_fetch.encode_request(groups), offset_fetch.decode_response)
 
 
 @dataclass(frozen=True)
@@ -184,25 +185,10 @@ def parse_find_coordinator(response) -> tuple[dict[str, Coordinator], dict[str, 
     return found, errors
 
 
-def parse_offset_fetch(response) -> tuple[list[Row], dict[str, int], set[str], int]:
+def parse_offset_fetch(answer: offset_fetch.Answer) -> tuple[list[Row], dict[str, int], set[str], int]:
     """(rows with a committed offset >= 0, {group: error code}, groups answered, partitions
-    skipped for a partition error) of an OffsetFetch v8 response."""
-    rows: list[Row] = []
-    errors: dict[str, int] = {}
-    answered: set[str] = set()
-    skipped = 0
-    for g in response.groups or ():
-        answered.add(g.group_id)
-        if g.error_code:
-            errors[g.group_id] = int(g.error_code)
-            continue
-        for t in g.topics or ():
-            for p in t.partitions or ():
-                if p.error_code:
-                    skipped += 1
-                elif p.committed_offset >= 0:
-                    rows.append((g.group_id, t.name, int(p.partition_index), int(p.committed_offset)))
-    return rows, errors, answered, skipped
+    skipped for a partition error) of an OffsetFetch v8 answer."""
+    return answer.rows, answer.errors, answer.answered, answer.skipped
 
 
 # ------------------------------------------------------------------ the batched fetch

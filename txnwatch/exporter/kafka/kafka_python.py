@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import ssl
-import struct
 import threading
 import time
 from collections import Counter
@@ -126,88 +125,6 @@ def api_versions(admin) -> dict[int, tuple[int, int]]:
     if raw is None:   # another kafka-python: its public call, with its limits
         raw = admin.api_versions()
     return {int(k): (int(v[0]), int(v[1])) for k, v in raw.items()}
-
-
-class RawRequest:
-    """A request whose body txnwatch encoded and whose answer it decodes itself (list_offsets),
-    sent through kafka-python's connection as its own request classes are: the same duck
-    type (API_VERSION, with_header, encode, header, expect_response), so connections, TLS,
-    SASL, in-flight limits and quota throttling stay kafka-python's. The answer is whatever
-    `decode(version, body)` returns for the bytes after the response header."""
-
-    def __init__(self, name: str, api_key: int, version: int, flexible: bool, body: bytes, decode) -> None:
-        self.name, self.API_KEY, self.API_VERSION = name, api_key, version
-        self._flexible, self._body, self._decode = flexible, body, decode
-        self.header: _RawHeader | None = None
-
-    def expect_response(self) -> bool:
-        return True
-
-    def with_header(self, correlation_id: int = 0, client_id: str = "txnwatch") -> None:
-        self.header = _RawHeader(self, correlation_id, client_id)
-
-    def encode(self, framed: bool = True, header: bool = True) -> bytes:
-        h = self.header
-        parts = [struct.pack(">hhi", self.API_KEY, self.API_VERSION, h.correlation_id) +
-                 _nullable_string(h.client_id)] if header else []
-        if header and self._flexible:
-            parts.append(b"\x00")     # request header v2: no tagged fields
-        parts.append(self._body)
-        data = b"".join(parts)
-        return struct.pack(">i", len(data)) + data if framed else data
-
-    def __repr__(self) -> str:
-        return f"{self.name}(v{self.API_VERSION}, {len(self._body)} bytes)"
-
-
-class _RawHeader:
-    """What kafka-python's parser keeps of an in-flight request: its correlation id and the
-    class that reads the answer."""
-
-    def __init__(self, request: RawRequest, correlation_id: int, client_id: str) -> None:
-        self.request, self.correlation_id, self.client_id = request, correlation_id, client_id
-        self.api_key, self.api_version = request.API_KEY, request.API_VERSION
-
-    def get_response_class(self):
-        return self
-
-    # the response class's side: the parser calls these with the frame's buffer
-    def parse_header(self, buf) -> SimpleNamespace:
-        raw = buf.read(4)
-        if len(raw) != 4:
-            raise struct.error("a response shorter than its header")
-        if self.request._flexible:   # response header v1: tagged fields
-            for _ in range(_read_uvarint(buf)):
-                _read_uvarint(buf)
-                buf.read(_read_uvarint(buf))
-        return SimpleNamespace(correlation_id=struct.unpack(">i", raw)[0])
-
-    def decode(self, buf):
-        # An answer the decoder cannot read is returned, not raised: kafka-python would log
-        # the whole frame and close the connection; the caller names the problem instead.
-        try:
-            return self.request._decode(self.api_version, buf.read())
-        except ValueError as exc:
-            return exc
-
-
-def _nullable_string(s: str | None) -> bytes:
-    if s is None:
-        return struct.pack(">h", -1)
-    raw = s.encode()
-    return struct.pack(">h", len(raw)) + raw
-
-
-def _read_uvarint(buf) -> int:
-    shift = value = 0
-    while True:
-        b = buf.read(1)
-        if not b:
-            raise struct.error("a varint cut short")
-        value |= (b[0] & 0x7F) << shift
-        if not b[0] & 0x80:
-            return value
-        shift += 7
 
 
 _NODE_KEY = "__txnwatch_coordinator_node_{}"   # one kafka-python coordinator entry per node, not per group

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from ..model import PartitionOffsets
 from .errors import UNEXPECTED, BatchedUnsupported
+from .wire import I8, I32, Reader, count, string
 
 API_KEY = 2
 MIN_VERSION, MAX_VERSION = 4, 11      # 4: leader epochs; 11: the newest a 4.x broker speaks
@@ -33,17 +34,12 @@ TIMEOUT_FROM = 10
 LATEST = -1                            # the Timestamp that asks for the log end (HWM or LSO)
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 
-_I8, _I16, _I32 = struct.Struct(">b"), struct.Struct(">h"), struct.Struct(">i")
 # partition answer: index, error, timestamp, offset, leader epoch (v4+)
 _PART = struct.Struct(">ihqqi")
 # flexible: the same and an empty tagged-field section (a single 0 byte): the common case
 _PART_FLEX = struct.Struct(">ihqqiB")
 # request partition: index, current leader epoch (-1: unknown), timestamp
 _REQ_PART = struct.Struct(">iiq")
-
-
-class ProtocolError(ValueError):
-    """A ListOffsets answer this module cannot read: names the offset and what was expected."""
 
 
 def choose_version(broker_range: tuple[int, int] | None) -> int:
@@ -59,40 +55,19 @@ def choose_version(broker_range: tuple[int, int] | None) -> int:
 
 
 # ------------------------------------------------------------------ encoding
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def _string(s: str, flexible: bool) -> bytes:
-    raw = s.encode()
-    return (_uvarint(len(raw) + 1) if flexible else _I16.pack(len(raw))) + raw
-
-
-def _count(n: int, flexible: bool) -> bytes:
-    return _uvarint(n + 1) if flexible else _I32.pack(n)
-
-
 def encode_request(version: int, isolation: int, topics: Sequence[tuple[str, Sequence[int]]],
                    timeout_ms: int = 30_000) -> bytes:
     """The request body (no header) asking the latest offset of each (topic, partitions)."""
     flexible = version >= FLEXIBLE_FROM
     tag = b"\x00" if flexible else b""
-    out = [_I32.pack(-1), _I8.pack(isolation), _count(len(topics), flexible)]   # ReplicaId -1: a client
+    out = [I32.pack(-1), I8.pack(isolation), count(len(topics), flexible)]   # ReplicaId -1: a client
     for name, partitions in topics:
-        out.append(_string(name, flexible))
-        out.append(_count(len(partitions), flexible))
+        out.append(string(name, flexible))
+        out.append(count(len(partitions), flexible))
         out.extend(_REQ_PART.pack(p, -1, LATEST) + tag for p in partitions)
         out.append(tag)
     if version >= TIMEOUT_FROM:
-        out.append(_I32.pack(timeout_ms))
+        out.append(I32.pack(timeout_ms))
     out.append(tag)
     return b"".join(out)
 
@@ -107,59 +82,6 @@ class TopicAnswer:
     rows: Sequence[tuple]
 
 
-class _Reader:
-    __slots__ = ("buf", "pos")
-
-    def __init__(self, buf: bytes | memoryview, pos: int = 0) -> None:
-        self.buf, self.pos = buf, pos
-
-    def need(self, n: int, what: str) -> None:
-        if self.pos + n > len(self.buf):
-            raise ProtocolError(f"ListOffsets answer ends at byte {len(self.buf)} inside {what} "
-                                f"(at byte {self.pos}, {n} more expected)")
-
-    def fixed(self, s: struct.Struct, what: str):
-        self.need(s.size, what)
-        v = s.unpack_from(self.buf, self.pos)
-        self.pos += s.size
-        return v
-
-    def uvarint(self, what: str) -> int:
-        shift = value = 0
-        while True:
-            self.need(1, what)
-            b = self.buf[self.pos]
-            self.pos += 1
-            value |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return value
-            shift += 7
-            if shift > 35:
-                raise ProtocolError(f"ListOffsets answer: a varint longer than 5 bytes in {what}")
-
-    def count(self, flexible: bool, what: str) -> int:
-        n = self.uvarint(what) - 1 if flexible else self.fixed(_I32, what)[0]
-        if n < 0:
-            raise ProtocolError(f"ListOffsets answer: null or negative {what}")
-        return n
-
-    def string(self, flexible: bool, what: str) -> str:
-        n = self.uvarint(what) - 1 if flexible else self.fixed(_I16, what)[0]
-        if n < 0:
-            raise ProtocolError(f"ListOffsets answer: null {what}")
-        self.need(n, what)
-        s = bytes(self.buf[self.pos:self.pos + n]).decode("utf-8", "replace")
-        self.pos += n
-        return s
-
-    def skip_tags(self, what: str) -> None:
-        for _ in range(self.uvarint(what)):
-            self.uvarint(what)                 # tag
-            size = self.uvarint(what)
-            self.need(size, what)
-            self.pos += size
-
-
 @dataclass(frozen=True, slots=True)
 class Answer:
     """A decoded ListOffsets answer (`throttle_time_ms` is read by kafka-python's connection:
@@ -172,8 +94,8 @@ class Answer:
 def decode_response(version: int, body: bytes | memoryview) -> Answer:
     """A ListOffsets answer's body (after the response header) as per-topic rows."""
     flexible = version >= FLEXIBLE_FROM
-    r = _Reader(body)
-    throttle = r.fixed(_I32, "ThrottleTimeMs")[0]
+    r = Reader("ListOffsets", body)
+    throttle = r.fixed(I32, "ThrottleTimeMs")[0]
     out = []
     for _ in range(r.count(flexible, "the topic count")):
         name = r.string(flexible, "a topic name")
@@ -184,12 +106,11 @@ def decode_response(version: int, body: bytes | memoryview) -> Answer:
         out.append(TopicAnswer(name, rows))
     if flexible:
         r.skip_tags("the answer's tagged fields")
-    if r.pos != len(body):
-        raise ProtocolError(f"ListOffsets answer: {len(body) - r.pos} bytes left after the last topic")
+    r.end()
     return Answer(throttle, out)
 
 
-def _partitions(r: _Reader, n: int, flexible: bool, topic: str) -> Sequence[tuple]:
+def _partitions(r: Reader, n: int, flexible: bool, topic: str) -> Sequence[tuple]:
     rec = _PART_FLEX if flexible else _PART
     size = rec.size * n
     if r.pos + size <= len(r.buf):

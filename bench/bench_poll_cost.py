@@ -1,0 +1,223 @@
+"""Issue 29's figures: what a poll costs and how fresh the scraped data is, before and after,
+beside KMinion and kafka_exporter, in one run on one broker (cluster) per size.
+
+    .venv/bin/python bench/bench_poll_cost.py --sizes 1000,10000,100000 --scrape-every 5,30 \\
+        --before ../before [--peers kminion=PATH,kafka_exporter=PATH --peer-sizes 10000]
+
+For each size: a broker (one node up to 15,000 partitions, else a KRaft cluster: see
+bench_scrape.broker_for), the partitions (100 per topic), --groups consumer groups with 20
+committed partitions each, and --txn-producers transactional producers committing every
+0.2 s (bench_freshness.workload). Then, for each cadence, the subjects run side by side,
+each scraped by its own Prometheus-like scraper (a fixed cadence, Prometheus's user agent,
+Accept and X-Prometheus-Scrape-Timeout-Seconds headers), the scrapers' phases spread over
+the period so no two scrapes coincide:
+
+  after   this checkout's `txnwatch serve` (worker processes, poll_schedule scrapes)
+  before  the same from the --before checkout (e.g. `git worktree add ../before 950b61a`)
+  peers   (--peer-sizes, at the first cadence) KMinion and kafka_exporter binaries
+
+After each scraper's first --warm scrapes (txnwatch learns the cadence from them), over
+--scrapes more: the scrape latency (the whole body read, p50/p99), txnwatch's data age in
+each scrape (txnwatch_data_age_seconds{source="poller"}: median, p90), its polls
+(txnwatch_polls_total), and each subject's CPU (user + system of its processes, /proc) as a
+share of one core, with txnwatch's worker CPU per poll and per partition. Run by hand;
+figures go to docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import math
+import os
+import platform
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from bench_freshness import cpu_seconds, own_series, workload  # bench/ is on sys.path as a script
+from bench_scrape import broker_for
+
+from txnwatch_dev.exporter_proc import ExporterProcess
+from txnwatch_dev.net import free_port, wait_for
+
+HEADERS = {"User-Agent": "Prometheus/3.16.0", "Accept-Encoding": "gzip",
+           "Accept": "text/plain;version=0.0.4;q=0.5,*/*;q=0.1"}
+
+
+@dataclass
+class Subject:
+    name: str
+    pid: int
+    url: str
+    stop: callable
+    txnwatch: bool = True
+    latencies: list[float] = field(default_factory=list)
+    ages: list[float] = field(default_factory=list)
+    polls: tuple[float, float] = (0.0, 0.0)
+    cpu: tuple[dict, dict] = ({}, {})
+    wall: float = 0.0
+
+
+def txnwatch(name: str, bootstrap: str, prefix: str, cwd: str | None) -> Subject:
+    cluster = {"name": "bench", "bootstrap_servers": bootstrap, "poll_timeout_seconds": 60,
+               "topics": {"include": [f"{prefix}-.*"]}, "groups": {"include": [f"{prefix}-group-.*"]},
+               "poll_schedule": "scrapes", "poll_interval_seconds": 1}
+    exp = ExporterProcess({"clusters": [cluster]}, cwd=cwd).start(timeout=60)
+    exp.wait_metric(lambda m: m.get_value("txnwatch_up", source="poller") == 1, 600, what=f"{name}: first poll")
+    return Subject(name, exp.proc.pid, exp.url + "/metrics", exp.stop)
+
+
+def peer(name: str, binary: str, bootstrap: str, prefix: str) -> Subject:
+    port = free_port()
+    workdir = Path(tempfile.mkdtemp(prefix=f"bench-{name}-"))
+    if name == "kminion":
+        # its defaults (adminApi group offsets, log dirs), the same topics and groups as txnwatch
+        config = {"kafka": {"brokers": bootstrap.split(","), "clientId": "kminion"},
+                  "minion": {"consumerGroups": {"enabled": True, "scrapeMode": "adminApi", "granularity": "partition",
+                                                "allowedGroups": [f"/{prefix}-group-.*/"]},
+                             "topics": {"enabled": True, "granularity": "partition",
+                                        "allowedTopics": [f"/{prefix}-.*/"]},
+                             "logDirs": {"enabled": True}, "endToEnd": {"enabled": False}},
+                  "exporter": {"namespace": "kminion", "host": "127.0.0.1", "port": port}}
+        (workdir / "kminion.yaml").write_text(yaml.safe_dump(config))
+        env = {**os.environ, "CONFIG_FILEPATH": str(workdir / "kminion.yaml")}
+        cmd = [binary]
+    else:
+        env = dict(os.environ)
+        cmd = [binary, f"--kafka.server={bootstrap.split(',')[0]}", f"--web.listen-address=127.0.0.1:{port}",
+               "--kafka.version=3.9.0", f"--topic.filter={prefix}-.*", f"--group.filter={prefix}-group-.*"]
+    log = open(workdir / "out.log", "wb")
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}/metrics"
+
+    def ready() -> bool:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{name} exited {proc.returncode}: see {log.name}")
+        try:
+            with urllib.request.urlopen(url, timeout=120) as r:
+                return r.status == 200 and b"partition" in r.read()
+        except OSError:
+            return False
+    wait_for(ready, 600, interval=1, what=f"{name} serving partition series")
+
+    def stop() -> None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    return Subject(name, proc.pid, url, stop, txnwatch=False)
+
+
+def scrape_loop(s: Subject, every: float, phase: float, warm: int, measured: int, t0: float) -> None:
+    """One Prometheus-like scraper at t0 + phase + k * every: the first `warm` scrapes learn
+    nothing but the cadence, the next `measured` periods are measured. A scrape that outlasts
+    its period (a peer fetching on scrape) makes the scraper skip the slots it missed, as
+    Prometheus does; the window ends on time whatever the subject does."""
+    timeout = min(every, 10)
+    start_at, end_at = t0 + phase + warm * every, t0 + phase + (warm + measured) * every
+    k = 0
+    while True:
+        slot = t0 + phase + k * every
+        if slot >= end_at:
+            break
+        time.sleep(max(0.0, slot - time.monotonic()))
+        if slot >= start_at and not s.cpu[0]:
+            s.cpu, s.wall = (cpu_seconds(s.pid), {}), time.monotonic()
+        req = urllib.request.Request(s.url, headers={**HEADERS, "X-Prometheus-Scrape-Timeout-Seconds": f"{timeout:g}"})
+        began = time.perf_counter()
+        with urllib.request.urlopen(req, timeout=300) as r:
+            body = r.read()
+            gzipped = r.headers.get("Content-Encoding") == "gzip"
+        took = time.perf_counter() - began
+        m = own_series((gzip.decompress(body) if gzipped else body).decode()) if s.txnwatch else None
+        if slot >= start_at:
+            s.latencies.append(took)
+            if m is not None:
+                s.ages.append(m.get_value("txnwatch_data_age_seconds", source="poller"))
+                s.polls = (s.polls[0], m.get_value("txnwatch_polls_total"))
+        elif m is not None:
+            s.polls = (m.get_value("txnwatch_polls_total"), 0.0)
+        k = max(k + 1, math.ceil((time.monotonic() - t0 - phase) / every))
+    time.sleep(max(0.0, end_at - time.monotonic()))
+    s.cpu = (s.cpu[0], cpu_seconds(s.pid))
+    s.wall = time.monotonic() - s.wall
+
+
+def pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(int(len(xs) * p), len(xs) - 1)]
+
+
+def report(size: int, every: float, s: Subject) -> str:
+    before, after = s.cpu
+    total = sum(after.values()) - sum(before.values())
+    cpu = f"**{total / s.wall * 100:.1f} %**"
+    lat = f"{statistics.median(s.latencies) * 1000:.0f} / {pct(s.latencies, 0.99) * 1000:.0f} ms"
+    if not s.txnwatch:
+        return f"| {size:,} | {every:g} s | {s.name} | {len(s.latencies)} | {lat} | fetch on scrape | | | {cpu} | | |"
+    polls = s.polls[1] - s.polls[0]
+    worker = sum(v - before.get(p, 0.0) for p, v in after.items() if p != s.pid)
+    per_poll = worker / max(polls, 1)
+    return (f"| {size:,} | {every:g} s | {s.name} | {len(s.latencies)} | {lat} | **{statistics.median(s.ages):.2f} s** | "
+            f"{pct(s.ages, 0.9):.2f} s | {polls:g} | {cpu} | {per_poll * 1000:.0f} ms | "
+            f"{per_poll / size * 1e6:.1f} us |")
+
+
+def phase(size: int, every: float, subjects: list[Subject], warm: int, measured: int) -> None:
+    t0 = time.monotonic() + 1
+    threads = [threading.Thread(target=scrape_loop, args=(s, every, i * every / len(subjects), warm, measured, t0))
+               for i, s in enumerate(subjects)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for s in subjects:
+        print(report(size, every, s), flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="1000,10000,100000")
+    ap.add_argument("--scrape-every", default="5,30")
+    ap.add_argument("--before", default=None, help="a checkout of the code before (its `txnwatch serve` runs beside)")
+    ap.add_argument("--peers", default="", help="name=binary,... (kminion, kafka_exporter)")
+    ap.add_argument("--peer-sizes", default="10000", help="sizes at which the peers run (first cadence)")
+    ap.add_argument("--groups", type=int, default=500)
+    ap.add_argument("--txn-producers", type=int, default=20)
+    ap.add_argument("--warm", type=int, default=5)
+    ap.add_argument("--scrapes", default="12,4", help="scrapes measured per cadence (as --scrape-every)")
+    a = ap.parse_args()
+    cadences = [float(x) for x in a.scrape_every.split(",")]
+    measured = [int(x) for x in a.scrapes.split(",")]
+    peers = dict(p.split("=", 1) for p in a.peers.split(",") if p)
+    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
+          f"{a.groups} groups, {a.txn_producers} transactional producers")
+    print("| partitions | scraped every | subject | scrapes | scrape p50 / p99 | data age median | p90 | polls "
+          "| CPU (share of a core) | worker CPU per poll | per partition |\n|---|---|---|---|---|---|---|---|---|---|---|")
+    for size in [int(x) for x in a.sizes.split(",")]:
+        with broker_for(size) as broker:
+            t = time.monotonic()
+            with workload(broker.bootstrap, size, a) as prefix:
+                print(f"<!-- {size}: set up in {time.monotonic() - t:.0f} s on {broker.describe()} -->", flush=True)
+                for i, every in enumerate(cadences):
+                    names = [("after", None)] + ([("before", a.before)] if a.before else [])
+                    subjects = [txnwatch(n, broker.bootstrap, prefix, cwd) for n, cwd in names]
+                    if i == 0 and str(size) in a.peer_sizes.split(","):
+                        subjects += [peer(n, b, broker.bootstrap, prefix) for n, b in peers.items()]
+                    try:
+                        phase(size, every, subjects, a.warm, measured[min(i, len(measured) - 1)])
+                    finally:
+                        for s in subjects:
+                            s.stop()
+
+
+if __name__ == "__main__":
+    main()
