@@ -253,8 +253,11 @@ def combine(requests: Sequence[LeaderRequest], answers: Sequence[object],
         lso_by = {t.topic: t.rows for t in lso_answer.topics}
         for topic, ps in req.topics:
             hw, ls = hwm_by.get(topic), lso_by.get(topic)
+            # brokers answer a topic's partitions in their own order (a hash map's): sorted,
+            # they line up with `ps` (ascending) in the common answer
+            hw, ls = (None if hw is None else sorted(hw)), (None if ls is None else sorted(ls))
             if hw is not None and ls is not None and _clean(hw, ls, ps):
-                # the common answer: every partition, in the order asked, without an error
+                # the common answer: every partition asked, without an error
                 out.extend([PartitionOffsets(topic, h[0], h[3], s[3] if s[3] < h[3] else h[3])
                             for h, s in zip(hw, ls, strict=True)])
                 continue
