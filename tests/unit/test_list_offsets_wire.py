@@ -151,3 +151,14 @@ def test_the_plan_is_kept_while_the_leaders_are_the_same():
     mine = cache.plan(9, leaders, [("a", 1), ("b", 1), ("a", 7)], 1000)
     assert [(r.leader, r.topics) for r in mine[0]] == [(2, (("b", (1,)),))]
     assert mine[1] == [("a", 1), ("a", 7)]
+
+
+def test_answers_in_the_brokers_own_order_combine_alike():
+    """Brokers list a topic's partitions in hash-map order, not the order asked."""
+    req = lo.RequestCache().requests(11, {1: [("a", [0, 1, 2, 3])]}, 1000)
+    hwm = _answer(11, [("a", [(2, 0, 30), (0, 0, 10), (3, 0, 40), (1, 0, 20)])])
+    lso = _answer(11, [("a", [(3, 0, 39), (1, 0, 20), (2, 0, 30), (0, 0, 9)])])
+    out, failed = lo.combine(req, [hwm, lso], lambda code: "code", lambda exc: "exc")
+    assert sorted(out) == [PartitionOffsets("a", 0, 10, 9), PartitionOffsets("a", 1, 20, 20),
+                           PartitionOffsets("a", 2, 30, 30), PartitionOffsets("a", 3, 40, 39)]
+    assert failed == {}
