@@ -68,6 +68,56 @@ def floor_cycle(admin: AdminClient, transport, requests, version: int, timeout: 
     return time.perf_counter() - t0
 
 
+def compare(bootstrap: str, rounds: int, topics=None, groups=None, profile: bool = False) -> dict:
+    """The poll (with its render) against its requests sent bare, alternating `rounds` times;
+    `topics`/`groups` select what the poller reads (config filters; None: everything)."""
+    cluster = {"bootstrap_servers": bootstrap, "poll_timeout": 60}
+    if topics:
+        cluster["topics"] = {"include": [topics]}
+    if groups:
+        cluster["groups"] = {"include": [groups]}
+    cfg = load_config(cluster, env={}).clusters[0]
+    poller = ClusterPoller(cfg)
+    cache = RenderCache()
+
+    def poll():
+        snap = poller.poll_once()
+        w = FamilyWriter()
+        render_snapshot(w, snap, cfg.granularity, cfg.max_transactional_id_series, cache=cache)
+        w.chunks()
+        return snap
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    snap = poll()          # warm-up: connections, capability probe, DescribeConfigs
+    io = poller.io
+    version = io.list_offsets_version
+    requests, _ = lo.RequestCache().plan(version, dict(snap_leaders(io, cfg)), None, 60_000)
+    from kafka.admin import KafkaAdminClient
+    group_admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=60_000)
+    transport = KafkaPythonTransport({"bootstrap.servers": bootstrap}, 60)
+    floor_cycle(admin, transport, requests, version, 60, group_admin)
+    polls, floors, cpus = [], [], []
+    for _ in range(rounds):
+        floors.append(floor_cycle(admin, transport, requests, version, 60, group_admin))
+        t, c = time.perf_counter(), time.process_time()
+        snap = poll()
+        polls.append(time.perf_counter() - t)
+        cpus.append(time.process_time() - c)
+    out = {"partitions": len(snap.partitions), "group_rows": len(snap.groups), "version": version,
+           "requests": len(requests) * 2, "floors": floors, "polls": polls, "cpus": cpus,
+           "floor": statistics.median(floors), "poll": statistics.median(polls), "cpu": statistics.median(cpus)}
+    if profile:
+        import cProfile
+        import pstats
+
+        prof = cProfile.Profile()
+        prof.runcall(poll)
+        pstats.Stats(prof).sort_stats("tottime").print_stats(12)
+    transport.close()
+    group_admin.close()
+    poller.stop()
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--partitions", type=int, default=10_000)
@@ -81,53 +131,19 @@ def main() -> None:
         setup(broker.bootstrap, a.topics, a.partitions, a.groups)
         print(f"setup: {a.topics} topics / {a.partitions} partitions / {a.groups} groups in "
               f"{time.perf_counter() - t0:.1f}s")
-        cfg = load_config({"bootstrap_servers": broker.bootstrap, "poll_timeout": 60}, env={}).clusters[0]
-        poller = ClusterPoller(cfg)
-        cache = RenderCache()
-
-        def poll():
-            snap = poller.poll_once()
-            w = FamilyWriter()
-            render_snapshot(w, snap, cfg.granularity, cfg.max_transactional_id_series, cache=cache)
-            w.chunks()
-            return snap
-        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-        snap = poll()          # warm-up: connections, capability probe, DescribeConfigs
-        io = poller.io
-        version = io.list_offsets_version
-        requests, _ = lo.RequestCache().plan(version, dict(snap_leaders(io, cfg)), None, 60_000)
-        from kafka.admin import KafkaAdminClient
-        group_admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=60_000)
-        transport = KafkaPythonTransport({"bootstrap.servers": broker.bootstrap}, 60)
-        floor_cycle(admin, transport, requests, version, 60, group_admin)
-        polls, floors, cpus = [], [], []
-        for _ in range(a.rounds):
-            floors.append(floor_cycle(admin, transport, requests, version, 60, group_admin))
-            t, c = time.perf_counter(), time.process_time()
-            snap = poll()
-            polls.append(time.perf_counter() - t)
-            cpus.append(time.process_time() - c)
-        fl, po, cpu = statistics.median(floors), statistics.median(polls), statistics.median(cpus)
+        r = compare(broker.bootstrap, a.rounds, profile=a.profile)
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        print(f"partitions polled: {len(snap.partitions)}, group-partitions: {len(snap.groups)}, "
-              f"ListOffsets v{version} in {len(requests) * 2} requests")
-        print(f"floor (the same requests, bare) median: {fl * 1000:.0f} ms  (all: {[round(x * 1000) for x in floors]})")
-        print(f"txnwatch poll + render   median: {po * 1000:.0f} ms  (all: {[round(x * 1000) for x in polls]})")
-        print(f"ratio poll/floor: {po / fl:.2f}x")
-        print(f"poll CPU (all threads of this process) median: {cpu * 1000:.0f} ms, "
-              f"{cpu / len(snap.partitions) * 1e6:.1f} us per partition (all: {[round(x * 1000) for x in cpus]})")
+        print(f"partitions polled: {r['partitions']}, group-partitions: {r['group_rows']}, "
+              f"ListOffsets v{r['version']} in {r['requests']} requests")
+        print(f"floor (the same requests, bare) median: {r['floor'] * 1000:.0f} ms  "
+              f"(all: {[round(x * 1000) for x in r['floors']]})")
+        print(f"txnwatch poll + render   median: {r['poll'] * 1000:.0f} ms  "
+              f"(all: {[round(x * 1000) for x in r['polls']]})")
+        print(f"ratio poll/floor: {r['poll'] / r['floor']:.2f}x")
+        print(f"poll CPU (all threads of this process) median: {r['cpu'] * 1000:.0f} ms, "
+              f"{r['cpu'] / r['partitions'] * 1e6:.1f} us per partition (all: {[round(x * 1000) for x in r['cpus']]})")
         print(f"bench process max RSS: {rss:.0f} MB; machine: {platform.machine()}, "
               f"{platform.processor() or 'cpu'}, python {platform.python_version()}")
-        if a.profile:
-            import cProfile
-            import pstats
-
-            prof = cProfile.Profile()
-            t = time.perf_counter()
-            prof.runcall(poll)
-            print(f"profiled poll: {(time.perf_counter() - t) * 1000:.0f} ms wall (under cProfile); "
-                  "top functions by own time:")
-            pstats.Stats(prof).sort_stats("tottime").print_stats(12)
 
 
 if __name__ == "__main__":

@@ -41,8 +41,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
-from bench_freshness import cpu_seconds, own_series, workload  # bench/ is on sys.path as a script
-from bench_scrape import broker_for
+from bench_freshness import cpu_seconds, own_series, transactions
+from bench_poll import compare  # bench/ is on sys.path as a script
+from bench_scrape import broker_for, commit_groups, create_partitions
 
 from txnwatch_dev.exporter_proc import ExporterProcess
 from txnwatch_dev.net import free_port, wait_for
@@ -194,7 +195,10 @@ def main() -> None:
     ap.add_argument("--txn-producers", type=int, default=20)
     ap.add_argument("--warm", type=int, default=5)
     ap.add_argument("--scrapes", default="12,4", help="scrapes measured per cadence (as --scrape-every)")
+    ap.add_argument("--floor-rounds", type=int, default=3,
+                    help="per size, first: this checkout's poll against its requests sent bare (bench_poll)")
     a = ap.parse_args()
+    floors: list[str] = []
     cadences = [float(x) for x in a.scrape_every.split(",")]
     measured = [int(x) for x in a.scrapes.split(",")]
     peers = dict(p.split("=", 1) for p in a.peers.split(",") if p)
@@ -205,8 +209,22 @@ def main() -> None:
     for size in [int(x) for x in a.sizes.split(",")]:
         with broker_for(size) as broker:
             t = time.monotonic()
-            with workload(broker.bootstrap, size, a) as prefix:
-                print(f"<!-- {size}: set up in {time.monotonic() - t:.0f} s on {broker.describe()} -->", flush=True)
+            prefix = f"fresh{size}"
+            topics = create_partitions(broker.bootstrap, size, prefix)
+            commit_groups(broker.bootstrap, topics, a.groups, prefix)
+            print(f"<!-- {size}: set up in {time.monotonic() - t:.0f} s on {broker.describe()} -->", flush=True)
+            if a.floor_rounds:
+                # before the transactional producers start: the poll then sends what the floor
+                # sends (with them, it also describes their open transactions)
+                r = compare(broker.bootstrap, a.floor_rounds, f"{prefix}-.*", f"{prefix}-group-.*")
+                floors.append(f"| {r['partitions']:,} | {r['group_rows']:,} | v{r['version']}, {r['requests']} | "
+                              f"{r['floor'] * 1000:.0f} ms | {r['poll'] * 1000:.0f} ms | "
+                              f"**{r['poll'] / r['floor']:.2f}x** | {r['cpu'] * 1000:.0f} ms | "
+                              f"**{r['cpu'] / r['partitions'] * 1e6:.1f} us** |")
+                print("<!-- poll vs floor: " + floors[-1] + " -->", flush=True)
+            stop = threading.Event()
+            producers = transactions(broker.bootstrap, topics, a.txn_producers, stop)
+            try:
                 for i, every in enumerate(cadences):
                     names = [("after", None)] + ([("before", a.before)] if a.before else [])
                     subjects = [txnwatch(n, broker.bootstrap, prefix, cwd) for n, cwd in names]
@@ -217,6 +235,14 @@ def main() -> None:
                     finally:
                         for s in subjects:
                             s.stop()
+            finally:
+                stop.set()
+                for p in producers:
+                    p.join(30)
+    if floors:
+        print("\n| partitions | group rows | ListOffsets version, requests | floor (median) | poll + render (median) "
+              "| ratio | poll CPU (all threads) | per partition |\n|---|---|---|---|---|---|---|---|")
+        print("\n".join(floors))
 
 
 if __name__ == "__main__":

@@ -63,9 +63,12 @@ def setup(bootstrap: str, partitions: int, groups: int, per_topic: int = 100) ->
 def commit_groups(bootstrap: str, topics: list[str], groups: int, prefix: str) -> None:
     # the group coordinator learns of new topics from the controller a while after their creation,
     # and on a new multi-node cluster the __consumer_offsets leaders are still settling
+    # the first commit creates __consumer_offsets: on a 7-node cluster still loading 100,000
+    # new partitions its leaders take minutes
     for g in range(groups):
-        wait_for(lambda g=g: _commit(bootstrap, f"{prefix}-group-{g:04d}", topics[g % len(topics)]), 120,
-                 interval=0.5, what=f"a commit of group {g} (the new topics at the group coordinator)")
+        wait_for(lambda g=g: _commit(bootstrap, f"{prefix}-group-{g:04d}", topics[g % len(topics)]),
+                 900 if g == 0 else 120, interval=0.5,
+                 what=f"a commit of group {g} (the new topics at the group coordinator)")
 
 
 def _commit(bootstrap: str, group: str, topic: str) -> bool:

@@ -1,13 +1,18 @@
-"""ListOffsets per leader, encoded and decoded by txnwatch (exporter/kafka/list_offsets.py),
-against real brokers of both supported lines: the offsets equal librdkafka's for plain,
-committed-transactional, open-transactional and empty partitions; requests are encoded
-once while the leaders stay; a partition the broker refuses costs only itself."""
+"""The requests txnwatch encodes and decodes itself (exporter/kafka/list_offsets.py and
+offset_fetch.py) against real brokers of both supported lines: ListOffsets per leader
+equals librdkafka's answers for plain, committed-transactional, open-transactional and
+empty partitions, is encoded once while the leaders stay, and a partition the broker
+refuses costs only itself; OffsetFetch v8 reads a group's commits, with and without commit
+metadata, as librdkafka's per-group path does."""
 
 from __future__ import annotations
 
-import pytest
-from confluent_kafka import Producer
+import time
 
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from tests import compat
 from txnwatch.exporter.kafka.admin import KafkaIO
 from txnwatch.exporter.model import PartitionOffsets
 from txnwatch_dev.kafka import kafka_release
@@ -37,7 +42,7 @@ def produce(bootstrap: str, topic: str, tid: str) -> Producer:
 
 
 @pytest.mark.parametrize("line, version", [("4.x", 11), ("3.9", 9)])
-def test_offsets_per_leader_on_a_real_broker(line, version, broker, own_broker, unique):
+def test_offsets_per_leader_on_a_real_broker(line, version, broker, own_broker, unique, request):
     b = broker if line == "4.x" else own_broker(release=kafka_release("3.9"))
     topic = unique("list-offsets")
     create_topics(b.bootstrap, [topic], partitions=4)
@@ -76,5 +81,24 @@ def test_offsets_per_leader_on_a_real_broker(line, version, broker, own_broker, 
         open_txn.commit_transaction(30)
         wait_for(lambda: PartitionOffsets(topic, 2, 2, 2) in read()[0], 30, interval=0.2,
                  what="the record and its commit marker on partition 2")
+
+        # committed offsets through OffsetFetch v8, a commit with metadata and one without
+        group = unique("lo-group")
+        c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": group, "enable.auto.commit": False,
+                      "log_level": 3})
+        try:
+            c.commit(offsets=[TopicPartition(topic, 0, 3, metadata="instance-7"), TopicPartition(topic, 1, 2)],
+                     asynchronous=False)
+        finally:
+            c.close()
+        want_rows = [(group, topic, 0, 3), (group, topic, 1, 2)]
+        wait_for(lambda: io.group_offsets(lambda g: g == group) == want_rows, 30, interval=0.2,
+                 what=f"the commits of {group} (listed and fetched)")
+        assert io.capabilities == {"offset_fetch_batched": True}
+        rows = want_rows
+        deadline = time.monotonic() + 15
+        assert io.group_offsets_per_group([group], deadline) == rows     # librdkafka's path
     finally:
         io.close()
+    compat.record(request.config, "features", line, "Offsets read by txnwatch's own requests",
+                  f"ListOffsets v{version}, OffsetFetch v8")
