@@ -5,9 +5,10 @@ beside KMinion and kafka_exporter, in one run on one broker (cluster) per size.
         --before ../before [--peers kminion=PATH,kafka_exporter=PATH --peer-sizes 10000]
 
 For each size: a broker (one node up to 15,000 partitions, else a KRaft cluster: see
-bench_scrape.broker_for), the partitions (100 per topic), --groups consumer groups with 20
-committed partitions each, and --txn-producers transactional producers committing every
-0.2 s (bench_freshness.workload). Then, for each cadence, the subjects run side by side,
+bench_scrape.broker_for), the partitions (100 per topic) and --groups consumer groups with
+20 committed partitions each. First this checkout's poll against the same requests sent
+bare (bench_poll.compare, --floor-rounds rounds). Then --txn-producers transactional
+producers start, committing every 0.2 s, and for each cadence the subjects run side by side,
 each scraped by its own Prometheus-like scraper (a fixed cadence, Prometheus's user agent,
 Accept and X-Prometheus-Scrape-Timeout-Seconds headers), the scrapers' phases spread over
 the period so no two scrapes coincide:
