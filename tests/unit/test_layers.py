@@ -203,3 +203,12 @@ def test_a_unit_test_importing_a_process_starting_harness_module_is_caught(tmp_p
                                              "from txnwatch_dev.workload import ProducerProcess\n"})
     assert impure_harness_in_unit_tests(tmp_path) == [
         "tests/unit/test_a.py:2 imports txnwatch_dev.workload, which starts processes"]
+
+
+def test_no_test_module_name_is_both_a_unit_and_an_integration_test():
+    """pytest imports test files by basename (no packages under tests/): one run given both
+    folders stops at the second with "import file mismatch"."""
+    tests = Path(__file__).resolve().parents[1]
+    unit = {p.name for p in (tests / "unit").glob("test_*.py")}
+    integration = {p.name for p in (tests / "integration").glob("test_*.py")}
+    assert not unit & integration, f"rename one of each: {sorted(unit & integration)}"

@@ -20,7 +20,7 @@ too, but it raises for the first group or partition with an error, retries nothi
 keeps no deadline. So the requests are built here from kafka-python's protocol classes
 and sent through its connection manager (TLS and SASL mapped as for the KIP-664 client) by
 kafka_python.KafkaPythonTransport: kafka-python has no public call to send one request.
-This module is pure and tested with a fake transport (tests/unit/test_group_offsets.py).
+This module is pure and tested with a fake transport (tests/unit/test_group_offsets_fake_cluster.py).
 
 Errors: a group whose coordinator moved is looked up again and asked again in the same
 poll (up to MAX_ROUNDS rounds, within the poll's deadline). A group that still fails, or
