@@ -34,54 +34,48 @@ class RenderCache:
         self.formatted = 0     # topics and groups formatted by the last render (tests, bench)
 
     def partition_lines(self, w: FamilyWriter, cluster: str, partitions, hanging) -> None:
-        label = f'{w.exposed_label("cluster")}="{escape_label(cluster)}",topic="'
         by_topic: dict[str, list[PartitionState]] = {}
         for (topic, _), state in partitions.items():
-            states = by_topic.get(topic)
-            if states is None:
-                states = by_topic[topic] = []
-            states.append(state)
-        bodies: list[list[bytes]] = [[] for _ in PARTITION_FAMILIES]
-        kept: dict[str, tuple] = {}
-        formatted = 0
-        for topic, states in by_topic.items():
-            hang = tuple((s.partition, hanging[(topic, s.partition)]) for s in states
+            by_topic.setdefault(topic, []).append(state)
+
+        def hung(topic: str, states: list[PartitionState]) -> tuple:
+            return tuple((s.partition, hanging[(topic, s.partition)]) for s in states
                          if (topic, s.partition) in hanging) if hanging else ()
-            entry = self._topics.get(topic)
-            if entry is None or entry[0] != label or entry[1] != hang or entry[2] != states:
-                entry = (label, hang, states, _partition_bodies(label + escape_label(topic), states, dict(hang)))
-                formatted += 1
-            kept[topic] = entry
-            for out, body in zip(bodies, entry[3], strict=True):
-                out.append(body)
-        self._topics = kept
-        for name, parts in zip(PARTITION_FAMILIES, bodies, strict=True):
-            w.add_lines(name, b"".join(parts))
-        self.formatted = formatted
+        self._topics, self.formatted = _lines(
+            w, self._topics, f'{w.exposed_label("cluster")}="{escape_label(cluster)}",topic="', by_topic,
+            hung, lambda prefix, states, hang: _partition_bodies(prefix, states, dict(hang)), PARTITION_FAMILIES)
 
     def group_lines(self, w: FamilyWriter, cluster: str, groups) -> None:
-        label = f'{w.exposed_label("cluster")}="{escape_label(cluster)}",group="'
         by_group: dict[str, list[GroupLag]] = {}
         for g in groups:
-            rows = by_group.get(g.group)
-            if rows is None:
-                rows = by_group[g.group] = []
-            rows.append(g)
-        bodies: list[list[bytes]] = [[] for _ in GROUP_FAMILIES]
-        kept: dict[str, tuple] = {}
-        formatted = 0
-        for group, rows in by_group.items():
-            entry = self._groups.get(group)
-            if entry is None or entry[0] != label or entry[1] != rows:
-                entry = (label, rows, _group_bodies(label + escape_label(group), rows))
-                formatted += 1
-            kept[group] = entry
-            for out, body in zip(bodies, entry[2], strict=True):
-                out.append(body)
-        self._groups = kept
-        for name, parts in zip(GROUP_FAMILIES, bodies, strict=True):
-            w.add_lines(name, b"".join(parts))
+            by_group.setdefault(g.group, []).append(g)
+        self._groups, formatted = _lines(
+            w, self._groups, f'{w.exposed_label("cluster")}="{escape_label(cluster)}",group="', by_group,
+            lambda group, rows: (), lambda prefix, rows, _: _group_bodies(prefix, rows), GROUP_FAMILIES)
         self.formatted += formatted
+
+
+def _lines(w: FamilyWriter, last: dict[str, tuple], label: str, rows_by_key: dict[str, list], extra,
+           fmt, families: tuple[str, ...]) -> tuple[dict[str, tuple], int]:
+    """Each key's (topic's, group's) lines of `families`: the last ones where its rows, its
+    `extra(key, rows)` and the label are what they were formatted from, else `fmt(prefix, rows,
+    extra)` anew. Adds them to `w`; returns what to keep for the next render and how many keys
+    were formatted."""
+    bodies: list[list[bytes]] = [[] for _ in families]
+    kept: dict[str, tuple] = {}
+    formatted = 0
+    for key, rows in rows_by_key.items():
+        more = extra(key, rows)
+        entry = last.get(key)
+        if entry is None or entry[0] != label or entry[1] != more or entry[2] != rows:
+            entry = (label, more, rows, fmt(label + escape_label(key), rows, more))
+            formatted += 1
+        kept[key] = entry
+        for out, body in zip(bodies, entry[3], strict=True):
+            out.append(body)
+    for name, parts in zip(families, bodies, strict=True):
+        w.add_lines(name, b"".join(parts))
+    return kept, formatted
 
 
 def _partition_bodies(prefix: str, states: list[PartitionState], hanging: dict[int, int]) -> tuple[bytes, ...]:
