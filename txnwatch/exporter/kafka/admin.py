@@ -264,14 +264,13 @@ class KafkaIO:
         if self.list_offsets_batched is False and self._offsets_calls < self._offsets_retry_at:
             return None
         deadline = time.monotonic() + self.timeout
+        transport = self._kafka_python_or_off(deadline, self._list_offsets_off)
+        if transport is None:
+            return None
         try:
-            transport = self._kafka_python(deadline)
             version = lo.choose_version(self._kp_versions.get(lo.API_KEY))
         except BatchedUnsupported as exc:
             self._list_offsets_off(str(exc), forever=True)
-            return None
-        except Exception as exc:  # noqa: BLE001 - kafka-python reports failed bootstraps as timeouts
-            self._list_offsets_off(f"kafka-python could not connect ({type(exc).__name__}: {exc})")
             return None
         if self.list_offsets_batched is not True:
             log.info("partition offsets: one ListOffsets v%d per leader and isolation level", version)
@@ -317,6 +316,18 @@ class KafkaIO:
                 raise
             self._kp = transport
         return self._kp
+
+    def _kafka_python_or_off(self, deadline: float, off: Callable[..., None]) -> KafkaPythonTransport | None:
+        """_kafka_python(), or None after `off(reason[, forever=True])` turned the caller's
+        batched path off: for good where kafka-python cannot use the settings, for a while
+        where it could not connect."""
+        try:
+            return self._kafka_python(deadline)
+        except BatchedUnsupported as exc:
+            off(str(exc), forever=True)
+        except Exception as exc:  # noqa: BLE001 - kafka-python reports failed bootstraps as timeouts
+            off(f"kafka-python could not connect ({type(exc).__name__}: {exc})")
+        return None
 
     def _drop_kafka_python(self) -> None:
         """A new kafka-python connection next time (as the KIP-664 client does after a failure)."""
@@ -391,13 +402,8 @@ class KafkaIO:
             return self._groups_batched
         if self._group_calls < self._batched_retry_at:
             return None
-        try:
-            transport = self._kafka_python(deadline)
-        except BatchedUnsupported as exc:
-            self._disable_batched(str(exc), forever=True)
-            return None
-        except Exception as exc:  # noqa: BLE001 - kafka-python reports failed bootstraps as timeouts
-            self._disable_batched(f"kafka-python could not connect ({type(exc).__name__}: {exc})")
+        transport = self._kafka_python_or_off(deadline, self._disable_batched)
+        if transport is None:
             return None
         versions = self._kp_versions
         if not batched_supported(versions):
