@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Iterable
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from .net import wait_for
@@ -79,6 +79,43 @@ class TopicEnds:
 
     def __exit__(self, *_exc) -> None:
         self.close()
+
+
+def aborted_records(bootstrap: str, topic: str, lso: dict[int, int], hwm: dict[int, int],
+                    timeout: float = 30.0) -> dict[int, int]:
+    """partition -> how many data records in [lso, hwm) a read_committed reader skips: the
+    records of the transactions that were open when (lso, hwm) was taken and later aborted.
+    Ask once those transactions are over (the LSO past `hwm`): the broker's own account of
+    whether a restart aborted or committed what a killed writer left open."""
+    wanted = {p: (lso[p], hwm[p]) for p in lso if lso[p] < hwm[p]}
+    seen: dict[str, dict[int, int]] = {}
+    for iso in ("read_uncommitted", "read_committed"):
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": "txnwatch-aborted", "isolation.level": iso,
+                      "enable.auto.commit": False, "enable.partition.eof": True, "log_level": 3})
+        try:
+            c.assign([TopicPartition(topic, p, lo) for p, (lo, _hi) in wanted.items()])
+            counts, done = dict.fromkeys(wanted, 0), set()
+            deadline = time.monotonic() + timeout
+            while len(done) < len(wanted):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{topic}: reading [LSO, HWM) {wanted} ({iso}) took over {timeout:.0f}s")
+                msg = c.poll(0.5)
+                if msg is None:
+                    continue
+                p = msg.partition()
+                if msg.error() is not None:
+                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                        done.add(p)         # the end (read_committed: the LSO, already past hwm)
+                        continue
+                    raise RuntimeError(f"{topic}[{p}]: {msg.error()}")
+                if msg.offset() < wanted[p][1]:
+                    counts[p] += 1
+                else:
+                    done.add(p)
+            seen[iso] = counts
+        finally:
+            c.close()
+    return {p: seen["read_uncommitted"][p] - seen["read_committed"][p] for p in wanted}
 
 
 def watermarks(bootstrap: str, topic: str, partitions: int) -> dict[int, tuple[int, int]]:

@@ -21,7 +21,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from tests.integration.helpers import cluster_config
 from txnwatch_dev.kafka import kafka_tool
 from txnwatch_dev.net import wait_for
-from txnwatch_dev.workload import TopicEnds, create_topics, watermarks
+from txnwatch_dev.workload import TopicEnds, aborted_records, create_topics, watermarks
 
 PARTITIONS = 2
 
@@ -259,9 +259,13 @@ def test_exactly_once_across_sigkill_and_restore(broker, flink_job, unique, tmp_
     for p in prefixes.values():
         assert reasons(m, p) == {"new_instance": 0, "timeout": 0, "operator": 0, "startup_abort": 0}, p
 
-    # 2. records keep coming; SIGKILL while a transaction of each sink is open. The sink's
-    # transactions stay open from the first write after a checkpoint to the next one: when
-    # a checkpoint commits between the look and the kill, resume and try again.
+    # 2. records keep coming; SIGKILL while a transaction of each sink is open, and restore from
+    # the last retained checkpoint: the new process commits what that checkpoint pre-committed
+    # and aborts what came after it (the LSO moves past both). The sink's transactions stay open
+    # from the first write after a checkpoint to the next one, so the kill can miss them (a
+    # checkpoint committed between the look and the kill) or land where all that is open was
+    # pre-committed (the restore commits it and aborts nothing): the broker says which (the
+    # records of [LSO, HWM) a read_committed reader skips), and the cycle runs again.
     feeder = feeders(bootstrap, topic_in, len(first))
     # open for a checkpoint interval by design: the poller sees them, with their headroom
     m = exp.wait_metric(lambda m: all(any(0 < v <= 60 for _lb, v in m.select("kafka_transaction_timeout_headroom_seconds",
@@ -269,6 +273,7 @@ def test_exactly_once_across_sigkill_and_restore(broker, flink_job, unique, tmp_
                                       for p in prefixes.values()), 60,
                         what="the headroom of an open transaction of each sink")
     ends = {n: TopicEnds(bootstrap, outs[n], PARTITIONS) for n in NAMINGS}
+    aborted: dict[str, dict[int, int]] = {}
     try:
         for _attempt in range(3):
             wait_job(flink_job, lambda: len(feeder.sent) >= len(first) + 200
@@ -276,23 +281,25 @@ def test_exactly_once_across_sigkill_and_restore(broker, flink_job, unique, tmp_
                      interval=0.02, what=f"a transaction of each sink open on {sorted(outs.values())}")
             flink_job.kill()
             looks = {n: e() for n, e in ends.items()}          # (lso, hwm) per output
-            if all(any(lso[p] < hwm[p] for p in lso) for lso, hwm in looks.values()):
+            checkpoint = flink_job.latest_checkpoint()
+            assert checkpoint is not None, f"no retained checkpoint in {flink_job.checkpoint_dir}"
+            # 3. a new process, same prefixes and group, resumed from the last retained checkpoint
+            flink_job.start(*job_topics, restore=checkpoint, **job_args)
+            if not all(any(lso[p] < hwm[p] for p in lso) for lso, hwm in looks.values()):
+                continue
+            for n, (_lso, hwm) in looks.items():
+                wait_for(lambda n=n, hwm=hwm: all(watermarks(bootstrap, outs[n], PARTITIONS)[p][0] >= hwm[p]
+                                                  for p in hwm),
+                         90, what=f"the LSO of {outs[n]} to pass the killed job's open transaction (HWM {hwm})")
+            aborted = {n: aborted_records(bootstrap, outs[n], *looks[n]) for n in NAMINGS}
+            if all(sum(a.values()) > 0 for a in aborted.values()):
                 break
-            flink_job.start(*job_topics, restore=flink_job.latest_checkpoint(), **job_args)
         else:
-            pytest.fail(f"3 SIGKILLs of the job, none while a transaction of each sink was open: {looks}")
+            pytest.fail(f"3 SIGKILLs of the job, none leaving a transaction of each sink for the restore "
+                        f"to abort: (LSO, HWM) {looks}, records aborted per partition {aborted}")
     finally:
         for e in ends.values():
             e.close()
-    checkpoint = flink_job.latest_checkpoint()
-    assert checkpoint is not None, f"no retained checkpoint in {flink_job.checkpoint_dir}"
-
-    # 3. a new process, same prefixes and group, resumed from the last retained checkpoint: it
-    # commits or aborts what the dead one left open (the LSO moves past it) and goes on
-    flink_job.start(*job_topics, restore=checkpoint, **job_args)
-    for n, (_lso, hwm) in looks.items():
-        wait_for(lambda n=n, hwm=hwm: all(watermarks(bootstrap, outs[n], PARTITIONS)[p][0] >= hwm[p] for p in hwm),
-                 90, what=f"the LSO of {outs[n]} to pass the killed job's open transaction (HWM {hwm})")
     restored_in = flink_job.log()
     wait_for(lambda: len(feeder.sent) >= len(first) + 1000, 60, what="1000 more records into IN")
     sent = first + feeder.stop()
@@ -304,7 +311,9 @@ def test_exactly_once_across_sigkill_and_restore(broker, flink_job, unique, tmp_
     # the restart aborted what the killed run left open: a start-up abort, not a fence by a
     # new instance nor a coordinator timeout (60 s were not reached)
     m = exp.wait_metric(lambda m: all((reasons(m, p).get("startup_abort") or 0) >= 1 for p in prefixes.values()), 60,
-                        what="the tap counting the restart's abort of each sink's open transaction")
+                        what="the tap counting the restart's abort of each sink's open transaction",
+                        describe=lambda: f"the broker's records aborted per partition {aborted}; the tap's fences "
+                                         f"{ {p: reasons(exp.metrics(), p) for p in prefixes.values()} }")
     listed = kafka_tool("kafka-transactions", "--bootstrap-server", bootstrap, "list",
                         log_dir=tmp_path / "tools").stdout
     for naming, prefix in prefixes.items():
@@ -323,7 +332,8 @@ def test_exactly_once_across_sigkill_and_restore(broker, flink_job, unique, tmp_
             # checkpoints pass, many re-inits
             assert 0 < live_ids <= 10, (live_ids, ids)
             assert reinits >= 10, reinits
-        print(f"{naming}: {live_ids:.0f} ids, {reinits:.0f} re-initialisations, fences {reasons(m, prefix)}")
+        print(f"{naming}: {live_ids:.0f} ids, {reinits:.0f} re-initialisations, fences {reasons(m, prefix)}, "
+              f"restores {flink_job.starts - 1}, records the last restore aborted {aborted[naming]}")
         _assert_sink_ids(listed, prefix, flink_job.starts)
 
 
