@@ -5,7 +5,7 @@
 Starts its own broker (Apache Kafka from Maven Central, KAFKA_VERSION; a KRaft cluster past
 15,000 partitions, see bench_scrape.broker_for), creates `--topics` topics sharing
 `--partitions` partitions, commits offsets for `--groups` consumer groups, then times
-  floor: the same requests as a poll, sent bare: metadata (librdkafka), the poller's own
+  floor: the same requests as a poll, sent bare: the poller's own Metadata request and its
          ListOffsets requests (one per leader and isolation level, the bytes it encoded)
          through a kafka-python connection with their answers left undecoded, list groups
          and the groups' offsets batched per coordinator (kafka-python's
@@ -29,6 +29,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from txnwatch.config import load_config
 from txnwatch.exporter.kafka import list_offsets as lo
+from txnwatch.exporter.kafka import metadata as mdw
 from txnwatch.exporter.kafka.kafka_python import KafkaPythonTransport
 from txnwatch.exporter.kafka.wire import RawRequest
 from txnwatch.exporter.poll.poller import ClusterPoller
@@ -54,10 +55,13 @@ def setup(bootstrap: str, topics: int, partitions: int, groups: int) -> list[str
     return names
 
 
-def floor_cycle(admin: AdminClient, transport, requests, version: int, timeout: float, group_admin) -> float:
+def floor_cycle(admin: AdminClient, transport, requests, version: int, timeout: float, group_admin,
+                md_version: int) -> float:
     """The poll's requests, bare (see the module docstring); wall seconds."""
     t0 = time.perf_counter()
-    md = admin.list_topics(timeout=timeout)
+    md = transport.send([(None, RawRequest("MetadataRequest", mdw.API_KEY, md_version, True,
+                                           mdw.encode_request(md_version), lambda v, b: b))],
+                        time.monotonic() + timeout, what="Metadata")
     flexible = version >= lo.FLEXIBLE_FROM
     transport.send([(r.leader, RawRequest("ListOffsetsRequest", lo.API_KEY, version, flexible, body,
                                           lambda v, b: b)) for r in requests for body in r.bodies],
@@ -94,10 +98,10 @@ def compare(bootstrap: str, rounds: int, topics=None, groups=None, profile: bool
     from kafka.admin import KafkaAdminClient
     group_admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=60_000)
     transport = KafkaPythonTransport({"bootstrap.servers": bootstrap}, 60)
-    floor_cycle(admin, transport, requests, version, 60, group_admin)
+    floor_cycle(admin, transport, requests, version, 60, group_admin, io.metadata_version)
     polls, floors, cpus = [], [], []
     for _ in range(rounds):
-        floors.append(floor_cycle(admin, transport, requests, version, 60, group_admin))
+        floors.append(floor_cycle(admin, transport, requests, version, 60, group_admin, io.metadata_version))
         t, c = time.perf_counter(), time.process_time()
         snap = poll()
         polls.append(time.perf_counter() - t)

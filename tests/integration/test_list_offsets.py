@@ -1,5 +1,7 @@
-"""The requests txnwatch encodes and decodes itself (exporter/kafka/list_offsets.py and
-offset_fetch.py) against real brokers of both supported lines: ListOffsets per leader
+"""The requests txnwatch encodes and decodes itself (exporter/kafka/metadata.py,
+list_offsets.py and offset_fetch.py) against real brokers of both supported lines: Metadata
+reads what librdkafka's metadata says (partition counts, leaders, __transaction_state's
+replicas and ISR, the live brokers); ListOffsets per leader
 equals librdkafka's answers for plain, committed-transactional, open-transactional and
 empty partitions, is encoded once while the leaders stay, and a partition the broker
 refuses costs only itself; OffsetFetch v8 reads a group's commits, with and without commit
@@ -41,8 +43,8 @@ def produce(bootstrap: str, topic: str, tid: str) -> Producer:
     return txn
 
 
-@pytest.mark.parametrize("line, version", [("4.x", 11), ("3.9", 9)])
-def test_offsets_per_leader_on_a_real_broker(line, version, broker, own_broker, unique, request):
+@pytest.mark.parametrize("line, version, md_version", [("4.x", 11, 13), ("3.9", 9, 12)])
+def test_offsets_per_leader_on_a_real_broker(line, version, md_version, broker, own_broker, unique, request):
     b = broker if line == "4.x" else own_broker(release=kafka_release("3.9"))
     topic = unique("list-offsets")
     create_topics(b.bootstrap, [topic], partitions=4)
@@ -54,6 +56,12 @@ def test_offsets_per_leader_on_a_real_broker(line, version, broker, own_broker, 
             PartitionOffsets(topic, 3, 0, 0)]
     try:
         md = io.metadata(lambda t: t == topic)
+        # txnwatch's own Metadata request reads what librdkafka's metadata says
+        assert io.metadata_raw is True and io.metadata_version == md_version
+        io.metadata_raw, io._metadata_retry_at = False, float("inf")
+        theirs = io.metadata(lambda t: t == topic)
+        io.metadata_raw, io._metadata_retry_at = True, 0
+        assert md == theirs and md.topics == {topic: 4} and md.txn_log, (md, theirs)
 
         def read() -> tuple[list[PartitionOffsets], dict]:
             got, failed = io.offsets(md.topics, leaders=md.leaders)
@@ -100,5 +108,5 @@ def test_offsets_per_leader_on_a_real_broker(line, version, broker, own_broker, 
         assert io.group_offsets_per_group([group], deadline) == rows     # librdkafka's path
     finally:
         io.close()
-    compat.record(request.config, "features", line, "Offsets read by txnwatch's own requests",
-                  f"ListOffsets v{version}, OffsetFetch v8")
+    compat.record(request.config, "features", line, "Requests txnwatch encodes and reads itself",
+                  f"Metadata v{md_version}, ListOffsets v{version}, OffsetFetch v8")

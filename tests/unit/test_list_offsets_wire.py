@@ -162,3 +162,36 @@ def test_answers_in_the_brokers_own_order_combine_alike():
     assert sorted(out) == [PartitionOffsets("a", 0, 10, 9), PartitionOffsets("a", 1, 20, 20),
                            PartitionOffsets("a", 2, 30, 30), PartitionOffsets("a", 3, 40, 39)]
     assert failed == {}
+
+
+@pytest.mark.parametrize("version", [5, 11])
+def test_a_topic_answered_as_last_time_is_not_unpacked_again(version, monkeypatch):
+    """combine's cache: a topic whose two answers are byte for byte last poll's gets last
+    poll's PartitionOffsets objects, without unpacking its records; one that moved is read
+    afresh; a topic no longer asked is forgotten."""
+    req = lo.RequestCache().requests(version, {1: [("idle", [0, 1]), ("busy", [0])]}, 1000)
+    rows = {"idle": [(1, 0, 20), (0, 0, 10)], "busy": [(0, 0, 5)]}
+    cache: dict = {}
+
+    def poll(busy_hwm: int):
+        hwm = _answer(version, [("idle", rows["idle"]), ("busy", [(0, 0, busy_hwm)])])
+        lso = _answer(version, [("idle", rows["idle"]), ("busy", [(0, 0, 5)])])
+        return lo.combine(req, [hwm, lso], lambda code: "code", lambda exc: "exc", cache)
+
+    first, _ = poll(5)
+    unpacked = []
+    real = lo.TopicAnswer.rows
+
+    def counted(self):
+        unpacked.append(self.topic)
+        return real.fget(self)
+    monkeypatch.setattr(lo.TopicAnswer, "rows", property(counted))
+    second, failed = poll(9)
+    assert failed == {} and sorted(second) == [PartitionOffsets("busy", 0, 9, 5), PartitionOffsets("idle", 0, 10, 10),
+                                               PartitionOffsets("idle", 1, 20, 20)]
+    assert unpacked == ["busy", "busy"]          # its two answers; idle's never
+    assert [o for o in second if o.topic == "idle"][0] is [o for o in first if o.topic == "idle"][0]
+    assert {k[0] for k in cache} == {"idle", "busy"}
+    only_busy = lo.RequestCache().requests(version, {1: [("busy", [0])]}, 1000)
+    lo.combine(only_busy, [_answer(version, [("busy", [(0, 0, 9)])])] * 2, lambda c: "c", lambda e: "e", cache)
+    assert {k[0] for k in cache} == {"busy"}

@@ -35,6 +35,7 @@ from ..model import (
     PartitionReplicas,
 )
 from . import list_offsets as lo
+from . import metadata as mdw
 from .errors import (
     AUTHENTICATION,
     BatchedUnsupported,
@@ -47,7 +48,7 @@ from .errors import (
 )
 from .group_offsets import BatchedGroupOffsets, batched_supported
 from .kafka_python import KafkaPythonTransport
-from .wire import RawRequest
+from .wire import ProtocolError, RawRequest
 
 log = logging.getLogger(__name__)
 
@@ -95,8 +96,16 @@ class KafkaIO:
         # kafka-python's connections, shared by batched ListOffsets and batched OffsetFetch
         self._kp: KafkaPythonTransport | None = None
         self._kp_versions: dict[int, tuple[int, int]] = {}
+        # Cluster metadata: txnwatch's own Metadata request (metadata.py) once it is known to work
+        self._metadata_calls = 0
+        self._metadata_retry_at = 0
+        self._metadata_off_reason: str | None = None
+        self._metadata_body: dict[int, bytes] = {}
+        self.metadata_raw: bool | None = None      # capability; None until tried
+        self.metadata_version: int | None = None    # the Metadata version spoken
         # Partition offsets: batched per leader (list_offsets.py) once it is known to work
         self._offsets_requests = lo.RequestCache()
+        self._offsets_answers: dict = {}            # combine's: last poll's answers and offsets per topic
         self._offsets_calls = 0
         self._offsets_retry_at = 0                  # offsets call that may try the batched path again
         self._offsets_off_reason: str | None = None
@@ -167,10 +176,17 @@ class KafkaIO:
         return f"Timed out: the poll did not finish within poll_timeout_seconds ({self.timeout:g}s)"
 
     def metadata(self, topic_filter: Callable[[str], bool]) -> ClusterMetadata:
-        """Live brokers, the selected topics' partition counts, __transaction_state's
-        partitions, and the selected partitions that are offline or under-replicated."""
+        """Live brokers, the selected topics' partition counts and leaders, __transaction_state's
+        partitions, and the selected partitions that are offline or under-replicated.
+
+        One Metadata request over kafka-python, decoded here (metadata.py), once it is known
+        to work; else, or when it fails, librdkafka's."""
+        started = time.monotonic()
+        raw = self._metadata_raw(topic_filter)
+        if raw is not None:
+            return raw
         try:
-            md = self.admin.list_topics(timeout=self.timeout)
+            md = self.admin.list_topics(timeout=max(self.timeout - (time.monotonic() - started), 1.0))
         except KafkaException as exc:
             raise self._why_unreachable(exc) from None
         self.admin.poll(0)
@@ -195,6 +211,69 @@ class KafkaIO:
         txn_log = () if log_topic is None or log_topic.error is not None else tuple(
             _replicas(TRANSACTION_STATE_TOPIC, p) for _, p in sorted(log_topic.partitions.items()))
         return ClusterMetadata(tuple(sorted(md.brokers)), topics, txn_log, tuple(degraded), leaders)
+
+    def _metadata_raw(self, topic_filter: Callable[[str], bool]) -> ClusterMetadata | None:
+        """metadata() from txnwatch's own Metadata request, or None where that path is off or
+        failed (the caller asks librdkafka, with the time left)."""
+        self._metadata_calls += 1
+        if self.metadata_raw is False and self._metadata_calls < self._metadata_retry_at:
+            return None
+        # a short budget: a broker that froze must leave librdkafka's path most of the poll
+        deadline = time.monotonic() + max(min(self.timeout / 4, 10.0), 1.0)
+        transport = self._kafka_python_or_off(deadline, self._metadata_off)
+        if transport is None:
+            return None
+        try:
+            version = mdw.choose_version(self._kp_versions.get(mdw.API_KEY))
+        except BatchedUnsupported as exc:
+            self._metadata_off(str(exc), forever=True)
+            return None
+        body = self._metadata_body.get(version)
+        if body is None:
+            body = self._metadata_body[version] = mdw.encode_request(version)
+        request = RawRequest("MetadataRequest", mdw.API_KEY, version, True, body,
+                             mdw.decoder({TRANSACTION_STATE_TOPIC}))
+        try:
+            answer = transport.send([(None, request)], deadline, what="Metadata")[0]
+        except Exception as exc:  # noqa: BLE001 - librdkafka's path gets its turn
+            answer = exc
+        if isinstance(answer, ProtocolError):
+            log.warning("cluster metadata: txnwatch cannot read this broker's Metadata v%d answer (%s); "
+                        "librdkafka's from now on", version, answer)
+            self._metadata_off(str(answer), forever=True)
+            return None
+        if isinstance(answer, BaseException) or answer.error_code:
+            why = answer if isinstance(answer, BaseException) else f"error code {answer.error_code}"
+            self._metadata_off(f"Metadata failed ({type(why).__name__}: {why})")
+            return None
+        if self.metadata_raw is not True:
+            log.info("cluster metadata: one Metadata v%d request, read by txnwatch", version)
+        self.metadata_raw, self._metadata_off_reason = True, None
+        self.metadata_version = version
+        self.admin.poll(0)
+        self._connect_errors.clear()
+        self._broker_ids = set(answer.brokers)
+        topics: dict[str, int] = {}
+        leaders: dict[str, tuple[int, ...]] = {}
+        degraded: list[PartitionReplicas] = []
+        for name, t in answer.topics.items():
+            if t.error_code or not topic_filter(name):
+                continue
+            topics[name] = len(t.leaders)
+            leaders[name] = t.leaders
+            degraded.extend(PartitionReplicas(name, r.partition, r.leader, r.replicas, r.isr) for r in t.degraded)
+        log_topic = answer.topics.get(TRANSACTION_STATE_TOPIC)
+        txn_log = () if log_topic is None or log_topic.error_code else tuple(
+            PartitionReplicas(TRANSACTION_STATE_TOPIC, r.partition, r.leader, r.replicas, r.isr)
+            for r in log_topic.replicas or ())
+        return ClusterMetadata(answer.brokers, topics, txn_log, tuple(degraded), leaders)
+
+    def _metadata_off(self, reason: str, forever: bool = False) -> None:
+        self.metadata_raw = False
+        self._metadata_retry_at = float("inf") if forever else self._metadata_calls + GROUP_PATH_RECHECK_CALLS
+        if reason != self._metadata_off_reason:
+            log.info("cluster metadata: librdkafka's (%s)", reason)
+        self._metadata_off_reason = reason
 
     def offsets(self, topics: dict[str, int], owns: Callable[[str, int], bool] | None = None,
                 skip: Iterable[tuple[str, int]] = (), leaders: Mapping[str, tuple[int, ...]] | None = None,
@@ -286,7 +365,7 @@ class KafkaIO:
         calls = [(r.leader, RawRequest("ListOffsetsRequest", lo.API_KEY, version, flexible, body, lo.decode_response))
                  for r in requests for body in r.bodies]
         answers = transport.send(calls, deadline, what="ListOffsets") if calls else []
-        out, failed = lo.combine(requests, answers, cause_of_code, cause_of_exception)
+        out, failed = lo.combine(requests, answers, cause_of_code, cause_of_exception, self._offsets_answers)
         failed.update(no_leader)
         if not out and failed:
             first = next((a for a in answers if isinstance(a, BaseException)), None)

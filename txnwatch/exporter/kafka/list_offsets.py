@@ -73,13 +73,26 @@ def encode_request(version: int, isolation: int, topics: Sequence[tuple[str, Seq
 
 
 # ------------------------------------------------------------------ decoding
-@dataclass(frozen=True, slots=True)
 class TopicAnswer:
     """One topic's answers: (partition, error code, timestamp, offset, leader epoch[, tags])
-    tuples as unpacked, in the broker's order."""
+    tuples, in the broker's order. A topic of fixed-width records keeps its bytes (`raw`)
+    and unpacks them on first use of `rows`: a topic whose bytes equal the last poll's is
+    never unpacked (combine's cache)."""
 
-    topic: str
-    rows: Sequence[tuple]
+    __slots__ = ("topic", "raw", "_rows", "_rec")
+
+    def __init__(self, topic: str, rows: Sequence[tuple] | None = None, raw: bytes | None = None,
+                 rec: struct.Struct | None = None) -> None:
+        self.topic, self.raw, self._rows, self._rec = topic, raw, rows, rec
+
+    @property
+    def rows(self) -> Sequence[tuple]:
+        if self._rows is None:
+            self._rows = list(self._rec.iter_unpack(self.raw))
+        return self._rows
+
+    def __repr__(self) -> str:
+        return f"TopicAnswer({self.topic!r}, {len(self.rows)} partitions)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,24 +113,24 @@ def decode_response(version: int, body: bytes | memoryview) -> Answer:
     for _ in range(r.count(flexible, "the topic count")):
         name = r.string(flexible, "a topic name")
         n = r.count(flexible, f"the partition count of {name}")
-        rows = _partitions(r, n, flexible, name)
+        out.append(_topic(r, n, flexible, name))
         if flexible:
             r.skip_tags(f"the tagged fields of {name}")
-        out.append(TopicAnswer(name, rows))
     if flexible:
         r.skip_tags("the answer's tagged fields")
     r.end()
     return Answer(throttle, out)
 
 
-def _partitions(r: Reader, n: int, flexible: bool, topic: str) -> Sequence[tuple]:
+def _topic(r: Reader, n: int, flexible: bool, topic: str) -> TopicAnswer:
     rec = _PART_FLEX if flexible else _PART
     size = rec.size * n
     if r.pos + size <= len(r.buf):
-        rows = list(rec.iter_unpack(r.buf[r.pos:r.pos + size]))
-        if not flexible or not any(row[5] for row in rows):
+        raw = bytes(r.buf[r.pos:r.pos + size])
+        # every record's tagged-field section empty (its last byte 0): fixed width throughout
+        if not flexible or raw[rec.size - 1::rec.size] == bytes(n):
             r.pos += size
-            return rows
+            return TopicAnswer(topic, raw=raw, rec=rec)
     # a partition with tagged fields (none are defined today), or a short answer: field by field
     rows = []
     for _ in range(n):
@@ -125,7 +138,7 @@ def _partitions(r: Reader, n: int, flexible: bool, topic: str) -> Sequence[tuple
         if flexible:
             r.skip_tags(f"the tagged fields of a partition of {topic}")
         rows.append(row)
-    return rows
+    return TopicAnswer(topic, rows)
 
 
 # ------------------------------------------------------------------ planning
@@ -233,13 +246,19 @@ INVALID_OFFSET = "invalid_offset"      # kafka_partition_unavailable's cause for
 
 def combine(requests: Sequence[LeaderRequest], answers: Sequence[object],
             cause_of_code: Callable[[int], str], cause_of_exception: Callable[[BaseException], str],
-            ) -> tuple[list[PartitionOffsets], dict[tuple[str, int], str]]:
+            cache: dict | None = None) -> tuple[list[PartitionOffsets], dict[tuple[str, int], str]]:
     """Each leader's two answers (READ_UNCOMMITTED then READ_COMMITTED, in `requests` order)
     as PartitionOffsets, and {partition: cause} for the partitions left without both: the
     request's failure, the partition's error code, a partition missing from the answer, or
-    an answer without an offset."""
+    an answer without an offset.
+
+    `cache` (a dict the caller keeps from one poll to the next): a topic whose two answers
+    came back byte for byte as last time, for the same partitions, gets last time's
+    PartitionOffsets objects, unpacked and built again for nothing (an idle topic's offsets
+    do not move: most of a big cluster's)."""
     out: list[PartitionOffsets] = []
     failed: dict[tuple[str, int], str] = {}
+    kept: dict = {}
     for i, req in enumerate(requests):
         hwm_answer, lso_answer = answers[2 * i], answers[2 * i + 1]
         broken = next((a for a in (hwm_answer, lso_answer) if not isinstance(a, Answer)), None)
@@ -249,17 +268,29 @@ def combine(requests: Sequence[LeaderRequest], answers: Sequence[object],
                 for p in ps:
                     failed[(topic, p)] = cause
             continue
-        hwm_by = {t.topic: t.rows for t in hwm_answer.topics}
-        lso_by = {t.topic: t.rows for t in lso_answer.topics}
+        hwm_by = {t.topic: t for t in hwm_answer.topics}
+        lso_by = {t.topic: t for t in lso_answer.topics}
         for topic, ps in req.topics:
-            hw, ls = hwm_by.get(topic), lso_by.get(topic)
+            hwt, lst = hwm_by.get(topic), lso_by.get(topic)
+            if cache is not None and hwt is not None and lst is not None and hwt.raw is not None \
+                    and lst.raw is not None:
+                key = (topic, ps[0] if ps else -1)
+                last = cache.get(key)
+                if last is not None and last[0] == hwt.raw and last[1] == lst.raw and last[2] == ps:
+                    out.extend(last[3])
+                    kept[key] = last
+                    continue
+            hw, ls = (None if hwt is None else hwt.rows), (None if lst is None else lst.rows)
             # brokers answer a topic's partitions in their own order (a hash map's): sorted,
             # they line up with `ps` (ascending) in the common answer
             hw, ls = (None if hw is None else sorted(hw)), (None if ls is None else sorted(ls))
             if hw is not None and ls is not None and _clean(hw, ls, ps):
                 # the common answer: every partition asked, without an error
-                out.extend([PartitionOffsets(topic, h[0], h[3], s[3] if s[3] < h[3] else h[3])
-                            for h, s in zip(hw, ls, strict=True)])
+                built = [PartitionOffsets(topic, h[0], h[3], s[3] if s[3] < h[3] else h[3])
+                         for h, s in zip(hw, ls, strict=True)]
+                out.extend(built)
+                if cache is not None and hwt.raw is not None and lst.raw is not None:
+                    kept[(topic, ps[0] if ps else -1)] = (hwt.raw, lst.raw, ps, built)
                 continue
             hw, ls = _by_partition(hw), _by_partition(ls)
             for p in ps:
@@ -272,6 +303,9 @@ def combine(requests: Sequence[LeaderRequest], answers: Sequence[object],
                     failed[(topic, p)] = INVALID_OFFSET
                 else:
                     out.append(PartitionOffsets(topic, p, h[3], min(s[3], h[3])))
+    if cache is not None:
+        cache.clear()
+        cache.update(kept)     # only this poll's topics: a topic gone or moved is forgotten
     return out, failed
 
 

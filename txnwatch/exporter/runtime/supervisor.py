@@ -12,13 +12,16 @@ workers are added here.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import pickle
+import select
 import signal
 import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -34,6 +37,8 @@ log = logging.getLogger(__name__)
 BACKOFF_START, BACKOFF_MAX = 1.0, 30.0
 HEALTHY_RESET_SECONDS = 60.0     # a worker up this long starts the next backoff from the start
 SUPERVISE_INTERVAL = 0.1
+# publishes whose lag (worker status to data served) the poll schedule allows for, the slowest
+PUBLISH_LAGS_KEPT = 8
 STARTUP_GRACE = 30.0             # seconds a new worker may take to publish its first status
 
 
@@ -45,6 +50,8 @@ class WorkerRuntime:
                  secrets: tuple[str, ...] = (), stall_seconds: float | None = None,
                  kill_stalled_after: float | None = None, share=None,
                  cluster_label: str = DEFAULT_CLUSTER_LABEL, scrapes: Callable[[], ScrapeView] = lambda: NOBODY) -> None:
+        self._publish_lags: deque[float] = deque(maxlen=PUBLISH_LAGS_KEPT)
+        self._wake: int | None = None    # the read end of the worker's wake-up pipe
         self.cfg = cfg
         self.cluster_label = cluster_label
         self.share = share
@@ -82,8 +89,19 @@ class WorkerRuntime:
 
     # ------------------------------------------------------------------ process
     def _spawn(self) -> None:
-        cmd = [sys.executable, "-m", "txnwatch.exporter.runtime.worker", str(self.dir), str(os.getpid())]
-        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE)
+        # a pipe the worker writes a byte to after each status: the supervisor looks at once
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_r, False)
+        cmd = [sys.executable, "-m", "txnwatch.exporter.runtime.worker", str(self.dir), str(os.getpid()), str(wake_w)]
+        try:
+            proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, pass_fds=(wake_w,))
+        except BaseException:
+            os.close(wake_r)
+            raise
+        finally:
+            os.close(wake_w)
+        self._close_wake()
+        self._wake = wake_r
         try:
             # the config may carry SASL passwords: a pipe, never a file
             proc.stdin.write(pickle.dumps((self.cfg, self.log_level, self.log_format, self.secrets, self.share,
@@ -126,11 +144,35 @@ class WorkerRuntime:
 
     # ------------------------------------------------------------------ supervision
     def _supervise(self) -> None:
-        while not self._stop.wait(SUPERVISE_INTERVAL):
+        while not self._stop.is_set():
+            self._wait_for_news(SUPERVISE_INTERVAL)
+            if self._stop.is_set():
+                break
             try:
                 self._step()
             except Exception:  # noqa: BLE001 - the supervisor never dies
                 log.exception("cluster %s: supervising the worker failed", self.cfg.name)
+        self._close_wake()
+
+    def _wait_for_news(self, timeout: float) -> None:
+        """Until the worker says it published (its pipe), or `timeout` (a look regardless)."""
+        fd = self._wake
+        if fd is None:
+            self._stop.wait(timeout)
+            return
+        try:
+            if select.select([fd], [], [], timeout)[0]:
+                os.read(fd, 4096)          # drain: one look covers every status so far
+        except (OSError, ValueError):
+            self._stop.wait(timeout)       # closed under us (a restart): the plain wait
+
+    def _close_wake(self) -> None:
+        fd, self._wake = self._wake, None
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
     def _step(self) -> None:
         now = time.monotonic()
@@ -185,6 +227,8 @@ class WorkerRuntime:
                     st_next.data_taken_at.get(name, float("-inf")) >= pending[0]:
                 collector.publish_chunks(f"{name}:{self.cfg.name}", pending[1])
                 del self._pending[name]
+                if name == "poller":    # from the worker's status to scrapes serving its data
+                    self._publish_lags.append(max(0.0, time.time() - st_next.published_at))
         self._digest_file.load()
         if new_status:
             st: WorkerStatus = st_next
@@ -218,11 +262,13 @@ class WorkerRuntime:
         if self.cfg.poll_schedule != "scrapes":
             return
         view = self._scrapes()
-        if view == self._scrapes_written:
+        # the slowest of the last publishes, in steps of 10 ms (a new file only when it moves)
+        lag = math.ceil(max(self._publish_lags) * 100) / 100 if self._publish_lags else None
+        if (view, lag) == self._scrapes_written:
             return
         write_atomic_text(self.dir / "scrapes", {"cadences": [[c.period, c.last] for c in view.cadences],
-                                                 "settling": view.settling})
-        self._scrapes_written = view
+                                                 "settling": view.settling, "publish_lag": lag})
+        self._scrapes_written = (view, lag)
 
     def _count(self, cause: str) -> None:
         with self._lock:

@@ -45,6 +45,8 @@ log = logging.getLogger("txnwatch.worker")
 STATUS_INTERVAL = 0.5
 SHUTDOWN_GRACE = 8.0      # seconds a worker takes at most to stop after SIGTERM
 TAP_INTERVAL = 0.25
+# the least the poll schedule allows for publishing: a file written and read, a wake-up
+MIN_PUBLISH_DELAY = 0.02
 
 
 class _Dropped:
@@ -75,6 +77,7 @@ class Worker:
         self.dropped = _Dropped()
         self.dropped.counts.update(checkpoint.get("dropped", {}))   # continued, never backwards
         self._seq = 0
+        self.wake_fd: int | None = None     # the serving process's wake-up pipe (main() sets it)
         self._lock = threading.Lock()       # publishes come from the poll thread and the main loop
         self._stop = threading.Event()
         self._spark_topics: frozenset[str] = frozenset()
@@ -91,7 +94,7 @@ class Worker:
         self._scrapes_key = None
         self._scrape_view = NOBODY
         self.rt.poller.scrapes = lambda: self._scrape_view
-        self.rt.poller.publish_delay = SUPERVISE_INTERVAL   # the serving process reads what we publish
+        self.rt.poller.publish_delay = SUPERVISE_INTERVAL   # until the serving process measured it
 
     # ------------------------------------------------------------------ publishing
     def _on_snapshot(self, snap) -> None:
@@ -113,7 +116,6 @@ class Worker:
             write_atomic(self.dir / "digest", digest)
         with self._lock:
             self._epoch_bumps = dict(snap.epoch_bumps)
-        self._write_checkpoint()
 
     def _on_success(self, snap) -> None:
         # The status naming this data is written after the data and after `up` changed: the
@@ -122,6 +124,7 @@ class Worker:
         with self._lock:
             self._data_taken_at["poller"] = snap.taken_at
         self.publish_status()
+        self._write_checkpoint()     # after: the scrape waits for the data, not for this
 
     def _publish_tap(self) -> None:
         tap = self.rt.tap
@@ -187,6 +190,20 @@ class Worker:
             status = WorkerStatus(self.cfg.name, os.getpid(), self._seq, time.time(), tuple(self.rt.sources()),
                                   tuple(readiness), dict(self._data_taken_at), dict(self.dropped.counts))
             write_atomic(self.dir / "status", status)
+        self._nudge()
+
+    def _nudge(self) -> None:
+        """Tell the serving process a status is out (a byte down the pipe it waits on), so
+        the data reaches scrapes at once, not at its next look."""
+        fd = self.wake_fd
+        if fd is None:
+            return
+        try:
+            os.write(fd, b"\0")
+        except (BlockingIOError, InterruptedError):
+            pass                   # the pipe is full: the serving process has news waiting anyway
+        except OSError:
+            self.wake_fd = None    # the serving process went away; its successor looks by itself
 
     def _read_spark_topics(self) -> None:
         got = _read_if_replaced(self.dir / "spark-topics", self._spark_key)
@@ -203,6 +220,10 @@ class Worker:
         except (KeyError, TypeError, ValueError):
             return    # not what the serving process writes: keep the last view
         self._scrapes_key, self._scrape_view = key, view
+        lag = raw.get("publish_lag")
+        if isinstance(lag, (int, float)) and 0 <= lag < 60:
+            # what it takes the serving process to serve what we publish, as it measured it
+            self.rt.poller.publish_delay = max(float(lag), MIN_PUBLISH_DELAY)
         self.rt.poller.wake.set()
 
     # ------------------------------------------------------------------ run
@@ -273,6 +294,9 @@ def main(argv: list[str] | None = None) -> int:
     cfg, log_level, log_format, secrets, share, cluster_label = pickle.load(sys.stdin.buffer)  # noqa: S301
     setup_logging(log_level, secrets, log_format)
     worker = Worker(cfg, out_dir, share=share, cluster_label=cluster_label)
+    if len(argv) > 2:
+        worker.wake_fd = int(argv[2])
+        os.set_blocking(worker.wake_fd, False)
 
     def stop(*_) -> None:
         worker.stop()
