@@ -220,14 +220,10 @@ class KafkaIO:
             return None
         # a short budget: a broker that froze must leave librdkafka's path most of the poll
         deadline = time.monotonic() + max(min(self.timeout / 4, 10.0), 1.0)
-        transport = self._kafka_python_or_off(deadline, self._metadata_off)
-        if transport is None:
+        path = self._raw_path(deadline, self._metadata_off, mdw)
+        if path is None:
             return None
-        try:
-            version = mdw.choose_version(self._kp_versions.get(mdw.API_KEY))
-        except BatchedUnsupported as exc:
-            self._metadata_off(str(exc), forever=True)
-            return None
+        transport, version = path
         body = self._metadata_body.get(version)
         if body is None:
             body = self._metadata_body[version] = mdw.encode_request(version)
@@ -343,14 +339,10 @@ class KafkaIO:
         if self.list_offsets_batched is False and self._offsets_calls < self._offsets_retry_at:
             return None
         deadline = time.monotonic() + self.timeout
-        transport = self._kafka_python_or_off(deadline, self._list_offsets_off)
-        if transport is None:
+        path = self._raw_path(deadline, self._list_offsets_off, lo)
+        if path is None:
             return None
-        try:
-            version = lo.choose_version(self._kp_versions.get(lo.API_KEY))
-        except BatchedUnsupported as exc:
-            self._list_offsets_off(str(exc), forever=True)
-            return None
+        transport, version = path
         if self.list_offsets_batched is not True:
             log.info("partition offsets: one ListOffsets v%d per leader and isolation level", version)
         self.list_offsets_batched, self._offsets_off_reason = True, None
@@ -395,6 +387,18 @@ class KafkaIO:
                 raise
             self._kp = transport
         return self._kp
+
+    def _raw_path(self, deadline: float, off: Callable[..., None], api) -> tuple[KafkaPythonTransport, int] | None:
+        """kafka-python's connections and the version of `api` (a module of this package with
+        API_KEY and choose_version) to speak, or None after `off` turned that path off."""
+        transport = self._kafka_python_or_off(deadline, off)
+        if transport is None:
+            return None
+        try:
+            return transport, api.choose_version(self._kp_versions.get(api.API_KEY))
+        except BatchedUnsupported as exc:
+            off(str(exc), forever=True)
+            return None
 
     def _kafka_python_or_off(self, deadline: float, off: Callable[..., None]) -> KafkaPythonTransport | None:
         """_kafka_python(), or None after `off(reason[, forever=True])` turned the caller's

@@ -24,8 +24,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..model import PartitionOffsets
-from .errors import UNEXPECTED, BatchedUnsupported
-from .wire import I8, I32, Reader, count, string
+from .errors import UNEXPECTED
+from .wire import I8, I32, Reader, common_version, count, string
 
 API_KEY = 2
 MIN_VERSION, MAX_VERSION = 4, 11      # 4: leader epochs; 11: the newest a 4.x broker speaks
@@ -43,15 +43,8 @@ _REQ_PART = struct.Struct(">iiq")
 
 
 def choose_version(broker_range: tuple[int, int] | None) -> int:
-    """The highest version both this module and the broker speak; BatchedUnsupported when
-    none (a broker too old, or without ListOffsets in ApiVersions)."""
-    if broker_range is None:
-        raise BatchedUnsupported("the broker does not list ListOffsets in ApiVersions")
-    low, high = max(MIN_VERSION, int(broker_range[0])), min(MAX_VERSION, int(broker_range[1]))
-    if low > high:
-        raise BatchedUnsupported(f"the broker speaks ListOffsets v{broker_range[0]}-{broker_range[1]}, "
-                                 f"txnwatch v{MIN_VERSION}-{MAX_VERSION}")
-    return high
+    """The highest ListOffsets version both this module and the broker speak."""
+    return common_version("ListOffsets", broker_range, (MIN_VERSION, MAX_VERSION))
 
 
 # ------------------------------------------------------------------ encoding

@@ -25,8 +25,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from functools import partial
 
-from .errors import BatchedUnsupported
-from .wire import I16, I32, Reader
+from .wire import I16, I32, Reader, common_version
 
 API_KEY = 3
 MIN_VERSION, MAX_VERSION = 9, 13      # 9: the first flexible version; 13: the newest 4.x speaks
@@ -69,14 +68,8 @@ class Answer:
 
 
 def choose_version(broker_range: tuple[int, int] | None) -> int:
-    """The highest version both this module and the broker speak; BatchedUnsupported when none."""
-    if broker_range is None:
-        raise BatchedUnsupported("the broker does not list Metadata in ApiVersions")
-    low, high = max(MIN_VERSION, int(broker_range[0])), min(MAX_VERSION, int(broker_range[1]))
-    if low > high:
-        raise BatchedUnsupported(f"the broker speaks Metadata v{broker_range[0]}-{broker_range[1]}, "
-                                 f"txnwatch v{MIN_VERSION}-{MAX_VERSION}")
-    return high
+    """The highest Metadata version both this module and the broker speak."""
+    return common_version("Metadata", broker_range, (MIN_VERSION, MAX_VERSION))
 
 
 def encode_request(version: int) -> bytes:

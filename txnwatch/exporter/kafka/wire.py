@@ -10,11 +10,26 @@ import struct
 from collections.abc import Callable
 from types import SimpleNamespace
 
+from .errors import BatchedUnsupported
+
 I8, I16, I32 = struct.Struct(">b"), struct.Struct(">h"), struct.Struct(">i")
 
 
 class ProtocolError(ValueError):
     """An answer txnwatch cannot read: names the API, the offset and what was expected."""
+
+
+# ------------------------------------------------------------------ versions
+def common_version(api: str, broker_range: tuple[int, int] | None, ours: tuple[int, int]) -> int:
+    """The highest version of `api` both txnwatch (`ours`: lowest, highest) and the broker
+    speak; BatchedUnsupported when none (a broker too old, or without `api` in ApiVersions)."""
+    if broker_range is None:
+        raise BatchedUnsupported(f"the broker does not list {api} in ApiVersions")
+    low, high = max(ours[0], int(broker_range[0])), min(ours[1], int(broker_range[1]))
+    if low > high:
+        raise BatchedUnsupported(f"the broker speaks {api} v{broker_range[0]}-{broker_range[1]}, "
+                                 f"txnwatch v{ours[0]}-{ours[1]}")
+    return high
 
 
 # ------------------------------------------------------------------ encoding
