@@ -30,7 +30,6 @@ log = logging.getLogger(__name__)
 CAPABILITY_RECHECK_POLLS = 40
 REPLAN_SECONDS = 1.0          # a poll timed to the scrapes re-plans at least this often while it waits
 DURATIONS_KEPT = 5            # polls whose median duration plans the next one
-SPREAD_AFTER = 3              # polls kept before their spread sets the margin (else a rule of thumb)
 PREV_EPOCHS_LIMIT = 100_000   # ids whose last (producer id, epoch) the poller keeps for epoch bumps
 
 
@@ -290,20 +289,17 @@ class ClusterPoller:
                 self._stop.wait(wait_before_next_poll(interval, self.cfg.poll_duty_cycle, took))
                 continue
             durations.append(took)
-            median = statistics.median(durations)
-            spread = max(durations) - median if len(durations) >= SPREAD_AFTER else None
-            self._wait_for_the_scrapes(started, median, poll_period(interval, self.cfg.poll_duty_cycle, took),
-                                       spread)
+            self._wait_for_the_scrapes(started, statistics.median(durations),
+                                       poll_period(interval, self.cfg.poll_duty_cycle, took))
 
-    def _wait_for_the_scrapes(self, started: float, duration: float, min_period: float,
-                              spread: float | None = None) -> None:
+    def _wait_for_the_scrapes(self, started: float, duration: float, min_period: float) -> None:
         """Until the poll after the one that started at `started` is due: timed to be done
         just before the next scrape (scrape_clock.plan_next_poll), re-planned when the
         scrapers change."""
         while not self._stop.is_set():
             now = time.time()
             due = plan_next_poll(now, self.scrapes(), started, duration, min_period,
-                                 self.cfg.poll_idle_interval_seconds, self.publish_delay, spread)
+                                 self.cfg.poll_idle_interval_seconds, self.publish_delay)
             if due <= now:
                 return
             self.wake.wait(min(due - now, REPLAN_SECONDS))

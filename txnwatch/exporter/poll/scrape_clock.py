@@ -133,25 +133,22 @@ def next_poll_start(now: float, cadences: list[Cadence], duration: float, earlie
     return min(max(earliest, c.next_after(earliest + duration) - duration - margin) for c in cadences)
 
 
-def poll_margin(duration: float, spread: float | None = None) -> float:
+def poll_margin(duration: float) -> float:
     """How long before the expected scrape a poll should be done: its duration varies from
-    one poll to the next, and a scrape comes a little early now and then. `spread`: how much
-    the last polls took beyond their median (the slowest's excess); once known, the margin is
-    that and 50 ms, never more than the rule of thumb for an unknown spread."""
-    guess = 0.1 + 0.25 * duration
-    return guess if spread is None else min(guess, 0.05 + max(0.0, spread))
+    one poll to the next, and a scrape comes a little early now and then."""
+    return 0.1 + 0.25 * duration
 
 
 def plan_next_poll(now: float, view: ScrapeView, last_start: float, duration: float, min_period: float,
-                   idle_interval: float, publish_delay: float = 0.0, spread: float | None = None) -> float:
+                   idle_interval: float, publish_delay: float = 0.0) -> float:
     """When the next poll starts (wall clock), after one that started at `last_start` and took
     `duration` (to published data). `min_period` is the least time between starts the poll's
     cost allows (schedule.poll_period). Scrapers still settling (new, or irregular) get the
     polls back to back, as without this clock; steady ones get each poll done just before
     their next scrape; nobody scraping, one poll per `idle_interval`. `publish_delay`: how
-    long published data takes to reach the serving process; `spread`: poll_margin's."""
+    long published data takes to reach the serving process."""
     earliest = last_start + min_period
     if view.settling:
         return max(now, earliest)
     return next_poll_start(now, list(view.cadences), duration, earliest, idle_interval, last_start,
-                           poll_margin(duration, spread) + publish_delay)
+                           poll_margin(duration) + publish_delay)
