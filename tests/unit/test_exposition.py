@@ -129,3 +129,28 @@ def test_each_running_worker_has_its_process_series_by_cluster():
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_section_reuses_the_deflate_of_every_big_piece_that_came_back_unchanged():
+    """DeflateCache: one valid gzip body from pieces compressed apart (each from an empty
+    window, full-flushed), the unchanged big pieces' bytes taken from the last document."""
+    from txnwatch.metrics.exposition import DeflateCache, Section, with_tail
+
+    def family(name: str, n: int, value: int) -> bytes:
+        return "".join(f'{name}{{topic="t{i // 100}",partition="{i % 100}"}} {value + i}.0\n'
+                       for i in range(n)).encode()
+
+    cache = DeflateCache()
+    doc = [b"# HELP a A\n# TYPE a gauge\n", family("a", 2000, 1), b"# HELP b B\n# TYPE b gauge\n",
+           family("b", 2000, 7), b"# HELP c C\n# TYPE c gauge\n", b"c 1.0\n"]
+    first = Section(list(doc), keep_plain=False, deflate=True, reuse=cache)
+    assert cache.compressed == 2
+    tail = b"txnwatch_up 1.0\n"
+    assert gzip.decompress(with_tail(first, tail, True)) == b"".join(doc) + tail
+    doc[3] = family("b", 2000, 8)                                   # b moved, a did not
+    second = Section([bytes(p) for p in doc], keep_plain=False, deflate=True, reuse=cache)   # new objects
+    assert cache.compressed == 1
+    assert gzip.decompress(with_tail(second, tail, True)) == b"".join(doc) + tail
+    # the raw stream alone is byte-aligned and not final: it decodes to the pieces
+    d = zlib.decompressobj(-15)
+    assert d.decompress(second._deflate) == b"".join(doc) and not d.eof

@@ -163,3 +163,51 @@ def test_canary_summary_and_page_row_say_failing_until_a_round_succeeds_again():
     page = canary_section([("prod", canary_summary(s.view()))], 131.0)
     assert "<td class='num bad'>1</td>" in page
     assert canary_section([], 0.0) == ""
+
+
+def test_the_publish_lag_the_serving_process_measures_reaches_the_poll_schedule(tmp_path, monkeypatch):
+    """The supervisor times each poll's data from the worker's status to its publish and
+    writes the slowest of the last ones (in 10 ms steps) into the scrapes file; the worker
+    plans its polls with it (never under MIN_PUBLISH_DELAY)."""
+    import json
+
+    import txnwatch.exporter.runtime.supervisor as workers
+    from txnwatch.exporter.poll.scrape_clock import Cadence, ScrapeView
+    from txnwatch.exporter.runtime.worker import MIN_PUBLISH_DELAY, Worker
+
+    published = []
+
+    class Collector:
+        def publish_chunks(self, name, chunks):
+            published.append(name)
+
+    view = ScrapeView((Cadence(5.0, 990.0),))
+    rt = WorkerRuntime(runtime(tmp_path).cfg, lambda: tmp_path, lambda: Collector(), frozenset, scrapes=lambda: view)
+    rt.dir = tmp_path
+    rt._status_file, rt._digest_file = PublishedFile(tmp_path / "status"), PublishedFile(tmp_path / "digest")
+    rt._chunk_files = {"poller": PublishedFile(tmp_path / "poller.chunks")}
+    write_atomic(tmp_path / "poller.chunks", (990.0, {}))
+    write_atomic(tmp_path / "status", status(11, {}))               # published at 1000.0
+    monkeypatch.setattr(workers.time, "time", lambda: 1000.123)
+    rt._read()
+    rt._write_scrapes()
+    assert published == ["poller:c"]
+    written = json.loads((tmp_path / "scrapes").read_text())
+    assert written == {"cadences": [[5.0, 990.0]], "settling": 0, "publish_lag": 0.13}
+
+    class Poller:
+        publish_delay = 0.1
+
+        class wake:
+            @staticmethod
+            def set():
+                pass
+
+    w = object.__new__(Worker)
+    w.dir, w._scrapes_key, w.rt = tmp_path, None, type("RT", (), {"poller": Poller()})()
+    w._read_scrapes()
+    assert w._scrape_view == view and w.rt.poller.publish_delay == 0.13
+    written["publish_lag"] = 0.0
+    (tmp_path / "scrapes").write_text(json.dumps(written) + " ")     # a new file: read again
+    w._read_scrapes()
+    assert w.rt.poller.publish_delay == MIN_PUBLISH_DELAY

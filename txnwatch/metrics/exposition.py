@@ -126,7 +126,7 @@ class Section:
     __slots__ = ("plain", "names", "_deflate", "_crc", "_size")
 
     def __init__(self, pieces: tuple[list[bytes], set[str]] | list[bytes], keep_plain: bool,
-                 deflate: bool) -> None:
+                 deflate: bool, reuse: DeflateCache | None = None) -> None:
         if isinstance(pieces, tuple):
             pieces, self.names = pieces
         else:
@@ -136,14 +136,7 @@ class Section:
         self._crc = 0
         self._size = sum(map(len, pieces))
         if deflate:
-            # Level 1: exposition text is so repetitive it still shrinks ~30x, cheaply.
-            c = zlib.compressobj(1, zlib.DEFLATED, -15)
-            out, crc = [], 0
-            for p in pieces:
-                out.append(c.compress(p))
-                crc = zlib.crc32(p, crc)
-            out.append(c.flush(zlib.Z_FULL_FLUSH))
-            self._deflate, self._crc = b"".join(out), crc
+            self._deflate, self._crc = (reuse or DeflateCache()).deflate(pieces)
 
     @property
     def has_plain(self) -> bool:
@@ -152,6 +145,53 @@ class Section:
     @property
     def has_deflate(self) -> bool:
         return self._deflate is not None
+
+
+class DeflateCache:
+    """Raw deflate of a document's pieces that reuses, from the last document, the bytes of
+    every big piece (a family's sample lines) that came back unchanged: a poll that moved a
+    few partitions recompresses the families they are in, not the whole document.
+
+    Each big piece is compressed on its own, from an empty window, and ends in a full flush
+    (byte-aligned, not final); the small pieces between them (headers) go through one
+    stream flushed the same way. Such runs of blocks make one valid deflate stream when
+    concatenated, since none refers back into another."""
+
+    BIG = 16 * 1024      # smaller pieces are not worth a flush of their own
+
+    def __init__(self) -> None:
+        self._last: dict[bytes, bytes] = {}
+        self.compressed = 0          # big pieces compressed by the last call (tests, bench)
+
+    def deflate(self, pieces: list[bytes]) -> tuple[bytes, int]:
+        """(raw deflate of the pieces, ending in a full flush, their CRC-32)."""
+        kept: dict[bytes, bytes] = {}
+        out: list[bytes] = []
+        crc = 0
+        small = None            # the running stream of small pieces
+        self.compressed = 0
+        for p in pieces:
+            crc = zlib.crc32(p, crc)
+            if len(p) < self.BIG:
+                if small is None:
+                    # Level 1: exposition text is so repetitive it still shrinks ~30x, cheaply.
+                    small = zlib.compressobj(1, zlib.DEFLATED, -15)
+                out.append(small.compress(p))
+                continue
+            if small is not None:
+                out.append(small.flush(zlib.Z_FULL_FLUSH))
+                small = None
+            z = kept.get(p) or self._last.get(p)
+            if z is None:
+                c = zlib.compressobj(1, zlib.DEFLATED, -15)
+                z = c.compress(p) + c.flush(zlib.Z_FULL_FLUSH)
+                self.compressed += 1
+            kept[p] = z
+            out.append(z)
+        if small is not None:
+            out.append(small.flush(zlib.Z_FULL_FLUSH))
+        self._last = kept     # only this document's pieces: memory stays one document's
+        return b"".join(out), crc
 
 
 def with_tail(section: Section, tail: bytes, gzip: bool) -> bytes:

@@ -246,9 +246,18 @@ class KafkaIO:
             log.info("cluster metadata: one Metadata v%d request, read by txnwatch", version)
         self.metadata_raw, self._metadata_off_reason = True, None
         self.metadata_version = version
+        brokers = set(answer.brokers)
+        if self._broker_ids is not None and brokers != self._broker_ids:
+            # librdkafka learns which brokers are gone or back only from a metadata answer of
+            # its own: without one, its admin calls to every broker (ListGroups) would wait
+            # on a broker that left until they time out
+            try:
+                self.admin.list_topics(timeout=max(deadline - time.monotonic(), 1.0))
+            except KafkaException:
+                pass                # its own next refresh, then; the poll goes on
         self.admin.poll(0)
         self._connect_errors.clear()
-        self._broker_ids = set(answer.brokers)
+        self._broker_ids = brokers
         topics: dict[str, int] = {}
         leaders: dict[str, tuple[int, ...]] = {}
         degraded: list[PartitionReplicas] = []

@@ -16,7 +16,15 @@ from prometheus_client.process_collector import ProcessCollector
 
 from ... import __version__, revision
 from ...metrics import DEFAULT_CLUSTER_LABEL, FamilyWriter
-from ...metrics.exposition import FamilyChunk, Section, assemble, assemble_pieces, family_chunks, with_tail
+from ...metrics.exposition import (
+    DeflateCache,
+    FamilyChunk,
+    Section,
+    assemble,
+    assemble_pieces,
+    family_chunks,
+    with_tail,
+)
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +85,7 @@ class ExporterCollector:
         self._responses: dict[tuple[bool, bool], tuple[float, _Published, object, bytes]] = {}
         # (openmetrics, gzip) pairs scrapers used; Prometheus only ever asks for one.
         self._formats: set[tuple[bool, bool]] = set()
+        self._deflated: dict[bool, DeflateCache] = {}   # per format: last publish's deflated families
 
     def count_dropped(self, cluster: str, metric: str, reason: str, n: int) -> None:
         if n:
@@ -126,7 +135,10 @@ class ExporterCollector:
 
     def _section(self, parts: dict[str, dict[str, FamilyChunk]], om: bool, gz: bool) -> Section:
         plain_wanted = (om, False) in self._formats or not gz
-        return Section(assemble_pieces(parts.values(), om), keep_plain=plain_wanted, deflate=gz)
+        reuse = self._deflated.get(om)
+        if reuse is None:
+            reuse = self._deflated[om] = DeflateCache()
+        return Section(assemble_pieces(parts.values(), om), keep_plain=plain_wanted, deflate=gz, reuse=reuse)
 
     def _section_for(self, om: bool, gz: bool) -> Section:
         pub = self._published
