@@ -145,7 +145,7 @@ def selector(n: int):
 
 def ios(bootstrap: str, timeout: float = 120) -> tuple[KafkaIO, KafkaIO]:
     per_group = KafkaIO({"bootstrap.servers": bootstrap}, timeout)
-    per_group._disable_batched("bench: the per-group path", forever=True)
+    per_group.offset_fetch_path.turn_off("bench: the per-group path", forever=True)
     return per_group, KafkaIO({"bootstrap.servers": bootstrap}, timeout)
 
 

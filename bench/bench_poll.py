@@ -93,15 +93,15 @@ def compare(bootstrap: str, rounds: int, topics=None, groups=None, profile: bool
     admin = AdminClient({"bootstrap.servers": bootstrap})
     snap = poll()          # warm-up: connections, capability probe, DescribeConfigs
     io = poller.io
-    version = io.list_offsets_version
+    version = io.list_offsets_path.version
     requests, _ = lo.RequestCache().plan(version, dict(snap_leaders(io, cfg)), None, 60_000)
     from kafka.admin import KafkaAdminClient
     group_admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=60_000)
     transport = KafkaPythonTransport({"bootstrap.servers": bootstrap}, 60)
-    floor_cycle(admin, transport, requests, version, 60, group_admin, io.metadata_version)
+    floor_cycle(admin, transport, requests, version, 60, group_admin, io.metadata_path.version)
     polls, floors, cpus = [], [], []
     for _ in range(rounds):
-        floors.append(floor_cycle(admin, transport, requests, version, 60, group_admin, io.metadata_version))
+        floors.append(floor_cycle(admin, transport, requests, version, 60, group_admin, io.metadata_path.version))
         t, c = time.perf_counter(), time.process_time()
         snap = poll()
         polls.append(time.perf_counter() - t)

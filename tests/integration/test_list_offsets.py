@@ -57,10 +57,8 @@ def test_offsets_per_leader_on_a_real_broker(line, version, md_version, broker, 
     try:
         md = io.metadata(lambda t: t == topic)
         # txnwatch's own Metadata request reads what librdkafka's metadata says
-        assert io.metadata_raw is True and io.metadata_version == md_version
-        io.metadata_raw, io._metadata_retry_at = False, float("inf")
-        theirs = io.metadata(lambda t: t == topic)
-        io.metadata_raw, io._metadata_retry_at = True, 0
+        assert io.metadata_path.on is True and io.metadata_path.version == md_version
+        theirs = io._metadata_librdkafka(lambda t: t == topic, 15)
         assert md == theirs and md.topics == {topic: 4} and md.txn_log, (md, theirs)
 
         def read() -> tuple[list[PartitionOffsets], dict]:
@@ -68,7 +66,7 @@ def test_offsets_per_leader_on_a_real_broker(line, version, md_version, broker, 
             return sorted(got, key=lambda o: o.partition), failed
         # the coordinator writes the commit marker after it answered EndTxn: wait for it
         wait_for(lambda: read() == (want, {}), 30, interval=0.2, what=f"the offsets {want}")
-        assert io.list_offsets_batched is True and io.list_offsets_version == version
+        assert io.list_offsets_path.on is True and io.list_offsets_path.version == version
         got = want
         # librdkafka's ListOffsets says the same
         assert sorted(got, key=lambda o: o.partition) == sorted(

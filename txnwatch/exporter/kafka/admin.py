@@ -48,6 +48,7 @@ from .errors import (
 )
 from .group_offsets import BatchedGroupOffsets, batched_supported
 from .kafka_python import KafkaPythonTransport
+from .request_path import RequestPath
 from .wire import ProtocolError, RawRequest
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,6 @@ BROKER_CONFIGS = {
 
 
 OFFSETS_CHUNK = 1000   # partitions per ListOffsets call
-GROUP_PATH_RECHECK_CALLS = 40   # group_offsets calls before the batched path is tried again
 
 
 INVALID_OFFSET = lo.INVALID_OFFSET   # kafka_partition_unavailable's cause for an answer without offsets
@@ -96,28 +96,18 @@ class KafkaIO:
         # kafka-python's connections, shared by batched ListOffsets and batched OffsetFetch
         self._kp: KafkaPythonTransport | None = None
         self._kp_versions: dict[int, tuple[int, int]] = {}
-        # Cluster metadata: txnwatch's own Metadata request (metadata.py) once it is known to work
-        self._metadata_calls = 0
-        self._metadata_retry_at = 0
-        self._metadata_off_reason: str | None = None
+        # Each request kind: txnwatch's own path once it is known to work, else librdkafka's
+        # Cluster metadata: one Metadata request (metadata.py)
+        self.metadata_path = RequestPath("cluster metadata", "librdkafka's")
         self._metadata_body: dict[int, bytes] = {}
-        self.metadata_raw: bool | None = None      # capability; None until tried
-        self.metadata_version: int | None = None    # the Metadata version spoken
-        # Partition offsets: batched per leader (list_offsets.py) once it is known to work
+        # Partition offsets: one ListOffsets per leader and isolation level (list_offsets.py)
+        self.list_offsets_path = RequestPath("partition offsets", "librdkafka's ListOffsets in chunks")
         self._offsets_requests = lo.RequestCache()
         self._offsets_answers: dict = {}            # combine's: last poll's answers and offsets per topic
-        self._offsets_calls = 0
-        self._offsets_retry_at = 0                  # offsets call that may try the batched path again
-        self._offsets_off_reason: str | None = None
-        self.list_offsets_batched: bool | None = None   # capability; None until tried
-        self.list_offsets_version: int | None = None     # the ListOffsets version spoken
-        # Committed offsets: the batched path (group_offsets.py) once it is known to work
-        self._groups_batched = None                 # BatchedGroupOffsets
-        self._group_calls = 0
-        self._batched_retry_at = 0                  # group_offsets call that may try it again
-        self._batched_off_reason: str | None = None
+        # Committed offsets: batched OffsetFetch per coordinator (group_offsets.py)
+        self.offset_fetch_path = RequestPath("committed offsets of consumer groups", "one request per group")
+        self._groups_batched = None                 # BatchedGroupOffsets, while that path is on
         self._group_failure_causes: frozenset[str] = frozenset()
-        self.offset_fetch_batched: bool | None = None   # capability; None until tried
         self.group_offsets_report = None            # FetchReport of the last batched fetch
         self.groups_left_out: dict[str, str] = {}   # group -> cause, of the last group_offsets call
         # Called with "group_offsets_<cause>" once per poll and cause when groups were left out
@@ -185,8 +175,11 @@ class KafkaIO:
         raw = self._metadata_raw(topic_filter)
         if raw is not None:
             return raw
+        return self._metadata_librdkafka(topic_filter, max(self.timeout - (time.monotonic() - started), 1.0))
+
+    def _metadata_librdkafka(self, topic_filter: Callable[[str], bool], timeout: float) -> ClusterMetadata:
         try:
-            md = self.admin.list_topics(timeout=max(self.timeout - (time.monotonic() - started), 1.0))
+            md = self.admin.list_topics(timeout=timeout)
         except KafkaException as exc:
             raise self._why_unreachable(exc) from None
         self.admin.poll(0)
@@ -215,12 +208,11 @@ class KafkaIO:
     def _metadata_raw(self, topic_filter: Callable[[str], bool]) -> ClusterMetadata | None:
         """metadata() from txnwatch's own Metadata request, or None where that path is off or
         failed (the caller asks librdkafka, with the time left)."""
-        self._metadata_calls += 1
-        if self.metadata_raw is False and self._metadata_calls < self._metadata_retry_at:
+        if not self.metadata_path.due():
             return None
         # a short budget: a broker that froze must leave librdkafka's path most of the poll
         deadline = time.monotonic() + max(min(self.timeout / 4, 10.0), 1.0)
-        path = self._raw_path(deadline, self._metadata_off, mdw)
+        path = self._raw_path(deadline, self.metadata_path, mdw)
         if path is None:
             return None
         transport, version = path
@@ -236,16 +228,13 @@ class KafkaIO:
         if isinstance(answer, ProtocolError):
             log.warning("cluster metadata: txnwatch cannot read this broker's Metadata v%d answer (%s); "
                         "librdkafka's from now on", version, answer)
-            self._metadata_off(str(answer), forever=True)
+            self.metadata_path.turn_off(str(answer), forever=True)
             return None
         if isinstance(answer, BaseException) or answer.error_code:
             why = answer if isinstance(answer, BaseException) else f"error code {answer.error_code}"
-            self._metadata_off(f"Metadata failed ({type(why).__name__}: {why})")
+            self.metadata_path.turn_off(f"Metadata failed ({type(why).__name__}: {why})")
             return None
-        if self.metadata_raw is not True:
-            log.info("cluster metadata: one Metadata v%d request, read by txnwatch", version)
-        self.metadata_raw, self._metadata_off_reason = True, None
-        self.metadata_version = version
+        self.metadata_path.turn_on(f"one Metadata v{version} request, read by txnwatch", version)
         brokers = set(answer.brokers)
         if self._broker_ids is not None and brokers != self._broker_ids:
             # librdkafka learns which brokers are gone or back only from a metadata answer of
@@ -272,13 +261,6 @@ class KafkaIO:
             PartitionReplicas(TRANSACTION_STATE_TOPIC, r.partition, r.leader, r.replicas, r.isr)
             for r in log_topic.replicas or ())
         return ClusterMetadata(answer.brokers, topics, txn_log, tuple(degraded), leaders)
-
-    def _metadata_off(self, reason: str, forever: bool = False) -> None:
-        self.metadata_raw = False
-        self._metadata_retry_at = float("inf") if forever else self._metadata_calls + GROUP_PATH_RECHECK_CALLS
-        if reason != self._metadata_off_reason:
-            log.info("cluster metadata: librdkafka's (%s)", reason)
-        self._metadata_off_reason = reason
 
     def offsets(self, topics: dict[str, int], owns: Callable[[str, int], bool] | None = None,
                 skip: Iterable[tuple[str, int]] = (), leaders: Mapping[str, tuple[int, ...]] | None = None,
@@ -344,18 +326,14 @@ class KafkaIO:
                          ) -> tuple[list[PartitionOffsets], dict[tuple[str, int], str]] | None:
         """One ListOffsets per leader and isolation level (list_offsets.py); None where this
         path cannot be used (the caller takes librdkafka's)."""
-        self._offsets_calls += 1
-        if self.list_offsets_batched is False and self._offsets_calls < self._offsets_retry_at:
+        if not self.list_offsets_path.due():
             return None
         deadline = time.monotonic() + self.timeout
-        path = self._raw_path(deadline, self._list_offsets_off, lo)
+        path = self._raw_path(deadline, self.list_offsets_path, lo)
         if path is None:
             return None
         transport, version = path
-        if self.list_offsets_batched is not True:
-            log.info("partition offsets: one ListOffsets v%d per leader and isolation level", version)
-        self.list_offsets_batched, self._offsets_off_reason = True, None
-        self.list_offsets_version = version
+        self.list_offsets_path.turn_on(f"one ListOffsets v{version} per leader and isolation level", version)
         wanted = [(t, p) for t, n in topics.items() for p in range(n)
                   if (owns is None or owns(t, p)) and (t, p) not in skip] if owns is not None or skip else None
         selected = {t: leaders.get(t, (-1,) * n) for t, n in topics.items()}
@@ -375,13 +353,6 @@ class KafkaIO:
                             f"ListOffsets: no partition answered ({first if first is not None else cause})")
         return out, failed
 
-    def _list_offsets_off(self, reason: str, forever: bool = False) -> None:
-        self.list_offsets_batched = False
-        self._offsets_retry_at = float("inf") if forever else self._offsets_calls + GROUP_PATH_RECHECK_CALLS
-        if reason != self._offsets_off_reason:
-            log.info("partition offsets: librdkafka's ListOffsets in chunks (%s)", reason)
-        self._offsets_off_reason = reason
-
     def _kafka_python(self, deadline: float) -> KafkaPythonTransport:
         """kafka-python's connections to the cluster and the bootstrap broker's ApiVersions,
         connected on first use (half the time left at most, so the librdkafka path still gets
@@ -397,28 +368,27 @@ class KafkaIO:
             self._kp = transport
         return self._kp
 
-    def _raw_path(self, deadline: float, off: Callable[..., None], api) -> tuple[KafkaPythonTransport, int] | None:
+    def _raw_path(self, deadline: float, path: RequestPath, api) -> tuple[KafkaPythonTransport, int] | None:
         """kafka-python's connections and the version of `api` (a module of this package with
-        API_KEY and choose_version) to speak, or None after `off` turned that path off."""
-        transport = self._kafka_python_or_off(deadline, off)
+        API_KEY and choose_version) to speak, or None after `path` was turned off."""
+        transport = self._kafka_python_or_off(deadline, path)
         if transport is None:
             return None
         try:
             return transport, api.choose_version(self._kp_versions.get(api.API_KEY))
         except BatchedUnsupported as exc:
-            off(str(exc), forever=True)
+            path.turn_off(str(exc), forever=True)
             return None
 
-    def _kafka_python_or_off(self, deadline: float, off: Callable[..., None]) -> KafkaPythonTransport | None:
-        """_kafka_python(), or None after `off(reason[, forever=True])` turned the caller's
-        batched path off: for good where kafka-python cannot use the settings, for a while
-        where it could not connect."""
+    def _kafka_python_or_off(self, deadline: float, path: RequestPath) -> KafkaPythonTransport | None:
+        """_kafka_python(), or None after `path` was turned off: for good where kafka-python
+        cannot use the settings, for a while where it could not connect."""
         try:
             return self._kafka_python(deadline)
         except BatchedUnsupported as exc:
-            off(str(exc), forever=True)
+            path.turn_off(str(exc), forever=True)
         except Exception as exc:  # noqa: BLE001 - kafka-python reports failed bootstraps as timeouts
-            off(f"kafka-python could not connect ({type(exc).__name__}: {exc})")
+            path.turn_off(f"kafka-python could not connect ({type(exc).__name__}: {exc})")
         return None
 
     def _drop_kafka_python(self) -> None:
@@ -432,7 +402,8 @@ class KafkaIO:
     def capabilities(self) -> dict[str, bool]:
         """{"offset_fetch_batched": True when committed offsets go through batched OffsetFetch
         v8 / FindCoordinator v4, False on the per-group path}; empty until group_offsets ran."""
-        return {} if self.offset_fetch_batched is None else {"offset_fetch_batched": self.offset_fetch_batched}
+        on = self.offset_fetch_path.on
+        return {} if on is None else {"offset_fetch_batched": on}
 
     def group_offsets(self, group_filter: Callable[[str], bool]) -> list[tuple[str, str, int, int]]:
         """(group, topic, partition, committed offset) for every selected group, sorted: one
@@ -446,7 +417,8 @@ class KafkaIO:
             try:
                 rows = fetcher.fetch(groups, deadline, live_nodes=self._broker_ids)
             except BatchedUnsupported as exc:   # a broker without the versions (mixed cluster)
-                self._disable_batched(str(exc))
+                self._groups_batched = None
+                self.offset_fetch_path.turn_off(str(exc))
             except Exception:
                 self._drop_kafka_python()
                 raise
@@ -488,32 +460,20 @@ class KafkaIO:
     def _batched_fetcher(self, deadline: float):
         """The batched path's fetcher, connected on first use; None where it cannot be used
         (broker without OffsetFetch v8 / FindCoordinator v4, security settings kafka-python
-        cannot use, kafka-python failing to connect: retried after GROUP_PATH_RECHECK_CALLS)."""
-        self._group_calls += 1
+        cannot use, kafka-python failing to connect: tried again after RECHECK_CALLS)."""
+        if not self.offset_fetch_path.due():
+            return None
         if self._groups_batched is not None:
             return self._groups_batched
-        if self._group_calls < self._batched_retry_at:
-            return None
-        transport = self._kafka_python_or_off(deadline, self._disable_batched)
+        transport = self._kafka_python_or_off(deadline, self.offset_fetch_path)
         if transport is None:
             return None
-        versions = self._kp_versions
-        if not batched_supported(versions):
-            self._disable_batched("the broker lacks OffsetFetch v8 or FindCoordinator v4 (ApiVersions)")
+        if not batched_supported(self._kp_versions):
+            self.offset_fetch_path.turn_off("the broker lacks OffsetFetch v8 or FindCoordinator v4 (ApiVersions)")
             return None
         self._groups_batched = BatchedGroupOffsets(transport)
-        self.offset_fetch_batched = True
-        self._batched_off_reason = None
-        log.info("committed offsets of consumer groups: batched (OffsetFetch v8 per coordinator)")
+        self.offset_fetch_path.turn_on("batched (OffsetFetch v8 per coordinator)")
         return self._groups_batched
-
-    def _disable_batched(self, reason: str, forever: bool = False) -> None:
-        self._groups_batched = None
-        self.offset_fetch_batched = False
-        self._batched_retry_at = float("inf") if forever else self._group_calls + GROUP_PATH_RECHECK_CALLS
-        if reason != self._batched_off_reason:
-            log.info("committed offsets of consumer groups: one request per group (%s)", reason)
-        self._batched_off_reason = reason
 
     def _report_group_failures(self, failed: dict[str, str]) -> None:
         """Groups left out of this poll (their cause), while the others answered."""
