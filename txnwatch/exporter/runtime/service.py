@@ -21,10 +21,11 @@ from ..poll.scrape_clock import ScrapeLog, ScrapeView
 from ..serve.app import create_app
 from ..serve.collector import ExporterCollector, Part
 from ..serve.page import canary_section, tap_section
-from ..serve.server import make_server, tune_gc
+from ..serve.server import make_server
 from ..spark.blocked import BLOCKED, classify
 from ..spark.page import spark_section
 from .cluster import ClusterRuntime
+from .gc_tuning import tune_gc
 from .published import ClusterDigest
 from .supervisor import WorkerRuntime
 

@@ -37,6 +37,7 @@ from ..poll.render import render_snapshot
 from ..poll.scrape_clock import NOBODY, Cadence, ScrapeView
 from ..tap.render import render_tap
 from .cluster import ClusterRuntime
+from .gc_tuning import FullCollections, tune_gc
 from .published import ClusterDigest, WorkerStatus, canary_summary, digest_of, tap_summary, write_atomic
 from .supervisor import SUPERVISE_INTERVAL
 
@@ -95,6 +96,8 @@ class Worker:
         self._scrape_view = NOBODY
         self.rt.poller.scrapes = lambda: self._scrape_view
         self.rt.poller.publish_delay = SUPERVISE_INTERVAL   # until the serving process measured it
+        self.full_gc = FullCollections()
+        self._poll_published_at: float | None = None
 
     # ------------------------------------------------------------------ publishing
     def _on_snapshot(self, snap) -> None:
@@ -124,6 +127,7 @@ class Worker:
         with self._lock:
             self._data_taken_at["poller"] = snap.taken_at
         self.publish_status()
+        self._poll_published_at = time.time()
         self._write_checkpoint()     # after: the scrape waits for the data, not for this
 
     def _publish_tap(self) -> None:
@@ -241,6 +245,9 @@ class Worker:
                     if now >= next_status:
                         self.publish_status()
                         next_status = now + self.status_interval
+                    cadences = self._scrape_view.cadences
+                    self.full_gc.maybe_collect(self._poll_published_at,
+                                               max(c.last for c in cadences) if cadences else None)
                 except Exception:  # noqa: BLE001 - a failed publish is retried; status silence shows it
                     if not failed:
                         log.exception("worker[%s]: publishing failed (retrying)", self.cfg.name)
@@ -294,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg, log_level, log_format, secrets, share, cluster_label = pickle.load(sys.stdin.buffer)  # noqa: S301
     setup_logging(log_level, secrets, log_format)
     worker = Worker(cfg, out_dir, share=share, cluster_label=cluster_label)
+    tune_gc()     # after start-up: what it built is frozen (gc_tuning.py)
     if len(argv) > 2:
         worker.wake_fd = int(argv[2])
         os.set_blocking(worker.wake_fd, False)

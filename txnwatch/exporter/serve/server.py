@@ -3,7 +3,6 @@ web config, one stack for both (bench/bench_scrape.py measures each)."""
 
 from __future__ import annotations
 
-import gc
 import threading
 
 from ...config import HttpConfig
@@ -31,21 +30,6 @@ class Server:
 
     def close(self) -> None:
         threading.Thread(target=self._server.stop, daemon=True).start()
-
-
-GC_THRESHOLDS = (10_000, 50, 1000)
-
-
-def tune_gc() -> None:
-    """Scrape latency: a poll of a big cluster allocates ~20k futures (the client library
-    makes one per partition), which with CPython's default thresholds triggers full
-    collections that hold the GIL for ~170 ms at 10k partitions (bench/bench_scrape.py,
-    docs/benchmarks.md). Freeze what startup built and collect young objects in bigger,
-    rarer steps; full collections become rare. Snapshots hold no reference cycles, so
-    they are still freed by reference counting as soon as the next one replaces them."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
 
 
 def make_server(app, http: HttpConfig, web: WebConfig) -> Server:
