@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import math
+import multiprocessing
 import os
 import platform
 import statistics
@@ -61,6 +62,7 @@ class Subject:
     stop: callable
     txnwatch: bool = True
     latencies: list[float] = field(default_factory=list)
+    at: list[float] = field(default_factory=list)     # each measured scrape's start, seconds after t0
     ages: list[float] = field(default_factory=list)
     polls: tuple[float, float] = (0.0, 0.0)
     cpu: tuple[dict, dict] = ({}, {})
@@ -118,39 +120,46 @@ def peer(name: str, binary: str, bootstrap: str, prefix: str) -> Subject:
     return Subject(name, proc.pid, url, stop, txnwatch=False)
 
 
-def scrape_loop(s: Subject, every: float, phase: float, warm: int, measured: int, t0: float) -> None:
+def scrape_loop(url: str, pid: int, own: bool, every: float, phase: float, warm: int, measured: int,
+                t0: float, out) -> None:
     """One Prometheus-like scraper at t0 + phase + k * every: the first `warm` scrapes learn
     nothing but the cadence, the next `measured` periods are measured. A scrape that outlasts
     its period (a peer fetching on scrape) makes the scraper skip the slots it missed, as
-    Prometheus does; the window ends on time whatever the subject does."""
+    Prometheus does; the window ends on time whatever the subject does.
+
+    Runs in its own process (`phase`): a scraper sharing an interpreter with the others,
+    and with the bench's producers, waited for their GIL (parsing a peer's 10 MB body) and
+    counted that as the subject's latency. Sends its measurements to `out`."""
     timeout = min(every, 10)
     start_at, end_at = t0 + phase + warm * every, t0 + phase + (warm + measured) * every
+    r_lat, r_at, r_ages, polls, cpu0, wall = [], [], [], (0.0, 0.0), {}, 0.0
     k = 0
     while True:
         slot = t0 + phase + k * every
         if slot >= end_at:
             break
         time.sleep(max(0.0, slot - time.monotonic()))
-        if slot >= start_at and not s.cpu[0]:
-            s.cpu, s.wall = (cpu_seconds(s.pid), {}), time.monotonic()
-        req = urllib.request.Request(s.url, headers={**HEADERS, "X-Prometheus-Scrape-Timeout-Seconds": f"{timeout:g}"})
+        if slot >= start_at and not cpu0:
+            cpu0, wall = cpu_seconds(pid), time.monotonic()
+        req = urllib.request.Request(url, headers={**HEADERS, "X-Prometheus-Scrape-Timeout-Seconds": f"{timeout:g}"})
         began = time.perf_counter()
         with urllib.request.urlopen(req, timeout=300) as r:
             body = r.read()
             gzipped = r.headers.get("Content-Encoding") == "gzip"
         took = time.perf_counter() - began
-        m = own_series((gzip.decompress(body) if gzipped else body).decode()) if s.txnwatch else None
+        m = own_series((gzip.decompress(body) if gzipped else body).decode()) if own else None
         if slot >= start_at:
-            s.latencies.append(took)
+            r_lat.append(took)
+            r_at.append(began - t0)
             if m is not None:
-                s.ages.append(m.get_value("txnwatch_data_age_seconds", source="poller"))
-                s.polls = (s.polls[0], m.get_value("txnwatch_polls_total"))
+                r_ages.append(m.get_value("txnwatch_data_age_seconds", source="poller"))
+                polls = (polls[0], m.get_value("txnwatch_polls_total"))
         elif m is not None:
-            s.polls = (m.get_value("txnwatch_polls_total"), 0.0)
+            polls = (m.get_value("txnwatch_polls_total"), 0.0)
         k = max(k + 1, math.ceil((time.monotonic() - t0 - phase) / every))
     time.sleep(max(0.0, end_at - time.monotonic()))
-    s.cpu = (s.cpu[0], cpu_seconds(s.pid))
-    s.wall = time.monotonic() - s.wall
+    out.send({"latencies": r_lat, "at": r_at, "ages": r_ages, "polls": polls, "cpu": (cpu0, cpu_seconds(pid)),
+              "wall": time.monotonic() - wall})
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -174,15 +183,26 @@ def report(size: int, every: float, s: Subject) -> str:
 
 
 def phase(size: int, every: float, subjects: list[Subject], warm: int, measured: int) -> None:
-    t0 = time.monotonic() + 1
-    threads = [threading.Thread(target=scrape_loop, args=(s, every, i * every / len(subjects), warm, measured, t0))
-               for i, s in enumerate(subjects)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    ctx = multiprocessing.get_context("spawn")   # the bench's producer threads stay out of them
+    t0 = time.monotonic() + 5                    # CLOCK_MONOTONIC: one clock for every process
+    runs = []
+    for i, s in enumerate(subjects):
+        recv, send = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=scrape_loop, args=(s.url, s.pid, s.txnwatch, every, i * every / len(subjects),
+                                                      warm, measured, t0, send), daemon=True)
+        proc.start()
+        runs.append((s, proc, recv))
+    for s, proc, recv in runs:
+        got = recv.recv()
+        proc.join()
+        s.latencies, s.at, s.ages, s.polls, s.cpu, s.wall = (got["latencies"], got["at"], got["ages"], got["polls"],
+                                                             got["cpu"], got["wall"])
     for s in subjects:
         print(report(size, every, s), flush=True)
+    for s, _, _ in runs:   # where to look in a trace of the subject (lab: time.monotonic() - t0)
+        slow = sorted(zip(s.latencies, s.at, strict=True), reverse=True)[:3]
+        print(f"<!-- {s.name}: slowest scrapes " + ", ".join(f"{d * 1000:.0f} ms at t0+{at:.2f} s" for d, at in slow)
+              + f" (t0 = monotonic {t0:.3f}) -->", flush=True)
 
 
 def main() -> None:
