@@ -11,16 +11,7 @@ PY=${PYTHON:-python3}
 # one after another they took 160 s of a fresh `make test`). Each job's output goes to a log,
 # printed when it fails.
 logs=$(mktemp -d)
-tools=()
-# on a failure elsewhere, the tool builds still running stop with the bootstrap
-stop_tools() {
-  local entry
-  for entry in "${tools[@]}"; do
-    pkill -TERM -P "${entry%%:*}" 2>/dev/null || true
-    kill "${entry%%:*}" 2>/dev/null || true
-  done
-}
-trap 'stop_tools; rm -rf "$logs"' EXIT
+trap 'rm -rf "$logs"' EXIT
 
 main_venv() {
   [ -x .venv/bin/python ] || "$PY" -m venv .venv
@@ -55,13 +46,6 @@ flink_venv() { bash scripts/bootstrap-flink.sh venv; }
 pids=()
 for job in main_venv oldest_venv flink_venv; do
   "$job" > "$logs/$job.log" 2>&1 & pids+=("$!:$job")
-done
-
-# The tools built from source (Helm; Prometheus 3 and its web UI) need only go and npm:
-# minutes of downloading and compiling on a new machine, so they run beside the venvs, apt
-# and Maven rather than after them (waited for at the end).
-for job in bootstrap-go bootstrap-prometheus; do
-  bash "scripts/$job.sh" > "$logs/$job.log" 2>&1 & tools+=("$!:$job")
 done
 
 # apt packages: only what is missing; never start packaged services.
@@ -118,17 +102,10 @@ done
 # Flink's Kafka connector from Maven Central, for the Flink job's tests and the demo.
 bash scripts/bootstrap-flink.sh jars
 
-# Started above: Helm (built once from the Go module proxy) and the Prometheus Operator's
-# CRDs, for the Helm chart's tests; Prometheus 3 and promtool (built once from the Go module
-# proxy) with the web UI (built once through the npm registry): the Prometheus of the tests,
-# the demo and the benchmarks. What they did is printed; a failure fails the bootstrap.
-for entry in "${tools[@]}"; do
-  if wait "${entry%%:*}"; then
-    cat "$logs/${entry#*:}.log"
-  else
-    failed=1
-    echo "bootstrap: ${entry#*:} failed:" >&2; cat "$logs/${entry#*:}.log" >&2
-  fi
-done
-tools=()
-exit "$failed"
+# Helm (built once from the Go module proxy) and the Prometheus Operator's CRDs, for the
+# Helm chart's tests.
+bash scripts/bootstrap-go.sh
+
+# Prometheus 3 and promtool (built once from the Go module proxy) with the web UI (built once
+# through the npm registry): the Prometheus of the tests, the demo and the benchmarks.
+bash scripts/bootstrap-prometheus.sh
