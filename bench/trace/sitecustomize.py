@@ -1,7 +1,7 @@
 """Timings of an exporter's scrapes, publishes and garbage collections, for lining up a
 bench's slow scrapes with what the processes were doing (issue 29, docs/benchmarks.md).
 
-    TXNWATCH_TRACE=/tmp/trace PYTHONPATH=bench/trace .venv/bin/python bench/bench_poll_cost.py ...
+    TXNWATCH_TRACE=/tmp/trace PYTHONPATH=$PWD/bench/trace .venv/bin/python bench/bench_poll_cost.py ...
 
 Python imports this file at start-up in every process whose PYTHONPATH names this folder
 (the serving processes and workers the bench starts inherit it). Each writes
