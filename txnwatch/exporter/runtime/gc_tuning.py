@@ -1,6 +1,6 @@
 """Garbage collection timed to the scrapes, in both kinds of exporter process.
 
-A poll of a big cluster allocates ~20k objects per 10k partitions. With CPython's default
+A poll of a big cluster allocates tens of thousands of objects. With CPython's default
 thresholds that triggers full collections that hold the GIL for 50 to 280 ms at 10k
 partitions (bench/bench_scrape.py; the worker traces of issue 29's bench in
 docs/benchmarks.md): in the serving process they stall scrapes, in a worker they delay the
