@@ -16,8 +16,11 @@ pytestmark = [pytest.mark.integration]
 
 
 def test_canary_commits_aborts_and_every_committed_record_becomes_visible(broker, unique):
-    # 3 s: each step's deadline is the interval, and a first InitProducerId on a loaded machine can take 1 s
-    cfg = CanaryConfig(enabled=True, interval_seconds=3.0, abort_every=3, topic=unique("canary"))
+    # 3 s: each step's deadline is the interval, and a first InitProducerId on a loaded machine can take 1 s.
+    # The visibility deadline is long: this test is about which records become visible, not how fast
+    # (with the interval's 3 s, a loaded CI run once counted a committed record as not visible in time).
+    cfg = CanaryConfig(enabled=True, interval_seconds=3.0, abort_every=3, topic=unique("canary"),
+                       visibility_timeout_seconds=30.0)
     probe = CanaryProbe("test", {"bootstrap.servers": broker.bootstrap}, cfg, instance=unique("i"))
     probe.start()
     try:
@@ -81,7 +84,9 @@ def test_canary_is_fenced_by_another_producer_of_its_id_and_initialises_again(br
 @pytest.mark.parametrize("workers", [True, False], ids=["worker-process", "in-process"])
 def test_exporter_serves_the_canary_series(broker, unique, exporter_factory, workers):
     cfg = cluster_config(broker.bootstrap, [unique("none")])
-    cfg["clusters"][0]["canary"] = {"interval_seconds": 2, "abort_every": 2, "topic": unique("canary")}
+    # a long visibility deadline: the series, not the latency, are under test (as above)
+    cfg["clusters"][0]["canary"] = {"interval_seconds": 2, "abort_every": 2, "topic": unique("canary"),
+                                    "visibility_timeout_seconds": 30}
     cfg["http"] = {**cfg.get("http", {}), "worker_processes": workers}
     exp = exporter_factory(cfg)
 

@@ -530,8 +530,13 @@ def test_every_dashboard_query_has_data_and_the_hanging_alert_fires(spark, tmp_p
         exporter.wait_metric(lambda m: m.get_value("txnwatch_tap_rebuilt", kafka_cluster=CLUSTER) == 1, 60,
                              what="the tap to rebuild from __transaction_state")
 
-        alert_cfg = AlertConfig(hanging_for="2s", spark_blocked_seconds=5, spark_blocked_for="2s",
-                                blocked_lso_stalled_seconds=5, blocked_committed_window="10s", blocked_for="2s",
+        # The symptoms' thresholds lie past the time the cause takes to fire (the hanging batch is
+        # found 8 s, transaction.max.timeout.ms, after its write; the stalls count from the
+        # exporter's and the query's start, later): Alertmanager inhibits only a symptom that
+        # arrives while its cause fires. At 5 s, a loaded run once had the blocked group fire
+        # 3 s before the hanging transaction, and its ticket went out.
+        alert_cfg = AlertConfig(hanging_for="2s", spark_blocked_seconds=15, spark_blocked_for="2s",
+                                blocked_lso_stalled_seconds=20, blocked_committed_window="10s", blocked_for="2s",
                                 source_failing_for="2s",
                                 dashboard_base_url="https://grafana.example", runbook_base_url="https://wiki.example/rb")
         rules, _ = generate_alerts(tmp_path / "rules", alert_cfg)
