@@ -15,6 +15,13 @@ sys.path.insert(0, str(ROOT))
 
 _names = itertools.count()
 
+# The suite's JVMs run light (txnwatch_dev/jvm.py: C1 only, the serial collector): brokers,
+# Spark drivers (here and in child processes, which inherit both) and Flink's mini-cluster.
+os.environ.setdefault("TXNWATCH_JVM_PROFILE", "light")
+from txnwatch_dev.jvm import spark_submit_args  # noqa: E402 - after the path and the profile
+
+os.environ["PYSPARK_SUBMIT_ARGS"] = spark_submit_args(os.environ.get("PYSPARK_SUBMIT_ARGS"))
+
 
 # Settings of the session broker that tests rely on (a test that needs others starts a
 # broker of its own). transaction.max.timeout.ms stays at Kafka's default so producers with

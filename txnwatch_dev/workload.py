@@ -190,16 +190,16 @@ def commit_group_offset(bootstrap: str, group: str, topic: str, partition: int, 
     commit_group_offsets(bootstrap, group, [(topic, partition, offset)], config)
 
 
-def commit_group_offsets(bootstrap: str, group: str, offsets: Iterable[tuple[str, int, int]],
+def commit_group_offsets(bootstrap: str, group: str, offsets: Iterable[tuple[str, int, int] | tuple[str, int, int, str]],
                          config: dict | None = None) -> None:
-    """Commit (topic, partition, offset)s for a consumer group through a consumer's commit.
+    """Commit (topic, partition, offset[, metadata])s for a consumer group through a consumer's commit.
     (Not the admin API's AlterConsumerGroupOffsets: librdkafka can abort the process when a
     coordinator moves under it, confluentinc/librdkafka#3663.)"""
     from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
     loading = (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
                KafkaError.COORDINATOR_NOT_AVAILABLE)
-    tps = [TopicPartition(t, p, o) for t, p, o in offsets]
+    tps = [TopicPartition(t, p, o, metadata=m[0]) if m else TopicPartition(t, p, o) for t, p, o, *m in offsets]
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
                   "isolation.level": "read_committed", **(config or {})})
 

@@ -8,6 +8,9 @@ def test_timed_to_the_scrapers():
     view = ScrapeView((Cadence(15.0, 1000.0), Cadence(30.0, 990.0)))
     assert poll_schedule_note(view, [("prod", "scrapes", 1.0, 60.0)]) == (
         "Polls: prod: each poll timed to be done just before the next scrape of 2 scraper(s) (every 15 s, 30 s).")
+    # learnt from jittery arrivals: two significant figures
+    view = ScrapeView((Cadence(1.987, 1000.0), Cadence(0.5004, 990.0), Cadence(59.7, 980.0), Cadence(123.4, 970.0)))
+    assert poll_schedule_note(view, [("prod", "scrapes", 1.0, 60.0)]).endswith("(every 2 s, 0.5 s, 60 s, 120 s).")
 
 
 def test_settling_nobody_and_a_configured_interval():

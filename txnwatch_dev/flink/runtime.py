@@ -32,6 +32,7 @@ from pathlib import Path
 
 from txnwatch import maven
 
+from .. import jvm
 from ..procs import kill_group, stop_group
 
 FLINK_VERSION = "2.2.1"
@@ -40,8 +41,6 @@ ROOT = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "txnwatch" / "flink"
 JOB = Path(__file__).resolve().with_name("job.py")
 READY_LINE = "running"
-# The mini-cluster's JVM: modest heap and GC threads (the brokers and tests share 2 cores).
-JVM_ARGS = "-Xmx768m -XX:+UseG1GC -XX:ParallelGCThreads=1 -XX:ConcGCThreads=1 -XX:CICompilerCount=2"
 
 
 class FlinkUnavailable(RuntimeError):
@@ -177,7 +176,7 @@ class FlinkJob:
             raise RuntimeError("the job is running already")
         cmd = self.command(*args, **kwargs)
         env = {**os.environ, "PYTHONPATH": str(ROOT), "FLINK_LOG_DIR": str(self.workdir / "flink-log"),
-               "JVM_ARGS": os.environ.get("TXNWATCH_FLINK_JVM_ARGS", JVM_ARGS), "PYTHONUNBUFFERED": "1"}
+               "JVM_ARGS": os.environ.get("TXNWATCH_FLINK_JVM_ARGS", jvm.flink_jvm_args()), "PYTHONUNBUFFERED": "1"}
         self.starts += 1
         self.log_path = self.workdir / f"job-{self.starts}.log"
         self.started_in = None

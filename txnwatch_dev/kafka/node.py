@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import jvm
 from ..net import free_port, port_open, wait_for
 from ..procs import kill_group, stop_group
 from .release import KafkaRelease, kafka_release
@@ -53,9 +54,6 @@ SINGLE_NODE_DEFAULTS: dict[str, object] = {
     "broker.heartbeat.interval.ms": 500,
 }
 
-# G1 with few threads: brokers, Spark and the tests share two cores here.
-JVM_FLAGS = ("-server", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:ParallelGCThreads=1",
-             "-XX:ConcGCThreads=1", "-XX:CICompilerCount=2", "-Djava.awt.headless=true")
 
 
 @dataclass
@@ -245,7 +243,7 @@ class KafkaBroker:
         log_args = self.release.log_config(
             self.workdir / "log-config.properties", to_file=self.log_dir / "server.log",
             request_log=self.log_dir / "kafka-request.log" if self.request_log else None)
-        cmd = [self.release.java, f"-Xmx{self.heap}", "-Xms64m", *JVM_FLAGS, *log_args,
+        cmd = [self.release.java, f"-Xmx{self.heap}", "-Xms64m", *jvm.broker_flags(), *log_args,
                f"-Dkafka.logs.dir={self.log_dir}", *self.jvm_args,
                "-cp", self.release.classpath("server"), "kafka.Kafka", str(config)]
         with open(self.stdout_path, "ab") as out:

@@ -4,6 +4,7 @@ every value is HTML-escaped and no client properties (credentials) are shown."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable, Mapping
 from html import escape
@@ -99,6 +100,15 @@ def _groups_section(digests: list[tuple[str, object]]) -> str:
             + "</section>")
 
 
+def _cadence(seconds: float) -> str:
+    """A learnt scrape period to two significant figures: it is a mean of arrival times that
+    carry the network's and the scheduler's jitter, and scrape intervals are configured round
+    (a Prometheus at 2 s reads "2 s", not "1.99 s")."""
+    if seconds <= 0:
+        return f"{seconds:g} s"
+    return f"{round(seconds, 1 - math.floor(math.log10(seconds))):g} s"
+
+
 def _ms(seconds: float | None) -> str:
     return "" if seconds is None else f"{seconds * 1000:.0f} ms"
 
@@ -165,7 +175,7 @@ def poll_schedule_note(view, clusters: list[tuple[str, str, float, float]]) -> s
         if view.settling:
             parts.append(f"{names}: polls back to back while {view.settling} scraper(s) settle into a cadence")
         elif view.cadences:
-            every = ", ".join(f"{c.period:.3g} s" for c in view.cadences)
+            every = ", ".join(_cadence(c.period) for c in view.cadences)
             parts.append(f"{names}: each poll timed to be done just before the next scrape of "
                          f"{len(view.cadences)} scraper(s) (every {every})")
         else:
