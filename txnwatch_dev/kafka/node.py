@@ -25,6 +25,7 @@ from pathlib import Path
 from .. import jvm
 from ..net import free_port, port_open, wait_for
 from ..procs import kill_group, stop_group
+from . import cds
 from .release import KafkaRelease, kafka_release
 
 READY_LINE = "Transitioning from RECOVERY to RUNNING"
@@ -120,8 +121,9 @@ class KafkaBroker:
                  cluster_id: str | None = None, extra_listeners: list[Listener] | None = None,
                  jvm_args: Iterable[str] = (), heap: str = "512m", release: KafkaRelease | None = None,
                  features: Mapping[str, int] | None = None, scram: Iterable[str] = (),
-                 request_log: bool = False) -> None:
+                 request_log: bool = False, share_classes: bool = True) -> None:
         self.release = release or kafka_release()
+        self.share_classes = share_classes   # the light profile's CDS archive (kafka/cds.py)
         self.request_log = request_log   # every request in logs/kafka-request.log (benchmarks)
         self.host = host
         self.port = port or free_port(host)
@@ -243,7 +245,10 @@ class KafkaBroker:
         log_args = self.release.log_config(
             self.workdir / "log-config.properties", to_file=self.log_dir / "server.log",
             request_log=self.log_dir / "kafka-request.log" if self.request_log else None)
-        cmd = [self.release.java, f"-Xmx{self.heap}", "-Xms64m", *jvm.broker_flags(), *log_args,
+        flags = jvm.broker_flags()
+        if jvm.light() and self.share_classes:
+            flags += cds.archive_flags(self.release, flags)
+        cmd = [self.release.java, f"-Xmx{self.heap}", "-Xms64m", *flags, *log_args,
                f"-Dkafka.logs.dir={self.log_dir}", *self.jvm_args,
                "-cp", self.release.classpath("server"), "kafka.Kafka", str(config)]
         with open(self.stdout_path, "ab") as out:
