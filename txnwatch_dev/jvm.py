@@ -6,8 +6,8 @@ mini-cluster), by profile, chosen with TXNWATCH_JVM_PROFILE:
 - `light` (the test suite sets it, tests/conftest.py): C1 only and the serial collector.
   The test suite's JVMs live for seconds to minutes on two shared cores; C2's compilations
   doubled the CPU of a broker's start and of a small Spark query and went on burning a core
-  on idle brokers (measured: a broker's start 8.3 -> 4.5 s of CPU, 30 s idle 2.6 -> 1.4 s;
-  a pipeline test's Spark driver 81 -> 29 s).
+  on idle brokers (bench/bench_jvm_profile.py: a broker's start 8.0 -> 4.7 s of CPU, 30 s
+  idle 2.2 -> 1.3 s, a small Spark aggregation's driver 32 -> 17 s).
 """
 
 from __future__ import annotations

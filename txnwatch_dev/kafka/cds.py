@@ -1,7 +1,7 @@
 """Class-data sharing for the light profile's Kafka nodes (txnwatch_dev/jvm.py): a dynamic
 CDS archive of the classes a broker loads while it starts and runs a transaction, made once
 per release, JDK and flags, and mapped by every later node of that release. A node's start
-then takes 2.7 s of CPU instead of 4.5 (measured, C1 only, Kafka 4.4).
+then takes 2.6 s of CPU instead of 4.7 (bench/bench_jvm_profile.py, Kafka 4.4).
 
 The archive is made on first use, under a lock (pytest-xdist workers start their session
 brokers together), by a broker of its own that dumps the archive when it stops. A JVM that
