@@ -56,7 +56,6 @@ SINGLE_NODE_DEFAULTS: dict[str, object] = {
 }
 
 
-
 @dataclass
 class Listener:
     """An extra client listener: name (e.g. SASL_SCRAM), security protocol, port."""
