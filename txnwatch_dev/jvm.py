@@ -35,9 +35,8 @@ def light() -> bool:
 
 def broker_flags() -> tuple[str, ...]:
     """A Kafka node's JVM flags (heap aside)."""
-    if light():
-        return (*LIGHT, "-Djava.awt.headless=true")
-    return ("-server", *SERVER_GC, "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true")
+    flags = LIGHT if light() else ("-server", *SERVER_GC, "-XX:MaxGCPauseMillis=20")
+    return (*flags, "-Djava.awt.headless=true")
 
 
 def flink_jvm_args() -> str:
