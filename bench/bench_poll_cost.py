@@ -8,21 +8,27 @@ For each size: a broker (one node up to 15,000 partitions, else a KRaft cluster:
 bench_scrape.broker_for), the partitions (100 per topic) and --groups consumer groups with
 20 committed partitions each. First this checkout's poll against the same requests sent
 bare (bench_poll.compare, --floor-rounds rounds). Then --txn-producers transactional
-producers start, committing every 0.2 s, and for each cadence the subjects run side by side,
-each scraped by its own Prometheus-like scraper (a fixed cadence, Prometheus's user agent,
-Accept and X-Prometheus-Scrape-Timeout-Seconds headers), the scrapers' phases spread over
-the period so no two scrapes coincide:
+producers start, committing every 0.2 s, and for each cadence the subjects run side by side
+(--one-at-a-time: in turn, on the same broker and producers), each scraped by its own
+Prometheus-like scraper (a fixed cadence, Prometheus's user agent, Accept and
+X-Prometheus-Scrape-Timeout-Seconds headers), the scrapers' phases spread over the period so
+no two scrapes coincide:
 
   after   this checkout's `txnwatch serve` (worker processes, poll_schedule scrapes)
   before  the same from the --before checkout (e.g. `git worktree add ../before 950b61a`)
   peers   (--peer-sizes, at the first cadence) KMinion and kafka_exporter binaries
+  neighbour  (--neighbour) a txnwatch checkout beside each of them, a noisy neighbour on the CPUs
 
 After each scraper's first --warm scrapes (txnwatch learns the cadence from them), over
---scrapes more: the scrape latency (the whole body read, p50/p99), txnwatch's data age in
+--scrapes more: the scrape latency (the whole body read, p50/p99/max; a p99 needs 100 scrapes
+or more: of fewer, it is the slowest one), txnwatch's data age in
 each scrape (txnwatch_data_age_seconds{source="poller"}: median, p90), its polls
 (txnwatch_polls_total), and each subject's CPU (user + system of its processes, /proc) as a
-share of one core, with txnwatch's worker CPU per poll and per partition. Run by hand;
-figures go to docs/benchmarks.md.
+share of one core, with txnwatch's worker CPU per poll and per partition. For the three
+slowest scrapes of each subject: who ran on the CPUs meanwhile and who waited for one (each
+process group's schedstat: its serving process, its workers, the broker, the producers, the
+other subjects), and for txnwatch the data age and poll duration the scrape saw. Run by
+hand; figures go to docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -63,7 +69,10 @@ class Subject:
     txnwatch: bool = True
     latencies: list[float] = field(default_factory=list)
     at: list[float] = field(default_factory=list)     # each measured scrape's start, seconds after t0
+    # each measured scrape's where_the_time_went() differences
+    waits: list[dict[str, tuple[float, float]]] = field(default_factory=list)
     ages: list[float] = field(default_factory=list)
+    took: list[float] = field(default_factory=list)    # the poll duration each scrape reported
     polls: tuple[float, float] = (0.0, 0.0)
     cpu: tuple[dict, dict] = ({}, {})
     wall: float = 0.0
@@ -120,8 +129,37 @@ def peer(name: str, binary: str, bootstrap: str, prefix: str) -> Subject:
     return Subject(name, proc.pid, url, stop, txnwatch=False)
 
 
+def sched(pid: int) -> tuple[float, float]:
+    """Seconds the threads of `pid` alive now have run on a CPU, and have spent runnable but
+    waiting for one (the first two fields of /proc/<pid>/task/<tid>/schedstat)."""
+    ran = waited = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            fields = (task / "schedstat").read_text().split()
+            ran, waited = ran + int(fields[0]), waited + int(fields[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    return ran / 1e9, waited / 1e9
+
+
+def steal() -> float:
+    """CPU seconds the hypervisor gave other guests while this VM had work (/proc/stat)."""
+    return int(Path("/proc/stat").read_text().split("\n", 1)[0].split()[8]) / os.sysconf("SC_CLK_TCK")
+
+
+def where_the_time_went(groups: dict[str, list[int]]) -> dict[str, tuple[float, float]]:
+    """Each group of processes' CPU run and wait (sched), and the VM's stolen CPU: taken
+    before and after a scrape, their differences say who had the CPUs while it waited."""
+    out = {}
+    for name, pids in groups.items():
+        got = [sched(p) for p in pids]
+        out[name] = (sum(g[0] for g in got), sum(g[1] for g in got))
+    out["stolen"] = (steal(), 0.0)
+    return out
+
+
 def scrape_loop(url: str, pid: int, own: bool, every: float, phase: float, warm: int, measured: int,
-                t0: float, out) -> None:
+                t0: float, out, others: dict[str, list[int]] | None = None) -> None:
     """One Prometheus-like scraper at t0 + phase + k * every: the first `warm` scrapes learn
     nothing but the cadence, the next `measured` periods are measured. A scrape that outlasts
     its period (a peer fetching on scrape) makes the scraper skip the slots it missed, as
@@ -129,10 +167,12 @@ def scrape_loop(url: str, pid: int, own: bool, every: float, phase: float, warm:
 
     Runs in its own process (`phase`): a scraper sharing an interpreter with the others,
     and with the bench's producers, waited for their GIL (parsing a peer's 10 MB body) and
-    counted that as the subject's latency. Sends its measurements to `out`."""
+    counted that as the subject's latency. Sends its measurements to `out`. `others`: process
+    groups (name: pids) whose CPU each measured scrape also records (where_the_time_went)."""
     timeout = min(every, 10)
     start_at, end_at = t0 + phase + warm * every, t0 + phase + (warm + measured) * every
-    r_lat, r_at, r_ages, polls, cpu0, wall = [], [], [], (0.0, 0.0), {}, 0.0
+    r_lat, r_at, r_ages, r_took, r_waits, polls, cpu0, wall = [], [], [], [], [], (0.0, 0.0), {}, 0.0
+    groups: dict[str, list[int]] = {}
     k = 0
     while True:
         slot = t0 + phase + k * every
@@ -141,37 +181,45 @@ def scrape_loop(url: str, pid: int, own: bool, every: float, phase: float, warm:
         time.sleep(max(0.0, slot - time.monotonic()))
         if slot >= start_at and not cpu0:
             cpu0, wall = cpu_seconds(pid), time.monotonic()
+            groups = {"serving": [pid], "workers": [p for p in cpu0 if p != pid],
+                      **(others or {})}
         req = urllib.request.Request(url, headers={**HEADERS, "X-Prometheus-Scrape-Timeout-Seconds": f"{timeout:g}"})
+        waits0 = where_the_time_went(groups)
         began = time.perf_counter()
         with urllib.request.urlopen(req, timeout=300) as r:
             body = r.read()
             gzipped = r.headers.get("Content-Encoding") == "gzip"
         took = time.perf_counter() - began
+        waits = where_the_time_went(groups)
         m = own_series((gzip.decompress(body) if gzipped else body).decode()) if own else None
         if slot >= start_at:
             r_lat.append(took)
             r_at.append(began - t0)
+            r_waits.append({k: (waits[k][0] - v[0], waits[k][1] - v[1]) for k, v in waits0.items()})
             if m is not None:
                 r_ages.append(m.get_value("txnwatch_data_age_seconds", source="poller"))
+                r_took.append(m.get_value("txnwatch_poll_duration_seconds", source="poller"))
                 polls = (polls[0], m.get_value("txnwatch_polls_total"))
         elif m is not None:
             polls = (m.get_value("txnwatch_polls_total"), 0.0)
         k = max(k + 1, math.ceil((time.monotonic() - t0 - phase) / every))
     time.sleep(max(0.0, end_at - time.monotonic()))
-    out.send({"latencies": r_lat, "at": r_at, "ages": r_ages, "polls": polls, "cpu": (cpu0, cpu_seconds(pid)),
-              "wall": time.monotonic() - wall})
+    out.send({"latencies": r_lat, "at": r_at, "waits": r_waits, "ages": r_ages, "took": r_took, "polls": polls,
+              "cpu": (cpu0, cpu_seconds(pid)), "wall": time.monotonic() - wall})
 
 
 def pct(xs: list[float], p: float) -> float:
+    """The nearest-rank percentile: of fewer than 100 scrapes, p99 is the slowest one."""
     xs = sorted(xs)
-    return xs[min(int(len(xs) * p), len(xs) - 1)]
+    return xs[min(math.ceil(len(xs) * p) - 1, len(xs) - 1)]
 
 
 def report(size: int, every: float, s: Subject) -> str:
     before, after = s.cpu
     total = sum(after.values()) - sum(before.values())
     cpu = f"**{total / s.wall * 100:.1f} %**"
-    lat = f"{statistics.median(s.latencies) * 1000:.0f} / {pct(s.latencies, 0.99) * 1000:.0f} ms"
+    lat = (f"{statistics.median(s.latencies) * 1000:.0f} / {pct(s.latencies, 0.99) * 1000:.0f} / "
+           f"{max(s.latencies) * 1000:.0f} ms")
     if not s.txnwatch:
         return f"| {size:,} | {every:g} s | {s.name} | {len(s.latencies)} | {lat} | fetch on scrape | | | {cpu} | | |"
     polls = s.polls[1] - s.polls[0]
@@ -182,27 +230,42 @@ def report(size: int, every: float, s: Subject) -> str:
             f"{per_poll / size * 1e6:.1f} us |")
 
 
-def phase(size: int, every: float, subjects: list[Subject], warm: int, measured: int) -> None:
+def phase(size: int, every: float, subjects: list[Subject], warm: int, measured: int,
+          broker_pids: list[int]) -> None:
     ctx = multiprocessing.get_context("spawn")   # the bench's producer threads stay out of them
     t0 = time.monotonic() + 5                    # CLOCK_MONOTONIC: one clock for every process
     runs = []
     for i, s in enumerate(subjects):
         recv, send = ctx.Pipe(duplex=False)
+        # who else may hold the CPUs during its scrapes: the broker, the bench's producers,
+        # the other subjects (all their processes)
+        others = {"broker": broker_pids, "producers": [os.getpid()],
+                  **{o.name: list(cpu_seconds(o.pid)) for o in subjects if o is not s}}
         proc = ctx.Process(target=scrape_loop, args=(s.url, s.pid, s.txnwatch, every, i * every / len(subjects),
-                                                      warm, measured, t0, send), daemon=True)
+                                                      warm, measured, t0, send, others), daemon=True)
         proc.start()
         runs.append((s, proc, recv))
     for s, proc, recv in runs:
         got = recv.recv()
         proc.join()
-        s.latencies, s.at, s.ages, s.polls, s.cpu, s.wall = (got["latencies"], got["at"], got["ages"], got["polls"],
-                                                             got["cpu"], got["wall"])
+        for name in ("latencies", "at", "waits", "ages", "took", "polls", "cpu", "wall"):
+            setattr(s, name, got[name])
     for s in subjects:
         print(report(size, every, s), flush=True)
+    for s, _, _ in runs:
+        if s.txnwatch:     # how the schedule held: polls that were not served by the scrape they were timed for
+            late = sum(1 for a in s.ages if a > every / 2)
+            print(f"<!-- {s.name}: polls took {statistics.median(s.took) * 1000:.0f} ms median, p90 "
+                  f"{pct(s.took, 0.9) * 1000:.0f} ms, max {max(s.took) * 1000:.0f} ms; {late} of {len(s.ages)} scrapes "
+                  "found the poll timed for them not yet served -->", flush=True)
     for s, _, _ in runs:   # where to look in a trace of the subject (lab: time.monotonic() - t0)
-        slow = sorted(zip(s.latencies, s.at, strict=True), reverse=True)[:3]
-        print(f"<!-- {s.name}: slowest scrapes " + ", ".join(f"{d * 1000:.0f} ms at t0+{at:.2f} s" for d, at in slow)
-              + f" (t0 = monotonic {t0:.3f}) -->", flush=True)
+        seen = [f"; data age {a:.2f} s, last poll {t:.2f} s" for a, t in zip(s.ages, s.took, strict=True)]
+        slow = sorted(zip(s.latencies, s.at, s.waits, seen or [""] * len(s.at), strict=True), reverse=True)[:3]
+        print(f"<!-- {s.name}: slowest scrapes " + ", ".join(
+            f"{d * 1000:.0f} ms at t0+{at:.2f} s (CPU ran / waited for, ms: "
+            + "; ".join(f"{k} {r * 1000:.0f} / {q * 1000:.0f}" for k, (r, q) in w.items() if k != "stolen")
+            + f"; stolen {w['stolen'][0] * 1000:.0f}{note})" for d, at, w, note in slow)
+            + f" (t0 = monotonic {t0:.3f}) -->", flush=True)
 
 
 def main() -> None:
@@ -210,6 +273,10 @@ def main() -> None:
     ap.add_argument("--sizes", default="1000,10000,100000")
     ap.add_argument("--scrape-every", default="5,30")
     ap.add_argument("--before", default=None, help="a checkout of the code before (its `txnwatch serve` runs beside)")
+    ap.add_argument("--one-at-a-time", action="store_true",
+                    help="measure after and before in turn on the same broker and producers, not side by side")
+    ap.add_argument("--neighbour", default=None,
+                    help="a txnwatch checkout run (and scraped) beside each subject, as a noisy neighbour on the CPUs")
     ap.add_argument("--peers", default="", help="name=binary,... (kminion, kafka_exporter)")
     ap.add_argument("--peer-sizes", default="10000", help="sizes at which the peers run (first cadence)")
     ap.add_argument("--groups", type=int, default=500)
@@ -225,7 +292,7 @@ def main() -> None:
     peers = dict(p.split("=", 1) for p in a.peers.split(",") if p)
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
           f"{a.groups} groups, {a.txn_producers} transactional producers")
-    print("| partitions | scraped every | subject | scrapes | scrape p50 / p99 | data age median | p90 | polls "
+    print("| partitions | scraped every | subject | scrapes | scrape p50 / p99 / max | data age median | p90 | polls "
           "| CPU (share of a core) | worker CPU per poll | per partition |\n|---|---|---|---|---|---|---|---|---|---|---|")
     for size in [int(x) for x in a.sizes.split(",")]:
         with broker_for(size) as broker:
@@ -248,14 +315,18 @@ def main() -> None:
             try:
                 for i, every in enumerate(cadences):
                     names = [("after", None)] + ([("before", a.before)] if a.before else [])
-                    subjects = [txnwatch(n, broker.bootstrap, prefix, cwd) for n, cwd in names]
-                    if i == 0 and str(size) in a.peer_sizes.split(","):
-                        subjects += [peer(n, b, broker.bootstrap, prefix) for n, b in peers.items()]
-                    try:
-                        phase(size, every, subjects, a.warm, measured[min(i, len(measured) - 1)])
-                    finally:
-                        for s in subjects:
-                            s.stop()
+                    # side by side, or each in turn (beside the --neighbour, if any)
+                    for group in ([[n] for n in names] if a.one_at_a_time else [names]):
+                        group = group + ([("neighbour", a.neighbour)] if a.neighbour else [])
+                        subjects = [txnwatch(n, broker.bootstrap, prefix, cwd) for n, cwd in group]
+                        if i == 0 and str(size) in a.peer_sizes.split(","):
+                            subjects += [peer(n, b, broker.bootstrap, prefix) for n, b in peers.items()]
+                        try:
+                            phase(size, every, subjects, a.warm, measured[min(i, len(measured) - 1)],
+                                  [n.pid for n in getattr(broker, "nodes", [broker]) if n.pid])
+                        finally:
+                            for s in subjects:
+                                s.stop()
             finally:
                 stop.set()
                 for p in producers:
