@@ -39,9 +39,9 @@ from pathlib import Path
 from bench_scrape import commit_groups, create_partitions  # bench/ is on sys.path when run as a script
 from confluent_kafka import Producer
 
-from txnwatch_dev.exporter_proc import ExporterProcess
 from txnwatch_dev.kafka import make_broker
-from txnwatch_dev.scrape import Metrics, parse_metrics
+from txnwatch_dev.observability.exporter_proc import ExporterProcess
+from txnwatch_dev.observability.scrape import Metrics, parse_metrics
 
 
 def transactions(bootstrap: str, topics: list[str], n: int, stop: threading.Event) -> list[threading.Thread]:

@@ -38,7 +38,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from txnwatch.exporter.kafka.admin import KafkaIO
 from txnwatch_dev.kafka import KafkaCluster, make_broker
-from txnwatch_dev.workload import commit_group_offset
+from txnwatch_dev.transactions.workload import commit_group_offset
 
 TOPICS, PARTITIONS = 10, 10
 APIS = {"LIST_GROUPS": "ListGroups", "FIND_COORDINATOR": "FindCoordinator", "OFFSET_FETCH": "OffsetFetch"}

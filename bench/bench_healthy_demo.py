@@ -26,10 +26,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from txnwatch_dev.exporter_proc import ExporterProcess
 from txnwatch_dev.net import free_port, wait_for
+from txnwatch_dev.observability.exporter_proc import ExporterProcess
+from txnwatch_dev.observability.prometheus import PrometheusProcess
 from txnwatch_dev.procs import terminal_signals
-from txnwatch_dev.prometheus import PrometheusProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -51,7 +51,7 @@ def one(share_classes: bool, inits: int, idle: float) -> dict:
     from txnwatch.pipeline import spark_session
     from txnwatch_dev.jvm import spark_submit_args
     from txnwatch_dev.kafka import KafkaBroker
-    from txnwatch_dev.rawkafka import init_producer_id_until
+    from txnwatch_dev.transactions.rawkafka import init_producer_id_until
 
     row = {}
     with tempfile.TemporaryDirectory() as tmp:

@@ -4,7 +4,7 @@ poller: transactions the brokers list, ids it then describes, and the time of th
     .venv/bin/python bench/bench_list_filters.py --kafka-version 4 --apps 20 --per-app 20 --old 2
 
 Starts a broker of the release, holds `apps` x `per-app` transactions open (raw requests:
-txnwatch_dev.rawkafka), of which `old` per app were opened `--min-age` seconds before
+txnwatch_dev.transactions.rawkafka), of which `old` per app were opened `--min-age` seconds before
 the rest, and measures three ways of asking for them, as the poller does (ListTransactions
 of the open states, then DescribeTransactions of what remains after txnwatch's own filter):
 everything; the duration filter (open_transaction_min_age_seconds); the duration filter and
@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from txnwatch.exporter.kafka.kip664 import TransactionAPI  # noqa: E402
 from txnwatch.exporter.model import OPEN_STATES  # noqa: E402
 from txnwatch_dev.kafka import KafkaBroker, kafka_release  # noqa: E402
-from txnwatch_dev.rawkafka import RawTransaction  # noqa: E402
-from txnwatch_dev.workload import create_topics  # noqa: E402
+from txnwatch_dev.transactions.rawkafka import RawTransaction  # noqa: E402
+from txnwatch_dev.transactions.workload import create_topics  # noqa: E402
 
 TOPIC = "bench-filters"
 

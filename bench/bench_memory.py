@@ -21,7 +21,7 @@ from pathlib import Path
 
 from bench_scrape import PROMETHEUS_HEADERS, broker_for, setup
 
-from txnwatch_dev.exporter_proc import ExporterProcess
+from txnwatch_dev.observability.exporter_proc import ExporterProcess
 
 
 def children(pid: int) -> list[int]:

@@ -53,8 +53,8 @@ from bench_freshness import cpu_seconds, own_series, transactions
 from bench_poll import compare  # bench/ is on sys.path as a script
 from bench_scrape import broker_for, commit_groups, create_partitions
 
-from txnwatch_dev.exporter_proc import ExporterProcess
 from txnwatch_dev.net import free_port, wait_for
+from txnwatch_dev.observability.exporter_proc import ExporterProcess
 
 HEADERS = {"User-Agent": "Prometheus/3.16.0", "Accept-Encoding": "gzip",
            "Accept": "text/plain;version=0.0.4;q=0.5,*/*;q=0.1"}

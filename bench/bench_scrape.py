@@ -22,9 +22,9 @@ import urllib.request
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from txnwatch_dev.exporter_proc import ExporterProcess
 from txnwatch_dev.kafka import KafkaCluster, make_broker
 from txnwatch_dev.net import free_port, wait_for
+from txnwatch_dev.observability.exporter_proc import ExporterProcess
 from txnwatch_dev.proxy import KafkaProxy
 
 # A Kafka node keeps a file open per partition (its active segment): with this machine's

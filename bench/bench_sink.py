@@ -65,7 +65,7 @@ from pathlib import Path
 from txnwatch.pipeline import Settings, executed, make_sink, read_input, spark_session, start_query
 from txnwatch.producer import TransactionalProducer
 from txnwatch_dev.kafka import make_broker
-from txnwatch_dev.workload import create_topics
+from txnwatch_dev.transactions.workload import create_topics
 
 BASE = 1_700_000_000
 SINKS = ("eos-baseline", "eos", "eos-input", "spark-kafka", "at-least-once")

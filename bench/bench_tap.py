@@ -197,7 +197,7 @@ def tap_until_applied(bootstrap: str, topic: str, n: int) -> tuple[float, object
 
 def end_to_end(n_records: int, n_ids: int, partitions: int = 3) -> dict:
     from txnwatch_dev.kafka import make_broker
-    from txnwatch_dev.workload import create_topics
+    from txnwatch_dev.transactions.workload import create_topics
 
     recs = build_records(n_records, n_ids)
     # A stand-in topic: clients cannot write Kafka's own __transaction_state.
@@ -214,7 +214,7 @@ def rebuild(n_ids: int, partitions: int = 50) -> dict:
     compaction leaves it), over `partitions` partitions like __transaction_state; timed from
     the tap's start until it has applied them all and is following."""
     from txnwatch_dev.kafka import make_broker
-    from txnwatch_dev.workload import create_topics
+    from txnwatch_dev.transactions.workload import create_topics
 
     def last_states():
         for i in range(n_ids):

@@ -35,8 +35,8 @@ from bench_scrape import (  # bench/ is on sys.path when run as a script
     setup,
 )
 
-from txnwatch_dev.exporter_proc import ExporterProcess
 from txnwatch_dev.kafka import make_broker
+from txnwatch_dev.observability.exporter_proc import ExporterProcess
 from txnwatch_dev.pki import make_ca
 
 PASSWORD = "bench-scrape-pw"

@@ -206,7 +206,7 @@ def unique():
 @pytest.fixture
 def producers():
     """Start transactional producer child processes; all are killed at teardown."""
-    from txnwatch_dev.workload import ProducerProcess
+    from txnwatch_dev.transactions.workload import ProducerProcess
 
     started: list[ProducerProcess] = []
 

@@ -6,7 +6,7 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 def exporter_factory(tmp_path):
     """Start `txnwatch serve` child processes; all are stopped at teardown."""
-    from txnwatch_dev.exporter_proc import ExporterProcess
+    from txnwatch_dev.observability.exporter_proc import ExporterProcess
 
     started = []
 

@@ -31,8 +31,8 @@ from txnwatch.apps import AppResolver
 from txnwatch.producer import TransactionalProducer
 from txnwatch_dev.kafka import KafkaCluster
 from txnwatch_dev.net import wait_for
-from txnwatch_dev.prometheus import PrometheusProcess
-from txnwatch_dev.workload import create_topics
+from txnwatch_dev.observability.prometheus import PrometheusProcess
+from txnwatch_dev.transactions.workload import create_topics
 
 pytestmark = [pytest.mark.integration]
 

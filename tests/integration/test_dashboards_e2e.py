@@ -57,15 +57,15 @@ from txnwatch.dashboards.queries import (
     dashboard_queries,
     query_requirements,
 )
-from txnwatch_dev import naming
-from txnwatch_dev.alertmanager import AlertmanagerProcess, WebhookReceiver
-from txnwatch_dev.exporter_proc import ExporterProcess
-from txnwatch_dev.hanging import make_hanging_transaction
 from txnwatch_dev.kafka import KafkaBroker
 from txnwatch_dev.net import free_port, wait_for
-from txnwatch_dev.prometheus import PrometheusProcess, promtool_binary
-from txnwatch_dev.rawkafka import RawTransaction
-from txnwatch_dev.workload import ProducerProcess, commit_group_offset, create_topics
+from txnwatch_dev.observability import naming
+from txnwatch_dev.observability.alertmanager import AlertmanagerProcess, WebhookReceiver
+from txnwatch_dev.observability.exporter_proc import ExporterProcess
+from txnwatch_dev.observability.prometheus import PrometheusProcess, promtool_binary
+from txnwatch_dev.transactions.hanging import make_hanging_transaction
+from txnwatch_dev.transactions.rawkafka import RawTransaction
+from txnwatch_dev.transactions.workload import ProducerProcess, commit_group_offset, create_topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

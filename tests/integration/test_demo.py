@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from txnwatch.apps import AppResolver
-from txnwatch_dev.exporter_proc import ExporterProcess
 from txnwatch_dev.kafka import kafka_tool
 from txnwatch_dev.net import free_port, port_open, wait_for
+from txnwatch_dev.observability.exporter_proc import ExporterProcess
+from txnwatch_dev.observability.prometheus import PrometheusProcess
 from txnwatch_dev.procs import terminal_signals
-from txnwatch_dev.prometheus import PrometheusProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.run_alone]
 ROOT = Path(__file__).resolve().parents[2]
@@ -324,7 +324,7 @@ class _BrokerReached(Exception):
 
 def _start_until_the_broker(tmp_path, monkeypatch, *args: str):
     """Demo.start() up to the broker (stopped there): what it decided about Flink, and what it said."""
-    from txnwatch_dev import demo
+    from txnwatch_dev.demo import run as demo
 
     said: list[str] = []
     monkeypatch.setattr(demo.Demo, "say", lambda self, msg: said.append(msg))

@@ -9,10 +9,10 @@ import pytest
 import yaml
 
 from tests.integration.helpers import cluster_config, tap_caught_up
-from txnwatch_dev.exporter_proc import ExporterProcess
 from txnwatch_dev.net import free_port, wait_for
+from txnwatch_dev.observability.exporter_proc import ExporterProcess
 from txnwatch_dev.proxy import KafkaProxy
-from txnwatch_dev.workload import create_topics
+from txnwatch_dev.transactions.workload import create_topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 

@@ -21,7 +21,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from tests.integration.helpers import cluster_config
 from txnwatch_dev.kafka import kafka_tool
 from txnwatch_dev.net import wait_for
-from txnwatch_dev.workload import TopicEnds, aborted_records, create_topics, watermarks
+from txnwatch_dev.transactions.workload import TopicEnds, aborted_records, create_topics, watermarks
 
 PARTITIONS = 2
 

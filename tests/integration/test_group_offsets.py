@@ -13,7 +13,7 @@ from txnwatch.exporter.kafka import admin
 from txnwatch.exporter.kafka.admin import KafkaIO
 from txnwatch_dev.kafka import KafkaCluster
 from txnwatch_dev.net import wait_for
-from txnwatch_dev.workload import commit_group_offsets, create_topics
+from txnwatch_dev.transactions.workload import commit_group_offsets, create_topics
 
 pytestmark = [pytest.mark.integration]
 

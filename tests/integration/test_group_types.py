@@ -15,7 +15,7 @@ from tests import compat
 from tests.integration.helpers import cluster_config
 from txnwatch_dev.kafka import finalized_features, share_consumer
 from txnwatch_dev.net import wait_for
-from txnwatch_dev.workload import create_topics
+from txnwatch_dev.transactions.workload import create_topics
 
 pytestmark = [pytest.mark.integration]
 

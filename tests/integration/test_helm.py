@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from txnwatch_dev.gotools import prometheus_operator_crds, tool
+from txnwatch_dev.observability.prometheus import promtool_binary
 from txnwatch_dev.pki import make_ca
-from txnwatch_dev.prometheus import promtool_binary
 
 pytestmark = [pytest.mark.integration]
 

@@ -15,7 +15,7 @@ from txnwatch.exporter.kafka.kip664 import TransactionAPI
 from txnwatch.exporter.model import OPEN_STATES
 from txnwatch_dev.kafka import kafka_release
 from txnwatch_dev.net import wait_for
-from txnwatch_dev.workload import create_topics
+from txnwatch_dev.transactions.workload import create_topics
 
 pytestmark = [pytest.mark.integration]
 

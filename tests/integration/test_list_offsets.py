@@ -19,7 +19,7 @@ from txnwatch.exporter.kafka.admin import KafkaIO
 from txnwatch.exporter.model import PartitionOffsets
 from txnwatch_dev.kafka import kafka_release
 from txnwatch_dev.net import wait_for
-from txnwatch_dev.workload import commit_group_offsets, create_topics
+from txnwatch_dev.transactions.workload import commit_group_offsets, create_topics
 
 pytestmark = [pytest.mark.integration]
 

@@ -5,9 +5,9 @@ import struct
 import pytest
 
 from tests.integration.helpers import cluster_config
-from txnwatch_dev.hanging import make_hanging_transaction
-from txnwatch_dev.screenshot import dump_dom, screenshot
-from txnwatch_dev.workload import create_topics
+from txnwatch_dev.observability.screenshot import dump_dom, screenshot
+from txnwatch_dev.transactions.hanging import make_hanging_transaction
+from txnwatch_dev.transactions.workload import create_topics
 
 pytestmark = pytest.mark.integration
 

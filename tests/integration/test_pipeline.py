@@ -43,8 +43,8 @@ from txnwatch.spark_listener.serve import render_text
 from txnwatch.spark_listener.sink import committed_attempts
 from txnwatch.spark_listener.state import SparkQueryState
 from txnwatch_dev.net import wait_for
-from txnwatch_dev.scenario import log_counts
-from txnwatch_dev.workload import create_topics
+from txnwatch_dev.transactions.scenario import log_counts
+from txnwatch_dev.transactions.workload import create_topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

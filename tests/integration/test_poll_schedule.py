@@ -18,8 +18,8 @@ import pytest
 from tests.integration.helpers import cluster_config
 from txnwatch.exporter.poll.scrape_clock import TOLERANCE, poll_margin
 from txnwatch_dev.net import wait_for
-from txnwatch_dev.scrape import Metrics, parse_metrics
-from txnwatch_dev.workload import create_topics
+from txnwatch_dev.observability.scrape import Metrics, parse_metrics
+from txnwatch_dev.transactions.workload import create_topics
 
 pytestmark = pytest.mark.integration
 

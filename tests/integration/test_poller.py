@@ -17,10 +17,10 @@ from confluent_kafka import Consumer, TopicPartition
 
 from tests import compat
 from tests.integration.helpers import cluster_config
-from txnwatch_dev.hanging import make_hanging_transaction
 from txnwatch_dev.kafka import kafka_tool
 from txnwatch_dev.net import wait_for
-from txnwatch_dev.workload import commit_group_offset, create_topics
+from txnwatch_dev.transactions.hanging import make_hanging_transaction
+from txnwatch_dev.transactions.workload import commit_group_offset, create_topics
 
 pytestmark = [pytest.mark.integration]
 

@@ -7,7 +7,7 @@ import pytest
 from confluent_kafka import KafkaException
 
 from txnwatch.producer import ProducerMetricsCollector, TransactionalProducer, TransactionError
-from txnwatch_dev.workload import create_topics
+from txnwatch_dev.transactions.workload import create_topics
 
 pytestmark = pytest.mark.integration
 

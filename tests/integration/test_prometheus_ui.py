@@ -9,8 +9,8 @@ from txnwatch.alerts import generate_alerts
 from txnwatch.alerts.config import AlertConfig
 from txnwatch_dev.gotools import PROMETHEUS_RELEASE
 from txnwatch_dev.net import wait_for
-from txnwatch_dev.prometheus import PrometheusProcess
-from txnwatch_dev.screenshot import dump_dom
+from txnwatch_dev.observability.prometheus import PrometheusProcess
+from txnwatch_dev.observability.screenshot import dump_dom
 
 pytestmark = pytest.mark.integration
 

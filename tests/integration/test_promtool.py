@@ -15,7 +15,7 @@ import yaml
 from txnwatch.alerts import generate_alerts
 from txnwatch.alerts.config import AlertConfig
 from txnwatch.dashboards import dashboard_queries
-from txnwatch_dev.prometheus import debian_promtool, promtool_binary
+from txnwatch_dev.observability.prometheus import debian_promtool, promtool_binary
 
 pytestmark = pytest.mark.integration
 

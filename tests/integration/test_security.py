@@ -22,10 +22,10 @@ import pytest
 import yaml
 
 from tests import compat
-from txnwatch_dev.exporter_proc import ExporterProcess
 from txnwatch_dev.kafka import kafka_tool
 from txnwatch_dev.net import wait_for
-from txnwatch_dev.workload import commit_group_offset, create_topics
+from txnwatch_dev.observability.exporter_proc import ExporterProcess
+from txnwatch_dev.transactions.workload import commit_group_offset, create_topics
 
 pytestmark = [pytest.mark.integration]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from tests.integration.helpers import cluster_config
-from txnwatch_dev.workload import create_topics, watermarks
+from txnwatch_dev.transactions.workload import create_topics, watermarks
 
 pytestmark = [pytest.mark.integration]
 

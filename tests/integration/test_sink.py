@@ -34,7 +34,7 @@ from txnwatch.spark_listener.sink import (
     committed_attempts,
 )
 from txnwatch_dev.net import wait_for
-from txnwatch_dev.workload import create_topics
+from txnwatch_dev.transactions.workload import create_topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

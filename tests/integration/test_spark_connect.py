@@ -27,7 +27,7 @@ from tests.integration.helpers import (
     make_input,
 )
 from txnwatch.spark_listener.sink import committed_attempts
-from txnwatch_dev.workload import create_topics
+from txnwatch_dev.transactions.workload import create_topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

@@ -17,10 +17,10 @@ import pytest
 from tests.integration.helpers import cluster_config
 from txnwatch.producer import TransactionalProducer
 from txnwatch.spark_listener import attach, detach
-from txnwatch_dev.hanging import make_hanging_transaction
 from txnwatch_dev.kafka import kafka_tool
 from txnwatch_dev.net import wait_for
-from txnwatch_dev.workload import create_topics, watermarks
+from txnwatch_dev.transactions.hanging import make_hanging_transaction
+from txnwatch_dev.transactions.workload import create_topics, watermarks
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

@@ -15,7 +15,7 @@ from confluent_kafka import Producer
 from tests.integration.helpers import scrape, stop, value
 from txnwatch.spark_listener import attach, detach
 from txnwatch_dev.net import wait_for
-from txnwatch_dev.workload import create_topics
+from txnwatch_dev.transactions.workload import create_topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

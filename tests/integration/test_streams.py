@@ -22,11 +22,11 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from tests import compat
 from tests.integration.helpers import cluster_config
-from txnwatch_dev.faults import restart_streams
+from txnwatch_dev.demo.faults import restart_streams
+from txnwatch_dev.demo.streams_app import StreamsApp
 from txnwatch_dev.kafka import transaction_version
 from txnwatch_dev.net import wait_for
-from txnwatch_dev.streams_app import StreamsApp
-from txnwatch_dev.workload import create_topics
+from txnwatch_dev.transactions.workload import create_topics
 
 pytestmark = [pytest.mark.integration]
 APP = "balance-rocks"

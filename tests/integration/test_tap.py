@@ -49,8 +49,8 @@ from txnwatch.exporter.tap.source import TransactionLogTap
 from txnwatch.metrics import FamilyWriter
 from txnwatch_dev.kafka import SINGLE_NODE_DEFAULTS
 from txnwatch_dev.net import wait_for
-from txnwatch_dev.txnlog_dump import read_records
-from txnwatch_dev.workload import create_topics
+from txnwatch_dev.transactions.txnlog_dump import read_records
+from txnwatch_dev.transactions.workload import create_topics
 
 pytestmark = [pytest.mark.integration]
 

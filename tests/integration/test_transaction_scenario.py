@@ -1,4 +1,4 @@
-"""The transaction scenario (txnwatch_dev/scenario.py) on every broker line: the same
+"""The transaction scenario (txnwatch_dev/transactions/scenario.py) on every broker line: the same
 real producers, and txnwatch's counts equal to the broker's own view and to what the
 scenario expects -- on Apache Kafka 4.x with a TV2 client (the Java client of the same
 release) and with a TV0 client (librdkafka), and on Kafka 3.9 (transaction version 0).
@@ -14,13 +14,13 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from tests import compat
-from txnwatch_dev.exporter_proc import ExporterProcess
 from txnwatch_dev.kafka import kafka_release, transaction_version
-from txnwatch_dev.rawkafka import init_producer_id_until
-from txnwatch_dev.scenario import exporter_config, log_counts, run_scenario
-from txnwatch_dev.scenario_steps import EXPECTED
-from txnwatch_dev.txn_client import TxnClient
-from txnwatch_dev.workload import create_topics
+from txnwatch_dev.observability.exporter_proc import ExporterProcess
+from txnwatch_dev.transactions.rawkafka import init_producer_id_until
+from txnwatch_dev.transactions.scenario import exporter_config, log_counts, run_scenario
+from txnwatch_dev.transactions.scenario_steps import EXPECTED
+from txnwatch_dev.transactions.txn_client import TxnClient
+from txnwatch_dev.transactions.workload import create_topics
 
 pytestmark = [pytest.mark.integration]
 

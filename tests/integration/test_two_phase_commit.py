@@ -6,7 +6,7 @@ How one is opened here: Kafka 4.4's Java client has `transaction.two.phase.commi
 but does not send InitProducerId's Enable2Pc flag yet (tried: the coordinator gave the
 producer its ordinary timeout), so the test opens the transaction the way a 2PC client will
 (InitProducerId v6 with Enable2Pc, AddPartitionsToTxn, a transactional write:
-txnwatch_dev/rawkafka.py) on a broker with unstable.api.versions.enable=true (v6 is
+txnwatch_dev/transactions/rawkafka.py) on a broker with unstable.api.versions.enable=true (v6 is
 still marked unstable) and transaction.two.phase.commit.enable=true.
 """
 
@@ -20,8 +20,8 @@ import pytest
 from tests import compat
 from tests.integration.helpers import cluster_config
 from txnwatch_dev.net import wait_for
-from txnwatch_dev.rawkafka import RawTransaction
-from txnwatch_dev.workload import create_topics
+from txnwatch_dev.transactions.rawkafka import RawTransaction
+from txnwatch_dev.transactions.workload import create_topics
 
 pytestmark = [pytest.mark.integration]
 

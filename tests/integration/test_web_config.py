@@ -23,10 +23,10 @@ import pytest
 import yaml
 
 from tests.integration.helpers import cluster_config
-from txnwatch_dev.exporter_proc import ExporterProcess
 from txnwatch_dev.net import wait_for
+from txnwatch_dev.observability.exporter_proc import ExporterProcess
+from txnwatch_dev.observability.prometheus import PrometheusProcess
 from txnwatch_dev.pki import make_ca
-from txnwatch_dev.prometheus import PrometheusProcess
 
 pytestmark = [pytest.mark.integration]
 

@@ -16,7 +16,7 @@ import pytest
 
 from tests.integration.helpers import children, cluster_config
 from txnwatch_dev.net import wait_for
-from txnwatch_dev.workload import create_topics
+from txnwatch_dev.transactions.workload import create_topics
 
 pytestmark = [pytest.mark.integration]
 

@@ -11,7 +11,7 @@ from txnwatch.exporter.model import (
 from txnwatch.exporter.poll import derive
 from txnwatch.exporter.poll.render import render_snapshot
 from txnwatch.exporter.serve.collector import ExporterCollector
-from txnwatch_dev.scrape import Metrics, parse_metrics
+from txnwatch_dev.observability.scrape import Metrics, parse_metrics
 
 
 def scrape(parts) -> Metrics:

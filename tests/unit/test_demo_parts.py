@@ -17,12 +17,12 @@ from txnwatch.exporter.model import (
     PartitionState,
 )
 from txnwatch.exporter.serve.page import blocked_by, group_rows
-from txnwatch_dev.demo_status import outbox_status, status_line
-from txnwatch_dev.fault_plan import Fault, fault_schedule, next_payment
+from txnwatch_dev.demo.fault_plan import Fault, fault_schedule, next_payment
+from txnwatch_dev.demo.outbox import SCHEMA, Alert, apply_alerts, parse_alert
+from txnwatch_dev.demo.status import outbox_status, status_line
+from txnwatch_dev.demo.streams_output import process_id_from_output, restores_from_output
 from txnwatch_dev.kafka.release import KafkaRelease, source_digest
-from txnwatch_dev.outbox import SCHEMA, Alert, apply_alerts, parse_alert
-from txnwatch_dev.scrape import Metrics, parse_metrics
-from txnwatch_dev.streams_output import process_id_from_output, restores_from_output
+from txnwatch_dev.observability.scrape import Metrics, parse_metrics
 
 UUID = "0caabf0e-8f20-4d31-8580-ce4c1bedecb5"
 

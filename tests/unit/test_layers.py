@@ -196,13 +196,14 @@ def test_the_rule_catches_a_broken_import(tmp_path, change, expected):
 def test_a_unit_test_importing_a_process_starting_harness_module_is_caught(tmp_path):
     write(tmp_path, {"txnwatch_dev/__init__.py": "", "txnwatch_dev/net.py": "import socket\n",
                      "txnwatch_dev/procs.py": "import subprocess\n",
-                     "txnwatch_dev/workload.py": "from .procs import run\n",
+                     "txnwatch_dev/transactions/__init__.py": "",
+                     "txnwatch_dev/transactions/workload.py": "from ..procs import run\n",
                      "tests/unit/test_a.py": "from txnwatch_dev.net import wait_for\n"})
     assert impure_harness_in_unit_tests(tmp_path) == []
     write(tmp_path, {"tests/unit/test_a.py": "from txnwatch_dev.net import wait_for\n"
-                                             "from txnwatch_dev.workload import ProducerProcess\n"})
+                     "from txnwatch_dev.transactions.workload import ProducerProcess\n"})
     assert impure_harness_in_unit_tests(tmp_path) == [
-        "tests/unit/test_a.py:2 imports txnwatch_dev.workload, which starts processes"]
+        "tests/unit/test_a.py:2 imports txnwatch_dev.transactions.workload, which starts processes"]
 
 
 def test_no_test_module_name_is_both_a_unit_and_an_integration_test():

@@ -1,4 +1,4 @@
-"""The catalogue against Prometheus's naming rules (txnwatch_dev.naming): units that say
+"""The catalogue against Prometheus's naming rules (txnwatch_dev.observability.naming): units that say
 what is counted, one measurement per family, no aggregates or `type` as label values, no
 name another Kafka exporter uses, `_info` on info metrics, rates left to PromQL. A real
 scrape is checked with the same rules (and promtool) in test_dashboards_e2e."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 from txnwatch.metrics import CATALOG, DEFAULT_CLUSTER_LABEL, FamilyWriter, MetricSpec
-from txnwatch_dev import naming
+from txnwatch_dev.observability import naming
 
 
 def test_the_catalogue_follows_the_naming_rules():

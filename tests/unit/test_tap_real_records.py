@@ -1,5 +1,5 @@
 """The tap's state machine on records the transaction coordinator really wrote: the
-transaction scenario (txnwatch_dev/scenario.py) captured from Apache Kafka 4.4 with a
+transaction scenario (txnwatch_dev/transactions/scenario.py) captured from Apache Kafka 4.4 with a
 TV2 (Java 4.x) and a TV0 (librdkafka) client and from Kafka 3.9, replayed without I/O.
 
 Every line must give the scenario's expected counts: the per-commit epoch bumps of TV2 are
@@ -9,7 +9,7 @@ whatever the transaction version. (The rule before
 issue 20 -- under TV2 a fence is an epoch bump of 2 or more -- counts no fence and no
 timeout on the 4.4 captures: these tests fail with it.)
 
-Regenerate a capture: python -m txnwatch_dev.scenario --kafka-version 4 --client java
+Regenerate a capture: python -m txnwatch_dev.transactions.scenario --kafka-version 4 --client java
 --capture tests/fixtures/txnlog/scenario-kafka-4-java.jsonl
 """
 
@@ -23,7 +23,7 @@ import pytest
 from txnwatch.apps import AppResolver
 from txnwatch.exporter.tap.decoder import decode_key, decode_value
 from txnwatch.exporter.tap.state import NEW_INSTANCE, OPERATOR, TIMEOUT, TxnLogState
-from txnwatch_dev.scenario_steps import EXPECTED, STEPS, Counts, app_of
+from txnwatch_dev.transactions.scenario_steps import EXPECTED, STEPS, Counts, app_of
 
 FIXTURES = sorted((Path(__file__).resolve().parents[1] / "fixtures" / "txnlog").glob("scenario-*.jsonl"))
 

@@ -62,7 +62,7 @@ def archive_flags(release: KafkaRelease, flags: tuple[str, ...]) -> tuple[str, .
 
 
 def _make(release: KafkaRelease, path: Path) -> None:
-    from ..rawkafka import init_producer_id_until
+    from ..transactions.rawkafka import init_producer_id_until
     from .node import KafkaBroker
 
     workdir = Path(tempfile.mkdtemp(prefix="txnwatch-cds-"))

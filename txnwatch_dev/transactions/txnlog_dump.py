@@ -1,7 +1,7 @@
 """Read a cluster's `__transaction_state` and print its records, decoded, one JSON object a
 line (what the coordinator really wrote: fixtures for the tap's tests are captured with it).
 
-    python -m txnwatch_dev.txnlog_dump --bootstrap H:P [--id-prefix scn-] [--raw]
+    python -m txnwatch_dev.transactions.txnlog_dump --bootstrap H:P [--id-prefix scn-] [--raw]
 
 Each line: partition, offset, timestamp, transactional id and either the decoded value
 fields (status by name) or `"value": null` for a tombstone; `--raw` adds the value bytes

@@ -50,8 +50,11 @@ import time
 from functools import partial
 from pathlib import Path
 
-from .demo_status import status_line
-from .exporter_proc import ExporterProcess
+from ..kafka.release import BrokerUnavailable, KafkaRelease, kafka_release
+from ..net import free_port, wait_for
+from ..observability.exporter_proc import ExporterProcess
+from ..procs import stop_group
+from ..transactions.workload import create_topics
 from .fault_plan import Fault
 from .faults import (
     FaultInjector,
@@ -66,12 +69,9 @@ from .faults import (
     restart_streams,
     slow_transaction,
 )
-from .kafka.release import BrokerUnavailable, KafkaRelease, kafka_release
-from .net import free_port, wait_for
-from .procs import stop_group
-from .workload import create_topics
+from .status import status_line
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]   # demo/run.py -> the checkout
 INPUT, OUTPUT = "demo.orders", "demo.order-totals"                 # the Spark pipeline
 PAYMENTS, BALANCES, OUTBOX = "demo.payments", "demo.balances", "alert-outbox"   # the Streams app
 SETTLEMENTS = "demo.settlements"                                   # where the producer faults write
@@ -213,7 +213,7 @@ class Demo:
             if self.streams is not None:
                 self._compile_streams()
             return
-        from .kafka import make_broker, transaction_version
+        from ..kafka import make_broker, transaction_version
 
         workdir = self.state / "kafka"
         shutil.rmtree(workdir, ignore_errors=True)   # the demo's broker starts empty every time
@@ -308,7 +308,7 @@ class Demo:
     def _flink_available(self):
         """txnwatch_dev.flink.runtime when PyFlink and its Kafka connector can run here,
         else None (said plainly: the demo goes on without Flink)."""
-        from .flink import runtime
+        from ..flink import runtime
 
         try:
             runtime.python()
@@ -405,8 +405,8 @@ class Demo:
         from txnwatch.alerts.config import AlertConfig
         from txnwatch.alerts.rules import generate_alerts
 
-        from .gotools import GoToolMissing
-        from .prometheus import PrometheusProcess, prometheus_binary
+        from ..gotools import GoToolMissing
+        from ..observability.prometheus import PrometheusProcess, prometheus_binary
 
         try:
             prometheus_binary()
@@ -604,7 +604,7 @@ class Demo:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     env = os.environ.get
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m txnwatch_dev.demo", description=__doc__.split("\n\n")[0])
     p.add_argument("--kafka-version", default=env("KAFKA_VERSION"),
                    help="the embedded broker's Apache Kafka release or line (4.4.0, 4.x, 3.9.x); default: the "
                         "newest 4.x on Maven Central")

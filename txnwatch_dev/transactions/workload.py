@@ -11,8 +11,8 @@ from collections.abc import Iterable
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from .net import wait_for
-from .procs import kill_group
+from ..net import wait_for
+from ..procs import kill_group
 
 
 def create_topics(bootstrap: str, topics: Iterable[str], partitions: int = 1,
@@ -126,12 +126,12 @@ def watermarks(bootstrap: str, topic: str, partitions: int) -> dict[int, tuple[i
 
 
 class ProducerProcess:
-    """A `txnwatch_dev.txn_producer` child process with line-based progress."""
+    """A `txnwatch_dev.transactions.txn_producer` child process with line-based progress."""
 
     def __init__(self, bootstrap: str, topic: str, transactional_id: str, action: str = "commit",
                  count: int = 1, partition: int | None = None, then_hang: bool = False,
                  records: int = 1, interval: float = 0.0, timeout_ms: int = 60000) -> None:
-        cmd = [sys.executable, "-m", "txnwatch_dev.txn_producer", "--bootstrap", bootstrap,
+        cmd = [sys.executable, "-m", "txnwatch_dev.transactions.txn_producer", "--bootstrap", bootstrap,
                "--topic", topic, "--transactional-id", transactional_id, "--action", action,
                "--count", str(count), "--records", str(records), "--interval", str(interval),
                "--transaction-timeout-ms", str(timeout_ms)]

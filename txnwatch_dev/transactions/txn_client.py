@@ -4,7 +4,7 @@
   that release's kafka-clients): on a 4.x cluster with transaction.version 2 it speaks TV2,
   so the coordinator bumps its epoch at every commit and abort;
 * `librdkafka`: txnwatch's instrumented producer on confluent-kafka (this module run as
-  `python -m txnwatch_dev.txn_client`), a TV0 client on every cluster; with
+  `python -m txnwatch_dev.transactions.txn_client`), a TV0 client on every cluster; with
   `forward_url` its transactions also reach the exporter's ingest endpoint.
 
     c = TxnClient("java", bootstrap, "orders-0", workdir=tmp, release=release).start()
@@ -26,8 +26,8 @@ import sys
 import threading
 from pathlib import Path
 
-from .kafka.release import KafkaRelease, kafka_release
-from .procs import kill_group
+from ..kafka.release import KafkaRelease, kafka_release
+from ..procs import kill_group
 
 JAVA_SOURCE = Path(__file__).resolve().parent / "java" / "TxnClient.java"
 CLIENTS = ("java", "librdkafka")
@@ -65,7 +65,7 @@ class TxnClient:
             if self.properties:
                 raise ValueError("extra producer properties are for the java client")
             fwd = ["--forward-url", self.forward_url] if self.forward_url else []
-            return [sys.executable, "-m", "txnwatch_dev.txn_client", *args, *fwd]
+            return [sys.executable, "-m", "txnwatch_dev.transactions.txn_client", *args, *fwd]
         from .java_programs import compile_program, java_command
 
         release = self.release or kafka_release()
@@ -146,7 +146,7 @@ def _serve(args: argparse.Namespace) -> int:
     transaction is also sent to the exporter's ingest endpoint (client-side series)."""
     from txnwatch.producer import TransactionalProducer, TransactionError, error_name
 
-    from .faults import RecordSink
+    from ..demo.faults import RecordSink
 
     sink = RecordSink(args.forward_url)
     p = TransactionalProducer({"bootstrap.servers": args.bootstrap, "transactional.id": args.transactional_id,

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import yaml
 
-from .net import free_port
-from .procs import start_until_ready, stop_group
+from ..net import free_port
+from ..procs import start_until_ready, stop_group
 
 
 def alertmanager_binary() -> str:

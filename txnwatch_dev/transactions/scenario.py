@@ -1,9 +1,9 @@
 """The transaction scenario: the same real producers on every broker line and client, and
 txnwatch's counts held against the broker's own view.
 
-    python -m txnwatch_dev.scenario --kafka-version 4 --client java
-    python -m txnwatch_dev.scenario --kafka-version 4 --client librdkafka
-    python -m txnwatch_dev.scenario --kafka-version 3.9 --client librdkafka
+    python -m txnwatch_dev.transactions.scenario --kafka-version 4 --client java
+    python -m txnwatch_dev.transactions.scenario --kafka-version 4 --client librdkafka
+    python -m txnwatch_dev.transactions.scenario --kafka-version 3.9 --client librdkafka
 
 It starts a broker of that release (one KRaft node, transactional.id.expiration.ms 15 s),
 `txnwatch serve` on it (admin poller, transaction-log tap, canary) and drives one app per
@@ -47,11 +47,11 @@ from pathlib import Path
 
 from txnwatch.config import CanaryConfig
 
-from .exporter_proc import ExporterProcess
-from .kafka import KafkaBroker, KafkaRelease, kafka_release, kafka_tool, transaction_version
-from .net import wait_for
+from ..kafka import KafkaBroker, KafkaRelease, kafka_release, kafka_tool, transaction_version
+from ..net import wait_for
+from ..observability.exporter_proc import ExporterProcess
+from ..observability.scrape import Metrics
 from .scenario_steps import EXPECTED, STEPS, Counts, app_of, tid_of
-from .scrape import Metrics
 from .txn_client import TxnClient, TxnClientError
 from .txnlog_dump import read_records, record_json
 from .workload import create_topics

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import yaml
 
-from .gotools import PROMETHEUS_HOME, prometheus3
-from .net import free_port
-from .procs import start_until_ready, stop_group
+from ..gotools import PROMETHEUS_HOME, prometheus3
+from ..net import free_port
+from ..procs import start_until_ready, stop_group
 
 
 def prometheus_binary() -> str:

@@ -23,7 +23,8 @@ verification off (AlterConfigs), the late write, then the leader's own setting r
 Once the partition's last write is older than the broker's transaction.max.timeout.ms,
 `kafka-transactions.sh find-hanging` and txnwatch report it.
 
-    python -m txnwatch_dev.hanging --bootstrap H:P --topic T --partition 0 [--transactional-id ID]
+    python -m txnwatch_dev.transactions.hanging --bootstrap H:P --topic T --partition 0 \
+        [--transactional-id ID]
 
 The requests go over a plain socket, encoded and decoded by kafka-python's protocol
 classes: no client library would send such a request.

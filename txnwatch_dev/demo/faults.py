@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from txnwatch.apps import AppResolver
 from txnwatch.producer import TransactionalProducer, TransactionError, error_name
 
+from ..net import wait_for
+from ..transactions.workload import ProducerProcess, TopicEnds
 from .fault_plan import Fault, fault_schedule, next_payment
-from .net import wait_for
-from .workload import ProducerProcess, TopicEnds
 
 log = logging.getLogger(__name__)
 _app = AppResolver()
@@ -227,7 +227,7 @@ def hanging_transaction(bootstrap: str, topic: str, partition: int, record: Hang
     """A real hanging transaction (KAFKA-9144: a late write that opened a transaction the
     coordinator never saw) on `topic`-`partition`. Found by KIP-664 once its last write is
     older than the broker's transaction.max.timeout.ms; read_committed readers stop at it."""
-    from .hanging import make_hanging_transaction
+    from ..transactions.hanging import make_hanging_transaction
 
     try:
         made = make_hanging_transaction(bootstrap, topic, partition, transactional_id=transactional_id,

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from .scrape import Metrics
+from ..observability.scrape import Metrics
 
 FENCING = ("PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "_FENCED")
 

@@ -13,7 +13,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from .kafka.release import KafkaRelease, javac, source_digest
+from ..kafka.release import KafkaRelease, javac, source_digest
 
 
 def compile_program(source: Path, classes: Path, release: KafkaRelease) -> bool:

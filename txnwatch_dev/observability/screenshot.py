@@ -1,6 +1,6 @@
 """Screenshot a page with headless Chromium (Debian's `chromium`).
 
-    python -m txnwatch_dev.screenshot URL OUT.png [--width 1280 --height 1000]
+    python -m txnwatch_dev.observability.screenshot URL OUT.png [--width 1280 --height 1000]
 """
 
 from __future__ import annotations

@@ -20,10 +20,10 @@ import subprocess
 import threading
 from pathlib import Path
 
-from .java_programs import compile_program, java_command
-from .kafka.release import KafkaRelease, kafka_release
-from .net import wait_for
-from .procs import kill_group, stop_group
+from ..kafka.release import KafkaRelease, kafka_release
+from ..net import wait_for
+from ..procs import kill_group, stop_group
+from ..transactions.java_programs import compile_program, java_command
 from .streams_output import process_id_from_output, restores_from_output
 
 SOURCE = Path(__file__).resolve().parent / "streams" / "BalanceApp.java"

@@ -4,7 +4,7 @@ Tests and the demo start it, read its stdout for progress lines and may SIGKILL 
 mid-transaction: the coordinator then aborts the transaction at its
 transaction.timeout.ms.
 
-    python -m txnwatch_dev.txn_producer --bootstrap H:P --topic T \
+    python -m txnwatch_dev.transactions.txn_producer --bootstrap H:P --topic T \
         --transactional-id ID --action commit --count 3 [--partition N] [--then-hang]
 
 Prints one line per finished transaction (`committed N`, `aborted N`) and `open` once

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from .net import free_port, wait_for
+from ..net import free_port, wait_for
 from .scrape import Metrics, parse_metrics
 
 

@@ -1,0 +1,1 @@
+"""Transactional clients and broker-level transaction tools: producers, raw transactions, the scenario."""
