@@ -73,6 +73,7 @@ class Subject:
     waits: list[dict[str, tuple[float, float]]] = field(default_factory=list)
     ages: list[float] = field(default_factory=list)
     took: list[float] = field(default_factory=list)    # the poll duration each scrape reported
+    stolen: list[float] = field(default_factory=list)  # the VM's CPU stolen during each scrape
     polls: tuple[float, float] = (0.0, 0.0)
     cpu: tuple[dict, dict] = ({}, {})
     wall: float = 0.0
@@ -148,13 +149,12 @@ def steal() -> float:
 
 
 def where_the_time_went(groups: dict[str, list[int]]) -> dict[str, tuple[float, float]]:
-    """Each group of processes' CPU run and wait (sched), and the VM's stolen CPU: taken
-    before and after a scrape, their differences say who had the CPUs while it waited."""
+    """Each group of processes' CPU run and wait (sched): taken before and after a scrape,
+    their differences say who had the CPUs while it waited."""
     out = {}
     for name, pids in groups.items():
         got = [sched(p) for p in pids]
         out[name] = (sum(g[0] for g in got), sum(g[1] for g in got))
-    out["stolen"] = (steal(), 0.0)
     return out
 
 
@@ -171,7 +171,8 @@ def scrape_loop(url: str, pid: int, own: bool, every: float, phase: float, warm:
     groups (name: pids) whose CPU each measured scrape also records (where_the_time_went)."""
     timeout = min(every, 10)
     start_at, end_at = t0 + phase + warm * every, t0 + phase + (warm + measured) * every
-    r_lat, r_at, r_ages, r_took, r_waits, polls, cpu0, wall = [], [], [], [], [], (0.0, 0.0), {}, 0.0
+    r_lat, r_at, r_ages, r_took, r_stolen, r_waits = [], [], [], [], [], []
+    polls, cpu0, wall = (0.0, 0.0), {}, 0.0
     groups: dict[str, list[int]] = {}
     k = 0
     while True:
@@ -184,18 +185,19 @@ def scrape_loop(url: str, pid: int, own: bool, every: float, phase: float, warm:
             groups = {"serving": [pid], "workers": [p for p in cpu0 if p != pid],
                       **(others or {})}
         req = urllib.request.Request(url, headers={**HEADERS, "X-Prometheus-Scrape-Timeout-Seconds": f"{timeout:g}"})
-        waits0 = where_the_time_went(groups)
+        waits0, stolen0 = where_the_time_went(groups), steal()
         began = time.perf_counter()
         with urllib.request.urlopen(req, timeout=300) as r:
             body = r.read()
             gzipped = r.headers.get("Content-Encoding") == "gzip"
         took = time.perf_counter() - began
-        waits = where_the_time_went(groups)
+        waits, stolen = where_the_time_went(groups), steal()
         m = own_series((gzip.decompress(body) if gzipped else body).decode()) if own else None
         if slot >= start_at:
             r_lat.append(took)
             r_at.append(began - t0)
             r_waits.append({k: (waits[k][0] - v[0], waits[k][1] - v[1]) for k, v in waits0.items()})
+            r_stolen.append(stolen - stolen0)
             if m is not None:
                 r_ages.append(m.get_value("txnwatch_data_age_seconds", source="poller"))
                 r_took.append(m.get_value("txnwatch_poll_duration_seconds", source="poller"))
@@ -204,7 +206,7 @@ def scrape_loop(url: str, pid: int, own: bool, every: float, phase: float, warm:
             polls = (m.get_value("txnwatch_polls_total"), 0.0)
         k = max(k + 1, math.ceil((time.monotonic() - t0 - phase) / every))
     time.sleep(max(0.0, end_at - time.monotonic()))
-    out.send({"latencies": r_lat, "at": r_at, "waits": r_waits, "ages": r_ages, "took": r_took, "polls": polls,
+    out.send({"latencies": r_lat, "at": r_at, "waits": r_waits, "ages": r_ages, "took": r_took, "stolen": r_stolen, "polls": polls,
               "cpu": (cpu0, cpu_seconds(pid)), "wall": time.monotonic() - wall})
 
 
@@ -248,7 +250,7 @@ def phase(size: int, every: float, subjects: list[Subject], warm: int, measured:
     for s, proc, recv in runs:
         got = recv.recv()
         proc.join()
-        for name in ("latencies", "at", "waits", "ages", "took", "polls", "cpu", "wall"):
+        for name in ("latencies", "at", "waits", "ages", "took", "stolen", "polls", "cpu", "wall"):
             setattr(s, name, got[name])
     for s in subjects:
         print(report(size, every, s), flush=True)
@@ -260,11 +262,12 @@ def phase(size: int, every: float, subjects: list[Subject], warm: int, measured:
                   "found the poll timed for them not yet served -->", flush=True)
     for s, _, _ in runs:   # where to look in a trace of the subject (lab: time.monotonic() - t0)
         seen = [f"; data age {a:.2f} s, last poll {t:.2f} s" for a, t in zip(s.ages, s.took, strict=True)]
-        slow = sorted(zip(s.latencies, s.at, s.waits, seen or [""] * len(s.at), strict=True), reverse=True)[:3]
+        slow = sorted(zip(s.latencies, s.at, s.waits, s.stolen, seen or [""] * len(s.at), strict=True),
+                      reverse=True)[:3]
         print(f"<!-- {s.name}: slowest scrapes " + ", ".join(
             f"{d * 1000:.0f} ms at t0+{at:.2f} s (CPU ran / waited for, ms: "
-            + "; ".join(f"{k} {r * 1000:.0f} / {q * 1000:.0f}" for k, (r, q) in w.items() if k != "stolen")
-            + f"; stolen {w['stolen'][0] * 1000:.0f}{note})" for d, at, w, note in slow)
+            + "; ".join(f"{k} {r * 1000:.0f} / {q * 1000:.0f}" for k, (r, q) in w.items())
+            + f"; stolen {st * 1000:.0f}{note})" for d, at, w, st, note in slow)
             + f" (t0 = monotonic {t0:.3f}) -->", flush=True)
 
 
