@@ -27,8 +27,10 @@ each scrape (txnwatch_data_age_seconds{source="poller"}: median, p90), its polls
 share of one core, with txnwatch's worker CPU per poll and per partition. For the three
 slowest scrapes of each subject: who ran on the CPUs meanwhile and who waited for one (each
 process group's schedstat: its serving process, its workers, the broker, the producers, the
-other subjects), and for txnwatch the data age and poll duration the scrape saw. Run by
-hand; figures go to docs/benchmarks.md.
+other subjects, and the scraper's own), and for txnwatch the data age and poll duration the
+scrape saw. --cgroups: each service in a CPU cgroup of its own, of equal weight, as a
+container runtime or systemd puts them (cpu_groups.py; needs root). Run by hand; figures go
+to docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ import yaml
 from bench_freshness import cpu_seconds, own_series, transactions
 from bench_poll import compare  # bench/ is on sys.path as a script
 from bench_scrape import broker_for, commit_groups, create_partitions
+from cpu_groups import CpuGroups
 
 from txnwatch_dev.net import free_port, wait_for
 from txnwatch_dev.observability.exporter_proc import ExporterProcess
@@ -159,7 +162,7 @@ def where_the_time_went(groups: dict[str, list[int]]) -> dict[str, tuple[float, 
 
 
 def scrape_loop(url: str, pid: int, own: bool, every: float, phase: float, warm: int, measured: int,
-                t0: float, out, others: dict[str, list[int]] | None = None) -> None:
+                t0: float, out, others: dict[str, list[int]] | None = None, cgroup: str | None = None) -> None:
     """One Prometheus-like scraper at t0 + phase + k * every: the first `warm` scrapes learn
     nothing but the cadence, the next `measured` periods are measured. A scrape that outlasts
     its period (a peer fetching on scrape) makes the scraper skip the slots it missed, as
@@ -168,7 +171,11 @@ def scrape_loop(url: str, pid: int, own: bool, every: float, phase: float, warm:
     Runs in its own process (`phase`): a scraper sharing an interpreter with the others,
     and with the bench's producers, waited for their GIL (parsing a peer's 10 MB body) and
     counted that as the subject's latency. Sends its measurements to `out`. `others`: process
-    groups (name: pids) whose CPU each measured scrape also records (where_the_time_went)."""
+    groups (name: pids) whose CPU each measured scrape also records (where_the_time_went),
+    with the scraper's own (its wait for a CPU is in the latency it measures). `cgroup`: the
+    cgroup.procs of the scrapers' CPU group (--cgroups), joined first."""
+    if cgroup:
+        Path(cgroup).write_text(str(os.getpid()))
     timeout = min(every, 10)
     start_at, end_at = t0 + phase + warm * every, t0 + phase + (warm + measured) * every
     r_lat, r_at, r_ages, r_took, r_stolen, r_waits = [], [], [], [], [], []
@@ -186,17 +193,20 @@ def scrape_loop(url: str, pid: int, own: bool, every: float, phase: float, warm:
                       **(others or {})}
         req = urllib.request.Request(url, headers={**HEADERS, "X-Prometheus-Scrape-Timeout-Seconds": f"{timeout:g}"})
         waits0, stolen0 = where_the_time_went(groups), steal()
+        own0 = sched(os.getpid())    # the scraper's own, tight around the scrape (no /proc walk in it)
         began = time.perf_counter()
         with urllib.request.urlopen(req, timeout=300) as r:
             body = r.read()
             gzipped = r.headers.get("Content-Encoding") == "gzip"
         took = time.perf_counter() - began
+        own1 = sched(os.getpid())
         waits, stolen = where_the_time_went(groups), steal()
         m = own_series((gzip.decompress(body) if gzipped else body).decode()) if own else None
         if slot >= start_at:
             r_lat.append(took)
             r_at.append(began - t0)
-            r_waits.append({k: (waits[k][0] - v[0], waits[k][1] - v[1]) for k, v in waits0.items()})
+            r_waits.append({**{k: (waits[k][0] - v[0], waits[k][1] - v[1]) for k, v in waits0.items()},
+                            "scraper": (own1[0] - own0[0], own1[1] - own0[1])})
             r_stolen.append(stolen - stolen0)
             if m is not None:
                 r_ages.append(m.get_value("txnwatch_data_age_seconds", source="poller"))
@@ -233,7 +243,7 @@ def report(size: int, every: float, s: Subject) -> str:
 
 
 def phase(size: int, every: float, subjects: list[Subject], warm: int, measured: int,
-          broker_pids: list[int]) -> None:
+          broker_pids: list[int], cgroups: CpuGroups | None = None) -> None:
     ctx = multiprocessing.get_context("spawn")   # the bench's producer threads stay out of them
     t0 = time.monotonic() + 5                    # CLOCK_MONOTONIC: one clock for every process
     runs = []
@@ -244,7 +254,8 @@ def phase(size: int, every: float, subjects: list[Subject], warm: int, measured:
         others = {"broker": broker_pids, "producers": [os.getpid()],
                   **{o.name: list(cpu_seconds(o.pid)) for o in subjects if o is not s}}
         proc = ctx.Process(target=scrape_loop, args=(s.url, s.pid, s.txnwatch, every, i * every / len(subjects),
-                                                      warm, measured, t0, send, others), daemon=True)
+                                                      warm, measured, t0, send, others,
+                                                      cgroups and str(cgroups.path("scrapers"))), daemon=True)
         proc.start()
         runs.append((s, proc, recv))
     for s, proc, recv in runs:
@@ -280,6 +291,9 @@ def main() -> None:
                     help="measure after and before in turn on the same broker and producers, not side by side")
     ap.add_argument("--neighbour", default=None,
                     help="a txnwatch checkout run (and scraped) beside each subject, as a noisy neighbour on the CPUs")
+    ap.add_argument("--cgroups", action="store_true",
+                    help="each service in a CPU cgroup of its own, of equal weight, as containers or systemd "
+                         "units are (the broker, the producers, each subject, the scrapers); needs root")
     ap.add_argument("--peers", default="", help="name=binary,... (kminion, kafka_exporter)")
     ap.add_argument("--peer-sizes", default="10000", help="sizes at which the peers run (first cadence)")
     ap.add_argument("--groups", type=int, default=500)
@@ -293,8 +307,19 @@ def main() -> None:
     cadences = [float(x) for x in a.scrape_every.split(",")]
     measured = [int(x) for x in a.scrapes.split(",")]
     peers = dict(p.split("=", 1) for p in a.peers.split(",") if p)
+    cgroups = CpuGroups() if a.cgroups else None
+    try:
+        run(a, cadences, measured, peers, floors, cgroups)
+    finally:
+        if cgroups is not None:
+            cgroups.close()
+
+
+def run(a, cadences: list[float], measured: list[int], peers: dict[str, str], floors: list[str],
+        cgroups: CpuGroups | None) -> None:
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
-          f"{a.groups} groups, {a.txn_producers} transactional producers")
+          f"{a.groups} groups, {a.txn_producers} transactional producers"
+          + (f"; each service in a CPU cgroup of its own under {cgroups.root}" if cgroups else ""))
     print("| partitions | scraped every | subject | scrapes | scrape p50 / p99 / max | data age median | p90 | polls "
           "| CPU (share of a core) | worker CPU per poll | per partition |\n|---|---|---|---|---|---|---|---|---|---|---|")
     for size in [int(x) for x in a.sizes.split(",")]:
@@ -313,6 +338,10 @@ def main() -> None:
                               f"**{r['poll'] / r['floor']:.2f}x** | {r['cpu'] * 1000:.0f} ms | "
                               f"**{r['cpu'] / r['partitions'] * 1e6:.1f} us** |")
                 print("<!-- poll vs floor: " + floors[-1] + " -->", flush=True)
+            broker_pids = [n.pid for n in getattr(broker, "nodes", [broker]) if n.pid]
+            if cgroups is not None:
+                cgroups.join("broker", broker_pids)
+                cgroups.join("producers", [os.getpid()])   # the bench: its producer threads
             stop = threading.Event()
             producers = transactions(broker.bootstrap, topics, a.txn_producers, stop)
             try:
@@ -324,9 +353,12 @@ def main() -> None:
                         subjects = [txnwatch(n, broker.bootstrap, prefix, cwd) for n, cwd in group]
                         if i == 0 and str(size) in a.peer_sizes.split(","):
                             subjects += [peer(n, b, broker.bootstrap, prefix) for n, b in peers.items()]
+                        if cgroups is not None:   # a subject's serving process and its workers
+                            for s in subjects:
+                                cgroups.join(s.name, cpu_seconds(s.pid))
                         try:
                             phase(size, every, subjects, a.warm, measured[min(i, len(measured) - 1)],
-                                  [n.pid for n in getattr(broker, "nodes", [broker]) if n.pid])
+                                  broker_pids, cgroups)
                         finally:
                             for s in subjects:
                                 s.stop()
