@@ -171,9 +171,10 @@ def scrape_loop(url: str, pid: int, own: bool, every: float, phase: float, warm:
     Runs in its own process (`phase`): a scraper sharing an interpreter with the others,
     and with the bench's producers, waited for their GIL (parsing a peer's 10 MB body) and
     counted that as the subject's latency. Sends its measurements to `out`. `others`: process
-    groups (name: pids) whose CPU each measured scrape also records (where_the_time_went),
-    with the scraper's own (its wait for a CPU is in the latency it measures). `cgroup`: the
-    cgroup.procs of the scrapers' CPU group (--cgroups), joined first."""
+    groups (name: pids) whose CPU each measured scrape also records (where_the_time_went);
+    the scraper's own run and wait are read apart, just around the request, since its wait
+    for a CPU is in the latency it measures. `cgroup`: the cgroup.procs of the scrapers' CPU
+    group (--cgroups), joined first."""
     if cgroup:
         Path(cgroup).write_text(str(os.getpid()))
     timeout = min(every, 10)

@@ -1,11 +1,13 @@
 """Each service of a bench in a CPU cgroup of its own, as a container runtime or systemd puts
 them (a pod's container, a service unit), so the kernel shares the CPUs between services
-before it shares them between their threads. Without it every thread of the broker, the
-load and the exporters competes with every other on one flat run queue.
+before it shares them between their threads. Without it the grouping is whatever the
+machine does by itself: with autogroup on (/proc/sys/kernel/sched_autogroup_enabled), one
+group per session, and the bench starts each exporter in a session of its own; with it off,
+one flat run queue for every thread.
 
 Every group gets the same weight (cgroup v1 cpu.shares 1024, v2 cpu.weight 100: the
 defaults). Needs root and the cpu controller (v1 at /sys/fs/cgroup/cpu, or v2 with cpu in
-cgroup.controllers); anything else is a clear error before the bench starts.
+cgroup.controllers; only v1 ran here); anything else is a clear error before the bench starts.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ V2 = Path("/sys/fs/cgroup")
 
 
 class CpuGroups:
-    def __init__(self, name: str = f"txnwatch-bench-{os.getpid()}") -> None:
+    def __init__(self, name: str | None = None) -> None:
         v2_controllers = V2 / "cgroup.controllers"
         if (V1 / "cgroup.procs").exists():
             self.parent = V1
@@ -27,7 +29,7 @@ class CpuGroups:
         else:
             raise SystemExit("--cgroups needs the cpu cgroup controller: neither /sys/fs/cgroup/cpu (v1) nor "
                              "a cgroup v2 root listing cpu in cgroup.controllers was found")
-        self.root = self.parent / name
+        self.root = self.parent / (name or f"txnwatch-bench-{os.getpid()}")
         try:
             self.root.mkdir()
             if self.parent is V2:
