@@ -154,3 +154,37 @@ def test_a_section_reuses_the_deflate_of_every_big_piece_that_came_back_unchange
     # the raw stream alone is byte-aligned and not final: it decodes to the pieces
     d = zlib.decompressobj(-15)
     assert d.decompress(second._deflate) == b"".join(doc) and not d.eof
+
+
+def test_a_publish_builds_only_the_formats_scraped_lately(monkeypatch):
+    """A plain scrape (one `curl`) does not make every later publish join the whole plain
+    document: after `format_ttl` seconds without one, publishes build the gzip form only,
+    and a plain scrape after that still gets the newest data, built for it."""
+    from types import SimpleNamespace
+
+    from txnwatch.exporter.serve import collector
+
+    now = [1000.0]
+    monkeypatch.setattr(collector, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    c = ExporterCollector([])
+    c.response_ttl = 0
+
+    def publish(value: int) -> None:
+        c.publish("poller:x", lambda w: w.add("kafka_cluster_brokers", {"cluster": "x"}, value))
+
+    def section():
+        return c._published.sections[False]
+
+    publish(1)
+    assert b'kafka_cluster_brokers{kafka_cluster="x"} 1.0' in c.exposition(False)       # a curl
+    c.exposition(False, gzip=True)                                                       # Prometheus
+    publish(2)
+    assert section().has_plain and section().has_deflate
+    now[0] += c.format_ttl + 1                       # Prometheus goes on, nobody curls
+    assert b'kafka_cluster_brokers{kafka_cluster="x"} 2.0' in gzip.decompress(c.exposition(False, gzip=True))
+    publish(3)
+    assert section().has_deflate and not section().has_plain
+    assert b'kafka_cluster_brokers{kafka_cluster="x"} 3.0' in gzip.decompress(c.exposition(False, gzip=True))
+    assert b'kafka_cluster_brokers{kafka_cluster="x"} 3.0' in c.exposition(False)      # a curl again
+    publish(4)
+    assert section().has_plain and section().has_deflate
