@@ -29,8 +29,13 @@ slowest scrapes of each subject: who ran on the CPUs meanwhile and who waited fo
 process group's schedstat: its serving process, its workers, the broker, the producers, the
 other subjects, and the scraper's own), and for txnwatch the data age and poll duration the
 scrape saw. --cgroups: each service in a CPU cgroup of its own, of equal weight, as a
-container runtime or systemd puts them (cpu_groups.py; needs root). Run by hand; figures go
-to docs/benchmarks.md.
+container runtime or systemd puts them (cpu_groups.py; needs root). --control: also a
+static server sending the neighbour's document and doing nothing else (static_server.py),
+scraped the same way beside the same neighbour: the scrape latency the machine gives a
+server with no work of its own. --trace-slow MS: the kernel's scheduler events
+(sched_trace.py; tracefs, root) around each of a subject's scrapes slower than MS: who ran
+on each CPU while its serving threads or its scraper waited for one. Run by hand; figures
+go to docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ import os
 import platform
 import statistics
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -55,6 +61,7 @@ from bench_freshness import cpu_seconds, own_series, transactions
 from bench_poll import compare  # bench/ is on sys.path as a script
 from bench_scrape import broker_for, commit_groups, create_partitions
 from cpu_groups import CpuGroups
+from sched_trace import SchedTrace, analyse, describe
 
 from txnwatch_dev.net import free_port, wait_for
 from txnwatch_dev.observability.exporter_proc import ExporterProcess
@@ -74,6 +81,7 @@ class Subject:
     at: list[float] = field(default_factory=list)     # each measured scrape's start, seconds after t0
     # each measured scrape's where_the_time_went() differences
     waits: list[dict[str, tuple[float, float]]] = field(default_factory=list)
+    traces: list[str] = field(default_factory=list)   # --trace-slow: the kernel's account of each slow scrape
     ages: list[float] = field(default_factory=list)
     took: list[float] = field(default_factory=list)    # the poll duration each scrape reported
     stolen: list[float] = field(default_factory=list)  # the VM's CPU stolen during each scrape
@@ -133,6 +141,35 @@ def peer(name: str, binary: str, bootstrap: str, prefix: str) -> Subject:
     return Subject(name, proc.pid, url, stop, txnwatch=False)
 
 
+def control(neighbour: Subject) -> Subject:
+    """static_server.py sending the neighbour's gzipped exposition (the same size of
+    document) on every scrape: a scrape's floor on this machine, beside the same neighbour."""
+    req = urllib.request.Request(neighbour.url, headers={**HEADERS, "X-Prometheus-Scrape-Timeout-Seconds": "5"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        body = r.read()
+    if r.headers.get("Content-Encoding") != "gzip":
+        body = gzip.compress(body)
+    path = Path(tempfile.mkdtemp(prefix="bench-control-")) / "metrics.gz"
+    path.write_bytes(body)
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("static_server.py")), str(path), str(port)],
+                            start_new_session=True)
+    url = f"http://127.0.0.1:{port}/metrics"
+
+    def ready() -> bool:
+        try:
+            with urllib.request.urlopen(url, timeout=10) as r:
+                return r.status == 200
+        except OSError:
+            return False
+    wait_for(ready, 60, interval=0.2, what="the control serving")
+
+    def stop() -> None:
+        proc.terminate()
+        proc.wait(10)
+    return Subject("control", proc.pid, url, stop, txnwatch=False)
+
+
 def sched(pid: int) -> tuple[float, float]:
     """Seconds the threads of `pid` alive now have run on a CPU, and have spent runnable but
     waiting for one (the first two fields of /proc/<pid>/task/<tid>/schedstat)."""
@@ -161,8 +198,34 @@ def where_the_time_went(groups: dict[str, list[int]]) -> dict[str, tuple[float, 
     return out
 
 
+def tids(pids: list[int]) -> list[int]:
+    out = []
+    for p in pids:
+        try:
+            out += [int(t) for t in os.listdir(f"/proc/{p}/task")]
+        except OSError:
+            continue
+    return out
+
+
+LEAD_IN = 0.3   # seconds of scheduler events kept before a traced scrape: who was waiting already
+
+
+def traced(trace: tuple[str, float, str], t0: float, t1: float, groups: dict[str, list[int]], k: int) -> str:
+    """The kernel's account of the scrape in [t0, t1] (sched_trace): who ran while the serving
+    process's threads or the scraper's waited for a CPU. Kept in the trace dir."""
+    name, _, keep = trace
+    lines = SchedTrace.attach(name).window(t0 - LEAD_IN, t1)
+    names = {t: g for g, pids in groups.items() for t in tids(pids)} | {t: "scraper" for t in tids([os.getpid()])}
+    watch = set(tids(groups["serving"])) | {t for t, g in names.items() if g == "scraper"}
+    summary = describe(analyse(lines, names, watch, t0, t1))
+    Path(keep, f"scrape-{k}.txt").write_text(summary + "\n" + "\n".join(lines) + "\n")
+    return summary
+
+
 def scrape_loop(url: str, pid: int, own: bool, every: float, phase: float, warm: int, measured: int,
-                t0: float, out, others: dict[str, list[int]] | None = None, cgroup: str | None = None) -> None:
+                t0: float, out, others: dict[str, list[int]] | None = None, cgroup: str | None = None,
+                trace: tuple[str, float, str] | None = None) -> None:
     """One Prometheus-like scraper at t0 + phase + k * every: the first `warm` scrapes learn
     nothing but the cadence, the next `measured` periods are measured. A scrape that outlasts
     its period (a peer fetching on scrape) makes the scraper skip the slots it missed, as
@@ -174,12 +237,13 @@ def scrape_loop(url: str, pid: int, own: bool, every: float, phase: float, warm:
     groups (name: pids) whose CPU each measured scrape also records (where_the_time_went);
     the scraper's own run and wait are read apart, just around the request, since its wait
     for a CPU is in the latency it measures. `cgroup`: the cgroup.procs of the scrapers' CPU
-    group (--cgroups), joined first."""
+    group (--cgroups), joined first. `trace` (--trace-slow): the tracefs instance, the latency
+    in seconds over which a scrape is traced, and the directory the traces go to."""
     if cgroup:
         Path(cgroup).write_text(str(os.getpid()))
     timeout = min(every, 10)
     start_at, end_at = t0 + phase + warm * every, t0 + phase + (warm + measured) * every
-    r_lat, r_at, r_ages, r_took, r_stolen, r_waits = [], [], [], [], [], []
+    r_lat, r_at, r_ages, r_took, r_stolen, r_waits, r_traces = [], [], [], [], [], [], []
     polls, cpu0, wall = (0.0, 0.0), {}, 0.0
     groups: dict[str, list[int]] = {}
     k = 0
@@ -195,11 +259,11 @@ def scrape_loop(url: str, pid: int, own: bool, every: float, phase: float, warm:
         req = urllib.request.Request(url, headers={**HEADERS, "X-Prometheus-Scrape-Timeout-Seconds": f"{timeout:g}"})
         waits0, stolen0 = where_the_time_went(groups), steal()
         own0 = sched(os.getpid())    # the scraper's own, tight around the scrape (no /proc walk in it)
-        began = time.perf_counter()
+        mono0, began = time.monotonic(), time.perf_counter()
         with urllib.request.urlopen(req, timeout=300) as r:
             body = r.read()
             gzipped = r.headers.get("Content-Encoding") == "gzip"
-        took = time.perf_counter() - began
+        took, mono1 = time.perf_counter() - began, time.monotonic()
         own1 = sched(os.getpid())
         waits, stolen = where_the_time_went(groups), steal()
         m = own_series((gzip.decompress(body) if gzipped else body).decode()) if own else None
@@ -209,15 +273,19 @@ def scrape_loop(url: str, pid: int, own: bool, every: float, phase: float, warm:
             r_waits.append({**{k: (waits[k][0] - v[0], waits[k][1] - v[1]) for k, v in waits0.items()},
                             "scraper": (own1[0] - own0[0], own1[1] - own0[1])})
             r_stolen.append(stolen - stolen0)
+            r_traces.append(traced(trace, mono0, mono1, groups, len(r_lat)) if trace and took > trace[1] else "")
             if m is not None:
                 r_ages.append(m.get_value("txnwatch_data_age_seconds", source="poller"))
                 r_took.append(m.get_value("txnwatch_poll_duration_seconds", source="poller"))
                 polls = (polls[0], m.get_value("txnwatch_polls_total"))
         elif m is not None:
             polls = (m.get_value("txnwatch_polls_total"), 0.0)
+        if trace:
+            SchedTrace.attach(trace[0]).clear()   # the next scrape's window: seconds of events to read
         k = max(k + 1, math.ceil((time.monotonic() - t0 - phase) / every))
     time.sleep(max(0.0, end_at - time.monotonic()))
-    out.send({"latencies": r_lat, "at": r_at, "waits": r_waits, "ages": r_ages, "took": r_took, "stolen": r_stolen, "polls": polls,
+    out.send({"latencies": r_lat, "at": r_at, "waits": r_waits, "traces": r_traces, "ages": r_ages, "took": r_took,
+              "stolen": r_stolen, "polls": polls,
               "cpu": (cpu0, cpu_seconds(pid)), "wall": time.monotonic() - wall})
 
 
@@ -234,7 +302,8 @@ def report(size: int, every: float, s: Subject) -> str:
     lat = (f"{statistics.median(s.latencies) * 1000:.0f} / {pct(s.latencies, 0.99) * 1000:.0f} / "
            f"{max(s.latencies) * 1000:.0f} ms")
     if not s.txnwatch:
-        return f"| {size:,} | {every:g} s | {s.name} | {len(s.latencies)} | {lat} | fetch on scrape | | | {cpu} | | |"
+        how = "static bytes" if s.name == "control" else "fetch on scrape"
+        return f"| {size:,} | {every:g} s | {s.name} | {len(s.latencies)} | {lat} | {how} | | | {cpu} | | |"
     polls = s.polls[1] - s.polls[0]
     worker = sum(v - before.get(p, 0.0) for p, v in after.items() if p != s.pid)
     per_poll = worker / max(polls, 1)
@@ -244,7 +313,8 @@ def report(size: int, every: float, s: Subject) -> str:
 
 
 def phase(size: int, every: float, subjects: list[Subject], warm: int, measured: int,
-          broker_pids: list[int], cgroups: CpuGroups | None = None) -> None:
+          broker_pids: list[int], cgroups: CpuGroups | None = None,
+          trace: tuple[str, float, str] | None = None) -> None:
     ctx = multiprocessing.get_context("spawn")   # the bench's producer threads stay out of them
     t0 = time.monotonic() + 5                    # CLOCK_MONOTONIC: one clock for every process
     runs = []
@@ -256,13 +326,16 @@ def phase(size: int, every: float, subjects: list[Subject], warm: int, measured:
                   **{o.name: list(cpu_seconds(o.pid)) for o in subjects if o is not s}}
         proc = ctx.Process(target=scrape_loop, args=(s.url, s.pid, s.txnwatch, every, i * every / len(subjects),
                                                       warm, measured, t0, send, others,
-                                                      cgroups and str(cgroups.path("scrapers"))), daemon=True)
+                                                      cgroups and str(cgroups.path("scrapers")),
+                                                      trace and i == 0 and (trace[0], trace[1],
+                                                                            mkdir(Path(trace[2], f"{size}-{every:g}-{s.name}")))),
+                                    daemon=True)
         proc.start()
         runs.append((s, proc, recv))
     for s, proc, recv in runs:
         got = recv.recv()
         proc.join()
-        for name in ("latencies", "at", "waits", "ages", "took", "stolen", "polls", "cpu", "wall"):
+        for name in ("latencies", "at", "waits", "traces", "ages", "took", "stolen", "polls", "cpu", "wall"):
             setattr(s, name, got[name])
     for s in subjects:
         print(report(size, every, s), flush=True)
@@ -274,12 +347,12 @@ def phase(size: int, every: float, subjects: list[Subject], warm: int, measured:
                   "found the poll timed for them not yet served -->", flush=True)
     for s, _, _ in runs:   # where to look in a trace of the subject (lab: time.monotonic() - t0)
         seen = [f"; data age {a:.2f} s, last poll {t:.2f} s" for a, t in zip(s.ages, s.took, strict=True)]
-        slow = sorted(zip(s.latencies, s.at, s.waits, s.stolen, seen or [""] * len(s.at), strict=True),
+        slow = sorted(zip(s.latencies, s.at, s.waits, s.stolen, seen or [""] * len(s.at), s.traces, strict=True),
                       reverse=True)[:3]
         print(f"<!-- {s.name}: slowest scrapes " + ", ".join(
             f"{d * 1000:.0f} ms at t0+{at:.2f} s (CPU ran / waited for, ms: "
             + "; ".join(f"{k} {r * 1000:.0f} / {q * 1000:.0f}" for k, (r, q) in w.items())
-            + f"; stolen {st * 1000:.0f}{note})" for d, at, w, st, note in slow)
+            + f"; stolen {st * 1000:.0f}{note})" + (f" [trace: {tr}]" if tr else "") for d, at, w, st, note, tr in slow)
             + f" (t0 = monotonic {t0:.3f}) -->", flush=True)
 
 
@@ -295,6 +368,13 @@ def main() -> None:
     ap.add_argument("--cgroups", action="store_true",
                     help="each service in a CPU cgroup of its own, of equal weight, as containers or systemd "
                          "units are (the broker, the producers, each subject, the scrapers); needs root")
+    ap.add_argument("--control", action="store_true",
+                    help="also measure static_server.py sending the neighbour's document (needs --neighbour): "
+                         "the scrape latency of a server that does nothing else, beside the same neighbour")
+    ap.add_argument("--trace-slow", type=float, default=None, metavar="MS",
+                    help="trace the scheduler (tracefs, sched_trace.py; needs root) and, for each of the first "
+                         "subject's scrapes slower than MS, say who ran on the CPUs while its serving threads waited")
+    ap.add_argument("--trace-dir", default="bench-traces", help="where --trace-slow keeps each slow scrape's events")
     ap.add_argument("--peers", default="", help="name=binary,... (kminion, kafka_exporter)")
     ap.add_argument("--peer-sizes", default="10000", help="sizes at which the peers run (first cadence)")
     ap.add_argument("--groups", type=int, default=500)
@@ -304,20 +384,31 @@ def main() -> None:
     ap.add_argument("--floor-rounds", type=int, default=3,
                     help="per size, first: this checkout's poll against its requests sent bare (bench_poll)")
     a = ap.parse_args()
+    if a.control and not a.neighbour:
+        ap.error("--control serves the --neighbour's document: give --neighbour")
     floors: list[str] = []
     cadences = [float(x) for x in a.scrape_every.split(",")]
     measured = [int(x) for x in a.scrapes.split(",")]
     peers = dict(p.split("=", 1) for p in a.peers.split(",") if p)
     cgroups = CpuGroups() if a.cgroups else None
+    tracer = SchedTrace(f"txnwatch-bench-{os.getpid()}") if a.trace_slow is not None else None
     try:
-        run(a, cadences, measured, peers, floors, cgroups)
+        run(a, cadences, measured, peers, floors, cgroups,
+            tracer and (tracer.dir.name, a.trace_slow / 1000, a.trace_dir))
     finally:
         if cgroups is not None:
             cgroups.close()
+        if tracer is not None:
+            tracer.close()
+
+
+def mkdir(path: Path) -> str:
+    path.mkdir(parents=True, exist_ok=True)
+    return str(path)
 
 
 def run(a, cadences: list[float], measured: list[int], peers: dict[str, str], floors: list[str],
-        cgroups: CpuGroups | None) -> None:
+        cgroups: CpuGroups | None, trace: tuple[str, float, str] | None) -> None:
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
           f"{a.groups} groups, {a.txn_producers} transactional producers"
           + (f"; each service in a CPU cgroup of its own under {cgroups.root}" if cgroups else ""))
@@ -347,19 +438,26 @@ def run(a, cadences: list[float], measured: list[int], peers: dict[str, str], fl
             producers = transactions(broker.bootstrap, topics, a.txn_producers, stop)
             try:
                 for i, every in enumerate(cadences):
-                    names = [("after", None)] + ([("before", a.before)] if a.before else [])
+                    names = ([("after", None)] + ([("before", a.before)] if a.before else [])
+                             + ([("control", None)] if a.control else []))
                     # side by side, or each in turn (beside the --neighbour, if any)
                     for group in ([[n] for n in names] if a.one_at_a_time else [names]):
                         group = group + ([("neighbour", a.neighbour)] if a.neighbour else [])
-                        subjects = [txnwatch(n, broker.bootstrap, prefix, cwd) for n, cwd in group]
-                        if i == 0 and str(size) in a.peer_sizes.split(","):
-                            subjects += [peer(n, b, broker.bootstrap, prefix) for n, b in peers.items()]
-                        if cgroups is not None:   # a subject's serving process and its workers
-                            for s in subjects:
-                                cgroups.join(s.name, cpu_seconds(s.pid))
-                        try:
+                        subjects: list[Subject] = []
+                        try:   # each subject stopped even when a later one fails to start
+                            for n, cwd in group:
+                                if n != "control":
+                                    subjects.append(txnwatch(n, broker.bootstrap, prefix, cwd))
+                            if ("control", None) in group:   # first, as the subject its scraper measures
+                                subjects.insert(0, control(subjects[-1]))
+                            if i == 0 and str(size) in a.peer_sizes.split(","):
+                                for n, b in peers.items():
+                                    subjects.append(peer(n, b, broker.bootstrap, prefix))
+                            if cgroups is not None:   # a subject's serving process and its workers
+                                for s in subjects:
+                                    cgroups.join(s.name, cpu_seconds(s.pid))
                             phase(size, every, subjects, a.warm, measured[min(i, len(measured) - 1)],
-                                  broker_pids, cgroups)
+                                  broker_pids, cgroups, trace)
                         finally:
                             for s in subjects:
                                 s.stop()
