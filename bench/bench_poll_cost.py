@@ -65,6 +65,7 @@ from sched_trace import SchedTrace, analyse, describe
 
 from txnwatch_dev.net import free_port, wait_for
 from txnwatch_dev.observability.exporter_proc import ExporterProcess
+from txnwatch_dev.procs import start_until_ready
 
 HEADERS = {"User-Agent": "Prometheus/3.16.0", "Accept-Encoding": "gzip",
            "Accept": "text/plain;version=0.0.4;q=0.5,*/*;q=0.1"}
@@ -143,26 +144,19 @@ def peer(name: str, binary: str, bootstrap: str, prefix: str) -> Subject:
 
 def control(neighbour: Subject) -> Subject:
     """static_server.py sending the neighbour's gzipped exposition (the same size of
-    document) on every scrape: a scrape's floor on this machine, beside the same neighbour."""
+    document) on every scrape: the scrape latency this machine gives a server with no work of
+    its own, beside the same neighbour."""
     req = urllib.request.Request(neighbour.url, headers={**HEADERS, "X-Prometheus-Scrape-Timeout-Seconds": "5"})
     with urllib.request.urlopen(req, timeout=60) as r:
         body = r.read()
     if r.headers.get("Content-Encoding") != "gzip":
         body = gzip.compress(body)
-    path = Path(tempfile.mkdtemp(prefix="bench-control-")) / "metrics.gz"
-    path.write_bytes(body)
+    workdir = Path(tempfile.mkdtemp(prefix="bench-control-"))
+    (workdir / "metrics.gz").write_bytes(body)
     port = free_port()
-    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("static_server.py")), str(path), str(port)],
-                            start_new_session=True)
     url = f"http://127.0.0.1:{port}/metrics"
-
-    def ready() -> bool:
-        try:
-            with urllib.request.urlopen(url, timeout=10) as r:
-                return r.status == 200
-        except OSError:
-            return False
-    wait_for(ready, 60, interval=0.2, what="the control serving")
+    proc = start_until_ready([sys.executable, str(Path(__file__).with_name("static_server.py")),
+                              str(workdir / "metrics.gz"), str(port)], workdir / "out.log", url, "the control", 60)
 
     def stop() -> None:
         proc.terminate()
