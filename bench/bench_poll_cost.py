@@ -367,8 +367,10 @@ def main() -> None:
                          "the scrape latency of a server that does nothing else, beside the same neighbour")
     ap.add_argument("--trace-slow", type=float, default=None, metavar="MS",
                     help="trace the scheduler (tracefs, sched_trace.py; needs root) and, for each of the first "
-                         "subject's scrapes slower than MS, say who ran on the CPUs while its serving threads waited")
-    ap.add_argument("--trace-dir", default="bench-traces", help="where --trace-slow keeps each slow scrape's events")
+                         "subject's scrapes slower than MS, say who ran on the CPUs while its serving threads or "
+                         "its scraper waited")
+    ap.add_argument("--trace-dir", default=None,
+                    help="where --trace-slow keeps each slow scrape's events (default: a new temporary directory)")
     ap.add_argument("--peers", default="", help="name=binary,... (kminion, kafka_exporter)")
     ap.add_argument("--peer-sizes", default="10000", help="sizes at which the peers run (first cadence)")
     ap.add_argument("--groups", type=int, default=500)
@@ -386,6 +388,8 @@ def main() -> None:
     peers = dict(p.split("=", 1) for p in a.peers.split(",") if p)
     cgroups = CpuGroups() if a.cgroups else None
     tracer = SchedTrace(f"txnwatch-bench-{os.getpid()}") if a.trace_slow is not None else None
+    if tracer is not None and a.trace_dir is None:
+        a.trace_dir = tempfile.mkdtemp(prefix="txnwatch-bench-traces-")
     try:
         run(a, cadences, measured, peers, floors, cgroups,
             tracer and (tracer.dir.name, a.trace_slow / 1000, a.trace_dir))
@@ -405,7 +409,8 @@ def run(a, cadences: list[float], measured: list[int], peers: dict[str, str], fl
         cgroups: CpuGroups | None, trace: tuple[str, float, str] | None) -> None:
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
           f"{a.groups} groups, {a.txn_producers} transactional producers"
-          + (f"; each service in a CPU cgroup of its own under {cgroups.root}" if cgroups else ""))
+          + (f"; each service in a CPU cgroup of its own under {cgroups.root}" if cgroups else "")
+          + (f"; slow scrapes traced into {a.trace_dir}" if trace else ""))
     print("| partitions | scraped every | subject | scrapes | scrape p50 / p99 / max | data age median | p90 | polls "
           "| CPU (share of a core) | worker CPU per poll | per partition |\n|---|---|---|---|---|---|---|---|---|---|---|")
     for size in [int(x) for x in a.sizes.split(",")]:
