@@ -29,9 +29,10 @@ so its record is written at once and a later commit or abort writes none. A fata
 that surfaces while no transaction is open gets a record with `outcome` None: it counts
 as an error, not as a transaction.
 
-Fencing is told apart: `is_fencing(name)` is true for PRODUCER_FENCED,
-INVALID_PRODUCER_EPOCH and librdkafka's local _FENCED; after fencing the producer is
-unusable (a newer instance owns the transactional id) and must be closed.
+Fencing is told apart: `is_fencing(name)` is true for the errors of
+txnwatch.fencing.FENCING_ERRORS (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH and librdkafka's
+local _FENCED); after fencing the producer is unusable (a newer instance owns the
+transactional id) and must be closed.
 """
 
 from __future__ import annotations
@@ -42,10 +43,10 @@ from contextlib import contextmanager
 from typing import Any
 
 from txnwatch.apps import AppResolver
+from txnwatch.fencing import FENCING_ERRORS
 from txnwatch.metrics import FamilyWriter
 from txnwatch.spark_listener.state import SparkQueryState
 
-FENCING_ERRORS = frozenset({"PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "_FENCED"})
 APPLICATION_ERROR = "_APPLICATION"   # librdkafka's name for "application generated error"
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60000
 

@@ -1,8 +1,9 @@
 """The house's rules, read from the imports (ast, nothing imported): no import circle in
-txnwatch/, the exporter's layers (txnwatch/exporter/__init__.py draws them), the shipped
-package never importing the test and demo harness (txnwatch_dev) or the tests, and the unit
-tests using only the harness's pure modules (none that starts a process, or imports one that
-does)."""
+txnwatch/, the exporter's layers (txnwatch/exporter/__init__.py draws them), the shared
+leaves importing only what they may, the producer wrapper never importing the generators,
+the shipped package never importing the test and demo harness (txnwatch_dev) or the tests,
+and the unit tests using only the harness's pure modules (none that starts a process, or
+imports one that does)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,19 @@ HARNESS = ("txnwatch_dev", "tests", "bench")
 # executors) asks the brokers through the exporter's Kafka client layer, which imports only
 # the model, and never pulls in the server, the poller or the tap
 OUTSIDE = {"txnwatch.spark_listener": {"kafka", "model"}}
+# shared leaves -> the modules of txnwatch each may import: the alerts and the dashboards (and,
+# for the fencing errors, the producer wrapper) all read them, so anything a leaf imports
+# reaches every one of its users
+LEAVES = {
+    "txnwatch.fencing": set(),
+    "txnwatch.alerts.config": set(),
+    "txnwatch.alerts.labels": set(),
+    "txnwatch.alerts.promql": {"txnwatch.fencing"},
+    "txnwatch.dashboards.ids": set(),
+}
+# modules or packages -> packages they must never import: the producer wrapper serves any
+# service's Kafka client and knows nothing of the rules and dashboards built on its series
+NEVER = {"txnwatch.producer": ("txnwatch.alerts", "txnwatch.dashboards")}
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -92,8 +106,24 @@ def violations(root: Path, package: str = "txnwatch") -> list[str]:
             src, dst = layer(mod), layer(target)
             if src and dst and dst in FORBIDDEN.get(src, ()):
                 found.append(f"{mod}:{line} imports {target}: {src} must not import {dst}")
+            found += [f"{mod}:{line} imports {target}: {why}" for why in house_rules(mod, target, package)]
     found += [f"import circle: {' -> '.join(c)}" for c in cycles(g)]
     return found
+
+
+def within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def house_rules(mod: str, target: str, package: str) -> list[str]:
+    """What importing `target` from `mod` breaks of LEAVES and NEVER."""
+    out = []
+    allowed = LEAVES.get(mod)
+    if allowed is not None and within(target, package) and target not in allowed:
+        out.append(f"a shared leaf may import {' and '.join(sorted(allowed)) or f'nothing of {package}'}")
+    out += [f"{owner} must not import {pkg}" for owner, pkgs in NEVER.items() if within(mod, owner)
+            for pkg in pkgs if within(target, pkg)]
+    return out
 
 
 def cycles(g: dict[str, list[tuple[str, int, bool]]]) -> list[list[str]]:
@@ -185,6 +215,15 @@ BASE = {"txnwatch/__init__.py": "", "txnwatch/exporter/__init__.py": "",
       "from txnwatch.exporter.kafka.admin import KafkaIO\ndef f():\n    from txnwatch.exporter.poll import poller\n"},
      "txnwatch.spark_listener.sink:3 imports txnwatch.exporter.poll: txnwatch.spark_listener may use only the "
      "exporter's kafka and model layers"),
+    ({"txnwatch/fencing.py": "from txnwatch.exporter.model import X\n"},
+     "txnwatch.fencing:1 imports txnwatch.exporter.model: a shared leaf may import nothing of txnwatch"),
+    ({"txnwatch/fencing.py": "", "txnwatch/dashboards/__init__.py": "", "txnwatch/dashboards/ids.py": "",
+      "txnwatch/alerts/__init__.py": "", "txnwatch/alerts/promql.py":
+      "from txnwatch.fencing import FENCING_ERRORS\nfrom txnwatch.dashboards.ids import PANEL_IDS\n"},
+     "txnwatch.alerts.promql:2 imports txnwatch.dashboards.ids: a shared leaf may import txnwatch.fencing"),
+    ({"txnwatch/alerts/__init__.py": "", "txnwatch/alerts/promql.py": "",
+      "txnwatch/producer.py": "def f():\n    from txnwatch.alerts.promql import FENCED\n"},
+     "txnwatch.producer:2 imports txnwatch.alerts.promql: txnwatch.producer must not import txnwatch.alerts"),
 ])
 def test_the_rule_catches_a_broken_import(tmp_path, change, expected):
     write(tmp_path, BASE)

@@ -20,7 +20,8 @@ the catalogue's `cluster` label and renamed to `cluster_label` by `rule_groups`
 
 Over 600 lines on purpose: it is the rule catalogue (19 alerts and their recording rules,
 each with its expression, thresholds and the texts an on-call reads), read top to bottom
-by source; the shared helpers are at the top.
+by source; its helpers are at the top, the PromQL it shares with the dashboards (selectors,
+outcomes, fencing errors, the abort ratio) in alerts/promql.py.
 """
 
 from __future__ import annotations
@@ -35,26 +36,17 @@ import yaml
 
 from txnwatch.alerts.config import QUANTILES, SELECTORS, AlertConfig
 from txnwatch.alerts.labels import mask_selectors, rename_in_promql, rename_in_template
+from txnwatch.alerts.promql import ABORTED, COMMITTED, FENCED, abort_ratio, matchers
 from txnwatch.apps import CANARY_APP
 from txnwatch.dashboards import ids
 from txnwatch.dashboards.ids import DashboardRef
 from txnwatch.spark_listener.trigger import LONG_BATCH_MODES
 
-FENCING_ERRORS = "PRODUCER_FENCED|_FENCED|INVALID_PRODUCER_EPOCH"
-ABORTED = 'outcome="aborted"'
-COMMITTED = 'outcome="committed"'
-FENCED = f'error=~"{FENCING_ERRORS}"'
 INVALID_TIMEOUT = 'error="INVALID_TRANSACTION_TIMEOUT"'
 FAILED = 'error_class!="none"'
 
 
 # ---------------------------------------------------------------- helpers
-def sel(*matchers: str) -> str:
-    """`{a, b}` from non-empty matchers (and `` when there are none)."""
-    parts = [m for m in matchers if m]
-    return "{" + ", ".join(parts) + "}" if parts else ""
-
-
 def _num(x: float) -> str:
     return f"{x:g}"
 
@@ -129,38 +121,30 @@ def recording_rules(cfg: AlertConfig) -> dict[str, list[dict[str, Any]]]:
     cl = cfg.client_selector
     tx = []
     tx.append({"record": "cluster_app:kafka_transactions:rate5m",
-               "expr": f"sum by (cluster, app) (rate(kafka_transactions_total{sel(c)}[5m]))"})
-    tx.append({"record": "cluster_app:kafka_transactions_abort_ratio:rate5m", "expr": _expr(f"""
-        (
-          sum by (cluster, app) (rate(kafka_transactions_total{sel(ABORTED, c)}[5m]))
-          or
-          0 * sum by (cluster, app) (rate(kafka_transactions_total{sel(c)}[5m]))
-        )
-        / sum by (cluster, app) (rate(kafka_transactions_total{sel(c)}[5m]))""")})
+               "expr": f"sum by (cluster, app) (rate(kafka_transactions_total{matchers(c)}[5m]))"})
+    tx.append({"record": "cluster_app:kafka_transactions_abort_ratio:rate5m",
+               "expr": abort_ratio("kafka_transactions_total", "cluster, app", "5m",
+                                   aborted=matchers(ABORTED, c), completed=matchers(c), multiline=True)})
     tx.append({"record": "app:kafka_producer_transactions:rate5m",
-               "expr": f"sum by (app) (rate(kafka_producer_transactions_total{sel(cl)}[5m]))"})
-    tx.append({"record": "app:kafka_producer_transactions_abort_ratio:rate5m", "expr": _expr(f"""
-        (
-          sum by (app) (rate(kafka_producer_transactions_total{sel(ABORTED, cl)}[5m]))
-          or
-          0 * sum by (app) (rate(kafka_producer_transactions_total{sel(cl)}[5m]))
-        )
-        / sum by (app) (rate(kafka_producer_transactions_total{sel(cl)}[5m]))""")})
+               "expr": f"sum by (app) (rate(kafka_producer_transactions_total{matchers(cl)}[5m]))"})
+    tx.append({"record": "app:kafka_producer_transactions_abort_ratio:rate5m",
+               "expr": abort_ratio("kafka_producer_transactions_total", "app", "5m",
+                                   aborted=matchers(ABORTED, cl), completed=matchers(cl), multiline=True)})
     tx.append({"record": "cluster_app_reason:kafka_transaction_fencing_events:rate15m",
                "expr": "sum by (cluster, app, reason) "
-                       f"(rate(kafka_transaction_fencing_events_total{sel(c)}[15m]))"})
+                       f"(rate(kafka_transaction_fencing_events_total{matchers(c)}[15m]))"})
     tx.append({"record": "app:kafka_producer_transaction_fencing_errors:rate15m",
                "expr": "sum by (app) (rate(kafka_producer_transaction_errors_total"
-                       f"{sel(FENCED, cl)}[15m]))"})
+                       f"{matchers(FENCED, cl)}[15m]))"})
     for q in QUANTILES:
         tx.append({"record": "cluster_app:kafka_transaction_completion_seconds:histogram_quantile_rate5m",
                    "expr": f"histogram_quantile({q}, sum by (cluster, app, le) (rate("
-                           f"kafka_transaction_completion_seconds_bucket{sel(COMMITTED, c)}[5m])))",
+                           f"kafka_transaction_completion_seconds_bucket{matchers(COMMITTED, c)}[5m])))",
                    "labels": {"quantile": q}})
     for q in QUANTILES:
         tx.append({"record": "app:kafka_producer_transaction_commit_seconds:histogram_quantile_rate5m",
                    "expr": f"histogram_quantile({q}, sum by (app, le) (rate("
-                           f"kafka_producer_transaction_commit_seconds_bucket{sel(cl)}[5m])))",
+                           f"kafka_producer_transaction_commit_seconds_bucket{matchers(cl)}[5m])))",
                    "labels": {"quantile": q}})
     return {"txnwatch.transactions": tx}
 
@@ -168,20 +152,19 @@ def recording_rules(cfg: AlertConfig) -> dict[str, list[dict[str, Any]]]:
 # ---------------------------------------------------------------- alerts
 def transaction_alerts(cfg: AlertConfig) -> list[Alert]:
     c, cl = cfg.kafka_selector, cfg.client_selector
-    T, P = ids.TRANSACTIONS, ids.PARTITIONS
     out: list[Alert] = []
 
     # Hanging: three independent signals, tagged with `signal`.
     past = _signal(f"(min by (cluster, app, transactional_id) "
-                   f"(kafka_transaction_timeout_headroom_seconds{sel(c)}) < 0) * -1", "past_timeout")
-    hanging = _signal(f"sum by (cluster, topic, partition) (kafka_transaction_hanging{sel(c)}) > 0",
+                   f"(kafka_transaction_timeout_headroom_seconds{matchers(c)}) < 0) * -1", "past_timeout")
+    hanging = _signal(f"sum by (cluster, topic, partition) (kafka_transaction_hanging{matchers(c)}) > 0",
                       "hanging")
     stalled = _signal(
-        f"(max by (cluster, topic, partition) (kafka_partition_lso_stalled_seconds{sel(c)}) "
+        f"(max by (cluster, topic, partition) (kafka_partition_lso_stalled_seconds{matchers(c)}) "
         f"> {_num(cfg.lso_stalled_hanging_seconds)})\n"
         f"  and on (cluster, topic, partition)\n"
         f"  (max by (cluster, topic, partition) "
-        f"(delta(kafka_partition_high_watermark{sel(c)}[{cfg.hwm_growth_window}])) > 0)",
+        f"(delta(kafka_partition_high_watermark{matchers(c)}[{cfg.hwm_growth_window}])) > 0)",
         "lso_stalled")
     out.append(Alert(
         "KafkaTransactionHanging", f"{past}\nor\n{hanging}\nor\n{stalled}", cfg.hanging_for, "critical",
@@ -198,7 +181,7 @@ def transaction_alerts(cfg: AlertConfig) -> list[Alert]:
         "{{ $value | humanizeDuration }} while its high watermark keeps growing: read_committed consumers "
         "cannot read past an open transaction."
         "{{ end }}",
-        P, "hanging_table"))
+        ids.PARTITIONS, "hanging_table"))
 
     # The canary's transactions run with a timeout of one interval by design (its own alerts
     # say when its rounds fail): its headroom is always short and pages nobody.
@@ -206,11 +189,11 @@ def transaction_alerts(cfg: AlertConfig) -> list[Alert]:
     out.append(Alert(
         "KafkaTransactionTimeoutHeadroomLow", _expr(f"""
             min by (cluster, app, transactional_id) (
-              min_over_time(kafka_transaction_timeout_headroom_seconds{sel(c, not_canary)}[{cfg.headroom_window}])
+              min_over_time(kafka_transaction_timeout_headroom_seconds{matchers(c, not_canary)}[{cfg.headroom_window}])
             ) < {_num(cfg.headroom_low_seconds)}
             or
             min by (app, transactional_id) (
-              min_over_time(kafka_producer_transaction_timeout_headroom_seconds{sel(cl)}[{cfg.headroom_window}])
+              min_over_time(kafka_producer_transaction_timeout_headroom_seconds{matchers(cl)}[{cfg.headroom_window}])
             ) < {_num(cfg.headroom_low_seconds)}"""),
         cfg.headroom_for, "warning",
         "Transactions of {{ $labels.transactional_id }} keep running close to their timeout",
@@ -219,11 +202,11 @@ def transaction_alerts(cfg: AlertConfig) -> list[Alert]:
         f"{cfg.headroom_window} window for {cfg.headroom_for} "
         f"(threshold {_num(cfg.headroom_low_seconds)}s). Transactions that reach the timeout are aborted "
         "and the producer is fenced.",
-        T, "headroom", VAR_CLUSTER + VAR_APP))
+        ids.TRANSACTIONS, "headroom", VAR_CLUSTER + VAR_APP))
 
     out.append(Alert(
         "KafkaTransactionTwoPhaseCommitUndecided", _expr(f"""
-            max by (cluster, app) (kafka_transaction_two_phase_oldest_age_seconds{sel(c)})
+            max by (cluster, app) (kafka_transaction_two_phase_oldest_age_seconds{matchers(c)})
               > {_num(cfg.two_phase_max_age_seconds)}"""),
         cfg.two_phase_for, "warning",
         "A two-phase-commit transaction of app {{ $labels.app }} has been open for {{ $value | humanizeDuration }}",
@@ -232,7 +215,7 @@ def transaction_alerts(cfg: AlertConfig) -> list[Alert]:
         f"(threshold {_num(cfg.two_phase_max_age_seconds)}s). The coordinator never aborts such a transaction: "
         "until its transaction manager commits or aborts it, the partitions it wrote hold their last stable "
         "offset and read_committed consumers wait.",
-        T, "two_phase", VAR_CLUSTER + VAR_APP))
+        ids.TRANSACTIONS, "two_phase", VAR_CLUSTER + VAR_APP))
 
     min_tx = _num(cfg.abort_ratio_min_transactions)
     ratio = _num(cfg.abort_ratio)
@@ -253,7 +236,7 @@ def transaction_alerts(cfg: AlertConfig) -> list[Alert]:
         "{{ $value | humanizePercentage }} of the transactions of app {{ $labels.app }} "
         "{{ with $labels.cluster }}on cluster {{ . }} {{ end }}were aborted over the last 5m "
         f"(threshold {_num(cfg.abort_ratio * 100)}%, at least {min_tx} transactions in 5m).",
-        T, "abort_ratio", VAR_CLUSTER + VAR_APP))
+        ids.TRANSACTIONS, "abort_ratio", VAR_CLUSTER + VAR_APP))
 
     fpm = _num(cfg.fencing_per_minute)
     out.append(Alert(
@@ -268,7 +251,7 @@ def transaction_alerts(cfg: AlertConfig) -> list[Alert]:
         f"{cfg.fencing_for} (threshold {fpm}/min). Each fence cut an open transaction off (restarts and tasks "
         "moving between workers take idle ids over and are not counted here); a steady rate means zombie "
         "instances or transactions timing out.",
-        T, "fencing", VAR_CLUSTER + VAR_APP))
+        ids.TRANSACTIONS, "fencing", VAR_CLUSTER + VAR_APP))
 
     q, lat = cfg.commit_latency_quantile, _num(cfg.commit_latency_seconds)
     out.append(Alert(
@@ -283,18 +266,18 @@ def transaction_alerts(cfg: AlertConfig) -> list[Alert]:
         "({{ if $labels.cluster }}coordinator PrepareCommit to CompleteCommit{{ else }}"
         "producer commit_transaction() call{{ end }}; "
         f"threshold {lat}s).",
-        T, "commit_latency", VAR_CLUSTER + VAR_APP))
+        ids.TRANSACTIONS, "commit_latency", VAR_CLUSTER + VAR_APP))
 
     out.append(Alert(
         "KafkaTransactionalIdNearExpiration",
-        f"min by (cluster, app, transactional_id) (kafka_transactional_id_expiration_headroom_seconds{sel(c)})"
+        f"min by (cluster, app, transactional_id) (kafka_transactional_id_expiration_headroom_seconds{matchers(c)})"
         f" < {_num(cfg.id_expiration_headroom_seconds)}",
         cfg.id_expiration_for, "warning",
         "Transactional id {{ $labels.transactional_id }} is close to expiring",
         "Transactional id {{ $labels.transactional_id }} (app {{ $labels.app }}) has been idle so long that "
         "it expires in {{ $value | humanizeDuration }} (transactional.id.expiration.ms). The next "
         "transaction of that producer will fail with InvalidPidMappingException.",
-        T, "expiration_headroom", VAR_CLUSTER + VAR_APP))
+        ids.TRANSACTIONS, "expiration_headroom", VAR_CLUSTER + VAR_APP))
 
     # Cap: the broker rejects a transaction.timeout.ms above transaction.max.timeout.ms at
     # InitProducerId (INVALID_TRANSACTION_TIMEOUT), so an accepted open transaction normally
@@ -305,18 +288,18 @@ def transaction_alerts(cfg: AlertConfig) -> list[Alert]:
     #  - client_above_cap: the instrumented producer's timeout - duration above the cap.
     tol = _num(cfg.cap_tolerance_seconds)
     rejected = _signal(_new_or_increased(
-        f"kafka_producer_transaction_errors_total{sel(INVALID_TIMEOUT, cl)}",
+        f"kafka_producer_transaction_errors_total{matchers(INVALID_TIMEOUT, cl)}",
         "app, transactional_id", cfg.cap_window), "rejected")
     open_above = _signal(
         f"max by (cluster, app, transactional_id) "
-        f"(max_over_time(kafka_transaction_timeout_headroom_seconds{sel(c)}[{cfg.cap_window}]))\n"
+        f"(max_over_time(kafka_transaction_timeout_headroom_seconds{matchers(c)}[{cfg.cap_window}]))\n"
         f"  > on (cluster) group_left ()\n"
-        f"  (max by (cluster) (kafka_broker_transaction_max_timeout_seconds{sel(c)}) + {tol})",
+        f"  (max by (cluster) (kafka_broker_transaction_max_timeout_seconds{matchers(c)}) + {tol})",
         "open_above_cap")
     client_above = _signal(
         f"max by (app, transactional_id) (max_over_time("
-        f"kafka_producer_transaction_timeout_headroom_seconds{sel(cl)}[{cfg.cap_window}]))\n"
-        f"  > scalar(min(kafka_broker_transaction_max_timeout_seconds{sel(c)})) + {tol}",
+        f"kafka_producer_transaction_timeout_headroom_seconds{matchers(cl)}[{cfg.cap_window}]))\n"
+        f"  > scalar(min(kafka_broker_transaction_max_timeout_seconds{matchers(c)})) + {tol}",
         "client_above_cap")
     out.append(Alert(
         "KafkaProducerTransactionTimeoutAboveBrokerCap",
@@ -331,13 +314,12 @@ def transaction_alerts(cfg: AlertConfig) -> list[Alert]:
         "{{ $value | humanizeDuration }} of timeout headroom, more than the broker's "
         "transaction.max.timeout.ms allows: its transaction.timeout.ms is above the cap."
         "{{ end }}",
-        T, "timeout_vs_cap", VAR_CLUSTER + VAR_APP))
+        ids.TRANSACTIONS, "timeout_vs_cap", VAR_CLUSTER + VAR_APP))
     return out
 
 
 def partition_alerts(cfg: AlertConfig) -> list[Alert]:
     c = cfg.kafka_selector
-    P = ids.PARTITIONS
     # A read_committed consumer blocked behind a stalled LSO has read everything up to the
     # LSO (its lag against the LSO is usually 0); what it cannot work off is HWM - committed
     # (the read_uncommitted lag). Blocked = that lag > 0, the committed offset not
@@ -345,17 +327,17 @@ def partition_alerts(cfg: AlertConfig) -> list[Alert]:
     # and is not matched.
     blocked = _expr(f"""
         max by (cluster, group, topic, partition) (
-          kafka_consumergroup_read_uncommitted_lag_offsets{sel(c)}
+          kafka_consumergroup_read_uncommitted_lag_offsets{matchers(c)}
         ) > 0
         and on (cluster, group, topic, partition)
         (
           max by (cluster, group, topic, partition) (
-            changes(kafka_consumergroup_committed_offset{sel(c)}[{cfg.blocked_committed_window}])
+            changes(kafka_consumergroup_committed_offset{matchers(c)}[{cfg.blocked_committed_window}])
           ) == 0
         )
         and on (cluster, topic, partition)
         (
-          max by (cluster, topic, partition) (kafka_partition_lso_stalled_seconds{sel(c)})
+          max by (cluster, topic, partition) (kafka_partition_lso_stalled_seconds{matchers(c)})
           >= {_num(cfg.blocked_lso_stalled_seconds)}
         )""")
     return [
@@ -365,18 +347,18 @@ def partition_alerts(cfg: AlertConfig) -> list[Alert]:
               f"for {cfg.blocked_committed_window} while the partition's last stable offset has been stalled "
               f"for at least {_num(cfg.blocked_lso_stalled_seconds)}s; {{{{ printf \"%.0f\" $value }}}} "
               "offset(s) past its position are held back by an open transaction.",
-              P, "blocked_groups"),
+              ids.PARTITIONS, "blocked_groups"),
         # Per partition of the log, not per broker count: a single node whose min ISR is capped
         # at its RF 1 is fine, and three live brokers do not help a partition whose ISR shrank.
         Alert("KafkaTransactionStateLogBelowMinIsr",
-              f"max by (cluster) (kafka_transaction_state_log_partitions_below_min_isr{sel(c)}) > 0",
+              f"max by (cluster) (kafka_transaction_state_log_partitions_below_min_isr{matchers(c)}) > 0",
               cfg.min_isr_for, "critical",
               "__transaction_state partitions of cluster {{ $labels.cluster }} are below their minimum ISR",
               "{{ $value }} __transaction_state partition(s) of cluster {{ $labels.cluster }} are offline or have "
               "fewer in-sync replicas than they need: the coordinator cannot write them, so InitProducerId and "
               "commits block for every transactional id that hashes to them. The page and txnwatch check "
               "name the partitions.",
-              P, "brokers_min_isr"),
+              ids.PARTITIONS, "brokers_min_isr"),
     ]
 
 
@@ -391,25 +373,24 @@ def _seconds(duration: str) -> int:
 
 def spark_alerts(cfg: AlertConfig) -> list[Alert]:
     s = cfg.spark_selector
-    S = ids.SPARK
     stalled = _expr(f"""
         (
-          time() - max by (query, query_id) (spark_streaming_last_progress_timestamp_seconds{sel(s)})
+          time() - max by (query, query_id) (spark_streaming_last_progress_timestamp_seconds{matchers(s)})
           > {_num(cfg.spark_stalled_seconds)}
         )
-        and on (query, query_id) (max by (query, query_id) (spark_streaming_query_active{sel(s)}) == 1)
+        and on (query, query_id) (max by (query, query_id) (spark_streaming_query_active{matchers(s)}) == 1)
         unless on (query, query_id)
-        (sum by (query, query_id) (increase(spark_streaming_idle_events_total{sel(s)}[{cfg.spark_idle_window}])) > 0)
+        (sum by (query, query_id) (increase(spark_streaming_idle_events_total{matchers(s)}[{cfg.spark_idle_window}])) > 0)
         unless on (query, query_id)
         (
-          time() - max by (query, query_id) (spark_streaming_last_progress_timestamp_seconds{sel(s)})
-          < 2 * max by (query, query_id) (spark_streaming_trigger_interval_seconds{sel(s)})
+          time() - max by (query, query_id) (spark_streaming_last_progress_timestamp_seconds{matchers(s)})
+          < 2 * max by (query, query_id) (spark_streaming_trigger_interval_seconds{matchers(s)})
         )""")
 
     def mean_batch(extra: str) -> str:
         w = cfg.spark_behind_window
-        return (f"sum by (query, query_id) (rate(spark_streaming_batch_duration_seconds_sum{sel(s, extra)}[{w}]))\n"
-                f"  / sum by (query, query_id) (rate(spark_streaming_batch_duration_seconds_count{sel(s, extra)}[{w}]))")
+        return (f"sum by (query, query_id) (rate(spark_streaming_batch_duration_seconds_sum{matchers(s, extra)}[{w}]))\n"
+                f"  / sum by (query, query_id) (rate(spark_streaming_batch_duration_seconds_count{matchers(s, extra)}[{w}]))")
 
     branches = []
     for name, secs in sorted(cfg.spark_trigger_intervals.items()):
@@ -422,7 +403,7 @@ def spark_alerts(cfg: AlertConfig) -> list[Alert]:
         for m, secs in branches)
     # A real-time or continuous query's batch lasts its whole trigger by design: its batch
     # duration says nothing about falling behind.
-    long_batch = sel(s, 'trigger=~"' + "|".join(LONG_BATCH_MODES) + '"')
+    long_batch = matchers(s, 'trigger=~"' + "|".join(LONG_BATCH_MODES) + '"')
     behind = (f"(\n{textwrap.indent(behind, '  ')}\n)\nunless on (query, query_id)\n"
               f"max by (query, query_id) (spark_streaming_query_trigger_info{long_batch})")
     # Batches longer than the trigger alone are not falling behind: a query that takes all
@@ -431,7 +412,7 @@ def spark_alerts(cfg: AlertConfig) -> list[Alert]:
     # backlog growing: the lowest of the last half window above the highest of the half
     # before (a minute apart, so no shared sample, whichever end a range includes).
     half = _seconds(cfg.spark_behind_window) // 2
-    backlog = f"sum by (query, query_id) (spark_streaming_source_partition_behind_latest_offsets{sel(s)})"
+    backlog = f"sum by (query, query_id) (spark_streaming_source_partition_behind_latest_offsets{matchers(s)})"
     behind = (f"{behind}\nand on (query, query_id)\n(\n"
               f"  min_over_time(({backlog})[{half - 60}s:])\n"
               f"  > max_over_time(({backlog})[{half}s:] offset {half}s)\n)")
@@ -441,10 +422,10 @@ def spark_alerts(cfg: AlertConfig) -> list[Alert]:
     # matched with the poller's partitions): its value is the LSO's stall time.
     blocked = _expr(f"""
         max by (cluster, query, query_id, topic, partition) (
-          spark_streaming_source_blocked_seconds{sel(cfg.kafka_selector)}
+          spark_streaming_source_blocked_seconds{matchers(cfg.kafka_selector)}
         ) >= {_num(cfg.spark_blocked_seconds)}""")
     failed = _new_or_increased(
-        f"spark_streaming_query_terminations_total{sel(FAILED, s)}",
+        f"spark_streaming_query_terminations_total{matchers(FAILED, s)}",
         "query, query_id, error_class", cfg.spark_failure_window)
     return [
         Alert("SparkStreamingQueryStalled", stalled, cfg.spark_stalled_for, "critical",
@@ -452,14 +433,14 @@ def spark_alerts(cfg: AlertConfig) -> list[Alert]:
               "Active Spark query {{ $labels.query }} ({{ $labels.query_id }}) reported no progress for "
               "{{ $value | humanizeDuration }} and no idle events either: a micro-batch is stuck "
               "(a blocked sink, a hanging transaction, lost executors).",
-              S, "last_progress", VAR_QUERY),
+              ids.SPARK, "last_progress", VAR_QUERY),
         Alert("SparkStreamingQueryFallingBehind", behind, cfg.spark_behind_for, "warning",
               "Spark query {{ $labels.query }} is slower than its trigger",
               "Micro-batches of {{ $labels.query }} take {{ $value | humanizeDuration }} on average over "
               f"{cfg.spark_behind_window}, longer than its trigger interval of "
               "{{ $labels.trigger_interval_seconds }}s, and its backlog on its Kafka sources keeps growing: "
               "the query falls further behind its sources.",
-              S, "batch_vs_trigger", VAR_QUERY),
+              ids.SPARK, "batch_vs_trigger", VAR_QUERY),
         Alert("SparkStreamingQueryBlockedByOpenTransaction", blocked, cfg.spark_blocked_for, "warning",
               "Spark query {{ $labels.query }} is blocked by an open transaction on "
               "{{ $labels.topic }}-{{ $labels.partition }}",
@@ -468,20 +449,19 @@ def spark_alerts(cfg: AlertConfig) -> list[Alert]:
               "open transaction has held below the high watermark for {{ $value | humanizeDuration }}. The query "
               "reads read_committed, so it sees no new data from that partition while records keep arriving; "
               "its offsets behind latest read 0 because its latest is the LSO.",
-              S, "blocked", VAR_QUERY),
+              ids.SPARK, "blocked", VAR_QUERY),
         Alert("SparkStreamingQueryFailed", failed, cfg.spark_failed_for, "critical",
               "Spark query {{ $labels.query }} terminated with an error",
               "Spark query {{ $labels.query }} ({{ $labels.query_id }}) terminated with error class "
               "{{ $labels.error_class }} ({{ printf \"%.0f\" $value }} time(s) in the last "
               f"{cfg.spark_failure_window}).",
-              S, "terminations", VAR_QUERY),
+              ids.SPARK, "terminations", VAR_QUERY),
     ]
 
 
 def exporter_alerts(cfg: AlertConfig) -> list[Alert]:
-    E = ids.EXPORTER
-    job = sel(cfg.exporter_job_selector)
-    up_sel = sel(cfg.kafka_selector)
+    job = matchers(cfg.exporter_job_selector)
+    up_sel = matchers(cfg.kafka_selector)
     return [
         Alert("TxnwatchExporterDown", f"up{job} == 0\nor\nabsent(up{job})", cfg.exporter_down_for, "critical",
               "txnwatch exporter is down",
@@ -489,7 +469,7 @@ def exporter_alerts(cfg: AlertConfig) -> list[Alert]:
               "{{ $labels.instance }}{{ else }}Prometheus has no txnwatch scrape target "
               f"({cfg.exporter_job_selector}){{{{ end }}}} for {cfg.exporter_down_for}: transaction, LSO and "
               "consumer alerts cannot fire.",
-              E, "scrape_up", ""),
+              ids.EXPORTER, "scrape_up", ""),
         Alert("TxnwatchSourceFailing", _expr(f"""
             (time() - txnwatch_last_success_timestamp_seconds{up_sel}) and (txnwatch_up{up_sel} == 0)
             or
@@ -502,13 +482,12 @@ def exporter_alerts(cfg: AlertConfig) -> list[Alert]:
               "({{ if gt $value 0.0 }}last success {{ $value | humanizeDuration }} ago"
               "{{ else }}no successful poll since the exporter started{{ end }}); its series are stale. "
               "See txnwatch_poll_errors_total by cause.",
-              E, "sources_up"),
+              ids.EXPORTER, "sources_up"),
     ]
 
 
 def canary_alerts(cfg: AlertConfig) -> list[Alert]:
-    ov = ids.OVERVIEW
-    c = sel(cfg.kafka_selector)
+    c = matchers(cfg.kafka_selector)
     failing = _expr(f"""
         sum by (cluster, stage, error) (increase(txnwatch_canary_failures_total{c}[{cfg.canary_failure_window}])) > 0
         unless on (cluster)
@@ -525,7 +504,7 @@ def canary_alerts(cfg: AlertConfig) -> list[Alert]:
               f"{_num(cfg.canary_failing_seconds)}s; it fails at stage {{{{ $labels.stage }}}} with "
               "{{ $labels.error }} ({{ printf \"%.0f\" $value }} time(s) in the last "
               f"{cfg.canary_failure_window}). Applications' transactions on this cluster are most likely failing "
-              "the same way.", ov, "canary_failures"),
+              "the same way.", ids.OVERVIEW, "canary_failures"),
         Alert("TxnwatchCanaryVisibilitySlow", slow, cfg.canary_visibility_for, "warning",
               "Committed records take {{ $value | humanizeDuration }} to become visible on "
               "{{ $labels.cluster }} partition {{ $labels.partition }} of the canary",
@@ -533,14 +512,14 @@ def canary_alerts(cfg: AlertConfig) -> list[Alert]:
               "{{ $value | humanizeDuration }} on canary partition {{ $labels.partition }} of cluster "
               f"{{{{ $labels.cluster }}}} (threshold {_num(cfg.canary_visibility_seconds)}s over "
               f"{cfg.canary_visibility_window}): transaction markers or the LSO of that partition's leader are slow.",
-              ov, "canary_visibility"),
+              ids.OVERVIEW, "canary_visibility"),
         Alert("TxnwatchCanaryVisibilityViolation", violated, "0m", "critical",
               "read_committed returned an aborted record on cluster {{ $labels.cluster }}",
               "A read_committed consumer returned {{ printf \"%.0f\" $value }} record(s) of aborted canary "
               f"transactions on cluster {{{{ $labels.cluster }}}} in the last {cfg.canary_violation_window}. "
               "Aborted records must never be visible to read_committed readers: this is a broker or client bug, "
               "and exactly-once pipelines on this cluster may be reading aborted data.",
-              ov, "canary_failures"),
+              ids.OVERVIEW, "canary_failures"),
     ]
 
 
