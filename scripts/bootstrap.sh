@@ -2,7 +2,7 @@
 # Idempotent set-up for a fresh Debian machine: a .venv with the project and its
 # extras, the apt packages the tests and demo use (Debian's promtool, Alertmanager, a JDK, Maven),
 # the Apache Kafka releases they run, from Maven Central, and the tools built from the Go module
-# proxy (Prometheus 3 with its web UI, Helm).
+# proxy (Prometheus 3 with its web UI, Helm); podman and the local base image of the image tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -48,14 +48,19 @@ for job in main_venv oldest_venv flink_venv; do
   "$job" > "$logs/$job.log" 2>&1 & pids+=("$!:$job")
 done
 
-# apt packages: only what is missing; never start packaged services.
+# apt packages: only what is missing; never start packaged services. A pinned tool is looked
+# for as its package installed it (dpkg's own record and the file at its own path), never as
+# whatever comes first on PATH: a Prometheus user's own promtool 3 there is not Debian's 2.42.
 need=()
+have_deb() {   # PACKAGE FILE: the package is installed and FILE is there
+  [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" = "install ok installed" ] && [ -x "$2" ]
+}
 # Debian's Prometheus 2.42: only its promtool, which runs the alert unit tests beside Prometheus 3's.
-command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+have_deb prometheus /usr/bin/promtool || need+=(prometheus)
 # Alertmanager (and amtool): the alert chain's test routes and inhibits through a real one.
-command -v amtool >/dev/null 2>&1 || need+=(prometheus-alertmanager)
+have_deb prometheus-alertmanager /usr/bin/prometheus-alertmanager || need+=(prometheus-alertmanager)
 # Java runs the Apache Kafka brokers of the tests and the demo (and small Java clients and
-# Kafka Streams apps); Maven resolves those releases from Maven Central.
+# Kafka Streams apps); Maven resolves those releases from Maven Central. Any JDK 17+ and Maven do.
 { command -v java >/dev/null 2>&1 && command -v javac >/dev/null 2>&1; } || need+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null 2>&1 || need+=(maven)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
@@ -101,6 +106,10 @@ done
 
 # Flink's Kafka connector from Maven Central, for the Flink job's tests and the demo.
 bash scripts/bootstrap-flink.sh jars
+
+# The container engine of the image tests (podman with runc, from apt) and their base image,
+# made once with mmdebstrap from Debian's packages (no image registry is reachable here).
+bash scripts/bootstrap-podman.sh
 
 # Helm (built once from the Go module proxy) and the Prometheus Operator's CRDs, for the
 # Helm chart's tests.

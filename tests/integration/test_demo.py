@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from txnwatch.apps import AppResolver
+from txnwatch.fencing import FENCING_ERRORS
 from txnwatch_dev.kafka import kafka_tool
 from txnwatch_dev.net import free_port, port_open, wait_for
 from txnwatch_dev.observability.exporter_proc import ExporterProcess
@@ -25,7 +26,6 @@ from txnwatch_dev.procs import terminal_signals
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.run_alone]
 ROOT = Path(__file__).resolve().parents[2]
-FENCING = ("PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "_FENCED")
 APP, OUTBOX, GROUP = "balance-app", "alert-outbox", "alert-outbox-sink"
 SPARK_QUERY, SPARK_INPUT = "orders-totals", "demo.orders"      # the demo's reference pipeline
 FLINK_APP, FLINK_OUTPUT = "flink-enrich", "demo.flink-out"     # the demo's Flink job: sink prefix, output
@@ -91,9 +91,9 @@ class DemoWatch:
             "fence with its cause (tap: new_instance; client: fencing error; fault report)": lambda: (
                 s("kafka_transaction_fencing_events_total", app="refunds-writer", reason="new_instance") >= 1
                 and sum(v for lbl, v in m.select("kafka_producer_transaction_errors_total",
-                                                 app="refunds-writer") if lbl["error"] in FENCING) >= 1
+                                                 app="refunds-writer") if lbl["error"] in FENCING_ERRORS) >= 1
                 and re.search(r"\[fault\] second instance of refunds-writer-0 fenced the first: the first "
-                              r"met (PRODUCER_FENCED|INVALID_PRODUCER_EPOCH|_FENCED) in "
+                              r"met (" + "|".join(FENCING_ERRORS) + ") in "
                               r"(produce|flush|commit); the second committed", out)),
             "coordinator timeout of the killed producer": lambda: (
                 s("kafka_transaction_timeouts_total", app="invoice-writer") >= 1

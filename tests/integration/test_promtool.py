@@ -5,6 +5,7 @@ Fails, never skips, when either is missing (`make bootstrap` provides both)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -15,6 +16,7 @@ import yaml
 from txnwatch.alerts import generate_alerts
 from txnwatch.alerts.config import AlertConfig
 from txnwatch.dashboards import dashboard_queries
+from txnwatch_dev.observability.alertmanager import DEBIAN_AMTOOL, alertmanager_binary
 from txnwatch_dev.observability.prometheus import debian_promtool, promtool_binary
 
 pytestmark = pytest.mark.integration
@@ -65,6 +67,23 @@ def test_promtool_unit_tests(which):
     r = run(promtool, "test", "rules", *files)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.count("SUCCESS") == len(files), r.stdout
+
+
+def test_the_pinned_tools_are_found_by_their_own_path_whatever_is_first_on_path(tmp_path, monkeypatch):
+    """A Prometheus user's promtool 3 (and an amtool of theirs) first on PATH: the harness still
+    runs Debian's 2.42 promtool and Debian's Alertmanager, found where their package put them."""
+    first = tmp_path / "bin"
+    first.mkdir()
+    (first / "promtool").symlink_to(promtool_binary())
+    (first / "amtool").symlink_to(promtool_binary())
+    monkeypatch.setenv("PATH", f"{first}:{os.environ['PATH']}")
+    debian_promtool.cache_clear()
+    assert shutil.which("promtool") == str(first / "promtool")
+    found = debian_promtool()
+    assert found == "/usr/bin/promtool"
+    assert run(found, "--version").stdout.startswith("promtool, version 2.42.")
+    assert alertmanager_binary() == "/usr/bin/prometheus-alertmanager"
+    assert alertmanager_binary(DEBIAN_AMTOOL) == "/usr/bin/amtool"
 
 
 def test_sample_prometheus_config(promtool):
@@ -160,7 +179,6 @@ def test_routing_labels_and_a_cluster_label_reach_the_alerts(promtool, tmp_path)
 def test_alertmanager_config_passes_amtool():
     """The shipped Alertmanager configuration (routes and inhibitions) as Alertmanager reads it.
     Fails, never skips, when amtool is missing (bootstrap installs prometheus-alertmanager)."""
-    amtool = shutil.which("amtool")
-    assert amtool, "amtool not found: apt-get install -y prometheus-alertmanager"
+    amtool = alertmanager_binary(DEBIAN_AMTOOL)
     r = run(amtool, "check-config", str(ROOT / "deploy" / "alertmanager" / "alertmanager.yml"))
     assert r.returncode == 0 and "SUCCESS" in r.stdout and "3 inhibit rules" in r.stdout, r.stdout + r.stderr

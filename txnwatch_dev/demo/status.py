@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from ..observability.scrape import Metrics
+from txnwatch.fencing import FENCING_ERRORS
 
-FENCING = ("PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "_FENCED")
+from ..observability.scrape import Metrics
 
 
 def _sum(m: Metrics, name: str, **labels) -> float:
@@ -62,7 +62,7 @@ def status_line(m: Metrics, firing: str | None = None, outbox_group: str | None 
         stall = max((v for _, v in m.select("kafka_partition_lso_stalled_seconds")), default=0)
         parts.append(f"max LSO stall {stall:.0f}s")
     client_fences = sum(v for lbl, v in m.select("kafka_producer_transaction_errors_total")
-                        if lbl.get("error") in FENCING)
+                        if lbl.get("error") in FENCING_ERRORS)
     parts.append(f"client: aborts {_sum(m, 'kafka_producer_transactions_total', outcome='aborted'):.0f} "
                  f"fenced {client_fences:.0f}")
     if m.select("txnwatch_canary_rounds_total"):

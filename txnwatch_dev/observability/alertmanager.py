@@ -6,7 +6,7 @@ Never the packaged service: our own process, config and data directory."""
 from __future__ import annotations
 
 import json
-import shutil
+import os
 import subprocess
 import tempfile
 import threading
@@ -19,14 +19,16 @@ import yaml
 from ..net import free_port
 from ..procs import start_until_ready, stop_group
 
+# Debian's `prometheus-alertmanager` package (0.25): its own paths, never whatever is first on PATH
+DEBIAN_ALERTMANAGER = Path("/usr/bin/prometheus-alertmanager")
+DEBIAN_AMTOOL = Path("/usr/bin/amtool")
 
-def alertmanager_binary() -> str:
-    for name in ("prometheus-alertmanager", "alertmanager"):
-        path = shutil.which(name)
-        if path:
-            return path
-    raise RuntimeError("alertmanager is not installed: `apt-get install prometheus-alertmanager` "
-                       "(make bootstrap does it)")
+
+def alertmanager_binary(name: Path = DEBIAN_ALERTMANAGER) -> str:
+    """Debian's Alertmanager (or, with DEBIAN_AMTOOL, its amtool)."""
+    if not os.access(name, os.X_OK):
+        raise RuntimeError(f"{name} is missing: `apt-get install prometheus-alertmanager` (make bootstrap does it)")
+    return str(name)
 
 
 class AlertmanagerProcess:

@@ -5,9 +5,9 @@ Never a packaged service: our own process, config, rules and a throwaway TSDB.""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
-import shutil
 import subprocess
 import tempfile
 import urllib.parse
@@ -30,13 +30,26 @@ def promtool_binary() -> str:
     return str(prometheus3("promtool"))
 
 
+DEBIAN_PROMTOOL = Path("/usr/bin/promtool")      # where Debian's `prometheus` package puts it
+DEBIAN_PROMTOOL_RELEASE = "2.42."
+
+
+@functools.cache
 def debian_promtool() -> str:
     """Debian's promtool (2.42): the alert unit tests run on it as well as on Prometheus 3's,
-    for users still on 2.x (range selectors there include the window's left edge)."""
-    path = shutil.which("promtool")
-    if not path:
-        raise RuntimeError("Debian's promtool is not installed: `apt-get install prometheus` (make bootstrap does it)")
-    return path
+    for users still on 2.x (range selectors there include the window's left edge). Found at its
+    package's own path and checked by the version it reports, never taken from PATH, where a
+    Prometheus user's own promtool 3 often comes first."""
+    try:
+        out = subprocess.run([str(DEBIAN_PROMTOOL), "--version"], capture_output=True, text=True, timeout=30)
+    except OSError:
+        raise RuntimeError(f"Debian's promtool is not installed at {DEBIAN_PROMTOOL}: `apt-get install prometheus` "
+                           "(make bootstrap does it)") from None
+    first = (out.stdout or out.stderr).splitlines()[0] if (out.stdout or out.stderr) else ""
+    if f"version {DEBIAN_PROMTOOL_RELEASE}" not in first:
+        raise RuntimeError(f"{DEBIAN_PROMTOOL} reports {first!r}, not Debian's promtool {DEBIAN_PROMTOOL_RELEASE}x: "
+                           "reinstall Debian's package (apt-get install --reinstall prometheus)")
+    return str(DEBIAN_PROMTOOL)
 
 
 class PrometheusProcess:
