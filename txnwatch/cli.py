@@ -12,16 +12,36 @@ from .config import LOG_FORMATS, ConfigError, load_config
 from .config.schema import render as render_schema
 
 
+class _Flag(argparse.Action):
+    """argparse's store (or, with nargs=0, store_const), remembering the option string given
+    in `flag_names`, so that an error names the flag as typed: `--web.config.file` or its
+    alias `--web-config-file`, `--hanging-threshold` (never its dest, hanging_threshold)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
+        names = getattr(namespace, "flag_names", None) or {}
+        namespace.flag_names = {**names, self.dest: option_string}
+
+
+class _RepeatedFlag(_Flag):
+    """argparse's append, remembering the option string as _Flag does."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        super().__call__(parser, namespace, [*(getattr(namespace, self.dest) or []), values], option_string)
+
+
 def _cluster_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", metavar="FILE", help="YAML config file (any number of clusters)")
-    p.add_argument("--bootstrap-servers", metavar="LIST", help="bootstrap servers of a single cluster")
-    p.add_argument("--cluster-name", metavar="NAME", help="name of that cluster (default: 'default')")
-    p.add_argument("--poll-timeout", type=float, metavar="SECONDS", help="bound on each poll's requests")
-    p.add_argument("--hanging-threshold", type=float, metavar="SECONDS",
+    p.add_argument("--config", action=_Flag, metavar="FILE", help="YAML config file (any number of clusters)")
+    p.add_argument("--bootstrap-servers", action=_Flag, metavar="LIST", help="bootstrap servers of a single cluster")
+    p.add_argument("--cluster-name", action=_Flag, metavar="NAME", help="name of that cluster (default: 'default')")
+    p.add_argument("--poll-timeout", action=_Flag, type=float, metavar="SECONDS",
+                   help="bound on each poll's requests")
+    p.add_argument("--hanging-threshold", action=_Flag, type=float, metavar="SECONDS",
                    help="without KIP-664: an LSO stalled this long counts as a hanging transaction "
                         "(default: broker transaction.max.timeout.ms + 5 min)")
-    p.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-    p.add_argument("--log-format", choices=list(LOG_FORMATS), help="log lines as text (default), json or logfmt")
+    p.add_argument("--log-level", action=_Flag, choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.add_argument("--log-format", action=_Flag, choices=list(LOG_FORMATS),
+                   help="log lines as text (default), json or logfmt")
 
 
 MIXIN_CONFIG_HELP = ("YAML mapping of alert and dashboard settings (thresholds, for durations, selectors, "
@@ -59,18 +79,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="run the Prometheus exporter")
     _cluster_flags(serve)
-    serve.add_argument("--host", help="listen address (default 0.0.0.0)")
-    serve.add_argument("--port", type=int, help="listen port (default 10129)")
-    serve.add_argument("--poll-interval", type=float, metavar="SECONDS", help="poll every SECONDS at most, back to back (poll_schedule interval); unset, polls are timed to the scrapes")
-    serve.add_argument("--transaction-log-tap", action="store_const", const=True, default=None,
+    serve.add_argument("--web.listen-address", action=_RepeatedFlag, dest="web_listen_address",
+                       metavar="ADDRESS", help="an address to listen on, host:port, [v6addr]:port or :port (every "
+                                               "interface); repeat it for several (default :10129; not with "
+                                               "--host/--port)")
+    serve.add_argument("--web.telemetry-path", action=_Flag, dest="web_telemetry_path", metavar="PATH",
+                       help="the path of the metrics (default /metrics)")
+    serve.add_argument("--host", action=_Flag, help="listen host of a single address (default: every interface, "
+                                                    "[::] with IPv4 mapped, or 0.0.0.0 without IPv6)")
+    serve.add_argument("--port", action=_Flag, type=int, help="listen port of a single address (default 10129)")
+    serve.add_argument("--poll-interval", action=_Flag, type=float, metavar="SECONDS",
+                       help="poll every SECONDS at most, back to back (poll_schedule interval); unset, polls are "
+                            "timed to the scrapes")
+    serve.add_argument("--transaction-log-tap", action=_Flag, nargs=0, const=True, default=None,
                        help="also tap __transaction_state (needs read access to it)")
     serve.add_argument("--shard", metavar="N|auto", default=os.environ.get("TXNWATCH_SHARD"),
                        help="this replica's shard (0-based), or auto: the StatefulSet pod ordinal "
                             "($POD_NAME / $HOSTNAME ending in -N); default $TXNWATCH_SHARD")
     serve.add_argument("--total-shards", type=int, metavar="M",
                        help="replicas splitting the work (default 1, $TXNWATCH_TOTAL_SHARDS)")
-    serve.add_argument("--web.config.file", "--web-config-file", dest="web_config_file", metavar="FILE",
-                       help="the web configuration file of Prometheus's exporters (TLS, client certificates, "
+    serve.add_argument("--web.config.file", "--web-config-file", action=_Flag, dest="web_config_file",
+                       metavar="FILE", help="the web configuration file of Prometheus's exporters (TLS, client certificates, "
                             "bcrypt basic-auth users); $TXNWATCH_WEB_CONFIG_FILE")
     serve.add_argument("--check-config", action="store_true",
                        help="validate the configuration (flags, environment, file) and exit: 0 valid, "
@@ -86,11 +115,14 @@ def build_parser() -> argparse.ArgumentParser:
                        help="time between the two samples that show whether an LSO moves")
 
     health = sub.add_parser("healthcheck", help="exit 0 when the exporter on this host answers /healthz "
-                                                "(container HEALTHCHECK: follows the configured port and scheme)")
-    health.add_argument("--config", metavar="FILE", help="YAML config file")
-    health.add_argument("--port", type=int, help="listen port (default 10129)")
-    health.add_argument("--web.config.file", "--web-config-file", dest="web_config_file", metavar="FILE",
-                        help="the web configuration file")
+                                                "(container HEALTHCHECK): where `serve` says it listens, else "
+                                                "where the configuration says")
+    health.add_argument("--config", action=_Flag, metavar="FILE",
+                        help="YAML config file; with several exporters on the host, the one started with it")
+    health.add_argument("--port", action=_Flag, type=int, help="listen port (default 10129), when no serving "
+                                                                "process says where it listens")
+    health.add_argument("--web.config.file", "--web-config-file", action=_Flag, dest="web_config_file",
+                        metavar="FILE", help="the web configuration file")
     dash = sub.add_parser("dashboards", help="write the Grafana dashboards (JSON) and provisioning files")
     dash.add_argument("--out", required=True, metavar="DIR")
     dash.add_argument("--config", metavar="FILE", help=MIXIN_CONFIG_HELP)
@@ -134,7 +166,10 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(map(str, paths)))
         return 0
     flags = {k: v for k, v in vars(args).items()
-             if k not in ("command", "json", "sample_seconds", "shard", "total_shards", "check_config")}
+             if k not in ("command", "json", "sample_seconds", "shard", "total_shards", "check_config", "flag_names")}
+    flag_names = getattr(args, "flag_names", None) or {}
+    if args.command == "healthcheck":
+        return _healthcheck(flags, flag_names)
     shard = None
     if args.command == "serve":
         from .sharding import ShardError, from_flags
@@ -151,10 +186,11 @@ def main(argv: list[str] | None = None) -> int:
         try:
             shard = from_flags(args.shard, total)
         except ShardError as exc:
-            print(f"txnwatch: {exc}", file=sys.stderr)
+            given = "shard" in flag_names or not os.environ.get("TXNWATCH_SHARD")
+            print(f"txnwatch: {exc}" + ("" if given else " (set by TXNWATCH_SHARD)"), file=sys.stderr)
             return 2
     try:
-        config = load_config(flags, require_cluster=args.command != "healthcheck")
+        config = load_config(flags, flag_names=flag_names)
     except ConfigError as exc:
         print(f"txnwatch: {exc}", file=sys.stderr)
         return 2
@@ -171,13 +207,11 @@ def main(argv: list[str] | None = None) -> int:
         sys.setswitchinterval(0.001)
         from .exporter.runtime.service import serve
 
-        return serve(config, shard=shard)
-    if args.command == "healthcheck":
-        from .exporter.serve.healthcheck import healthcheck
-
-        ok, message = healthcheck(config.http)
-        print(message, file=sys.stdout if ok else sys.stderr)
-        return 0 if ok else 1
+        try:
+            return serve(config, shard=shard)
+        except ConfigError as exc:       # an address that cannot be listened on
+            print(f"txnwatch: {exc}", file=sys.stderr)
+            return 2
     if args.command == "check":
         setup_logging("ERROR", secrets)
         from .check import run_check
@@ -186,6 +220,32 @@ def main(argv: list[str] | None = None) -> int:
         print(text)
         return code
     return 2
+
+
+def _healthcheck(flags: dict, flag_names: dict) -> int:
+    """Where the serving process says it listens (a `serve --port` flag included), else where
+    the configuration says: exit 0 healthy, 1 not, 2 a configuration that does not load."""
+    from .exporter.serve.healthcheck import from_config, from_record, healthcheck
+    from .exporter.serve.record import find
+
+    record = find(flags.get("config") or os.environ.get("TXNWATCH_CONFIG") or None)
+    if record is not None:
+        target = from_record(record)
+    else:
+        try:
+            target = from_config(load_config(flags, require_cluster=False, flag_names=flag_names).http)
+        except ConfigError as exc:
+            print(f"txnwatch: {exc}", file=sys.stderr)
+            return 2
+    ok, message = healthcheck(*target)
+    print(message, file=sys.stdout if ok else sys.stderr)
+    return 0 if ok else 1
+
+
+def _listen_summary(http) -> str:
+    """The effective listen addresses as URLs; every interface as [::] (0.0.0.0 without IPv6)."""
+    urls = [f"{http.scheme}://{a.netloc('::' if a.every_interface else None)}" for a in http.listen]
+    return ", ".join(urls)
 
 
 def config_summary(config, shard) -> str:
@@ -203,9 +263,11 @@ def config_summary(config, shard) -> str:
     access = ([f"TLS {web.tls.min_version}+, client certificates: {web.tls.client_auth_type}"] if web.tls else []) + \
         ([f"{len(web.basic_auth_users)} basic-auth user(s)"] if web.basic_auth_users else []) + \
         (["bearer token"] if http.auth_bearer_token else [])
-    lines.append(f"  http: {http.scheme}://{http.host}:{http.port}" + (f" ({'; '.join(access)})" if access else "")
-                 + f"; log {config.log_level} as {config.log_format}; cluster name in label "
-                 f"{config.cluster_label}")
+    if any(a.every_interface for a in http.listen):
+        access.insert(0, "every interface, IPv4 mapped; 0.0.0.0 where the host has no IPv6")
+    lines.append(f"  http: {_listen_summary(http)}" + (f" ({'; '.join(access)})" if access else "")
+                 + f"; metrics at {http.telemetry_path}; log {config.log_level} as {config.log_format}; "
+                 f"cluster name in label {config.cluster_label}")
     if shard is not None and shard.sharded:
         lines.append(f"  shard {shard.index} of 0..{shard.total - 1}")
     return "\n".join(lines)

@@ -168,7 +168,10 @@ HTTP_BAD_VALUES = {"host": [5, ""], "port": [0, 70000, "x"], "threads": [0, "x"]
                    "ingest_max_bytes": [0, "x"], "spark_query_ttl_seconds": ["x", 0],
                    "auth": ["x", {"username": "u"}, {"token": "t"}, {}], "tls": ["x", {"cert_file": "/nope"}],
                    "web_config_file": [5, "/nope/web.yml"],
-                   "worker_processes": ["maybe", 2]}
+                   "worker_processes": ["maybe", 2],
+                   "listen_addresses": [5, [], "9000", ["::1:9000"], ["[::1]:0"], ["http://h:1"], [":1", "[::]:1"],
+                                        ["h:1", "h:1"], ["0.0.0.0:1", "127.0.0.1:1"]],
+                   "telemetry_path": ["metrics", "/", "/healthz", "/api/v1/x", "/a b", 5]}
 
 
 def test_every_invalid_value_names_its_key():
@@ -197,7 +200,7 @@ def test_every_invalid_value_names_its_key():
     assert set(CLUSTER_BAD_VALUES) == {f.name for f in fields(ClusterConfig)}
     assert set(HTTP_BAD_VALUES) >= {"host", "port", "threads", "ingest_token", "ingest_max_bytes",
                                     "spark_query_ttl_seconds"}
-    assert {f.name for f in fields(HttpConfig)} - {"auth_bearer_token", "web"} <= set(HTTP_BAD_VALUES)
+    assert {f.name for f in fields(HttpConfig)} - {"auth_bearer_token", "web", "listen"} <= set(HTTP_BAD_VALUES)
     assert checked > 50
 
 

@@ -65,6 +65,8 @@ ACCESSORS = {
     "clusters[].canary.instance": lambda c: c.clusters[0].canary.instance,
     "http.host": lambda c: c.http.host,
     "http.port": lambda c: c.http.port,
+    "http.listen_addresses": lambda c: list(c.http.listen_addresses),
+    "http.telemetry_path": lambda c: c.http.telemetry_path,
     "http.threads": lambda c: c.http.threads,
     "http.ingest_token": lambda c: c.http.ingest_token,
     "http.ingest_max_bytes": lambda c: c.http.ingest_max_bytes,
@@ -248,8 +250,8 @@ def test_secrets_from_the_environment_are_secrets(tmp_path):
     ({"TXNWATCH_CLUSTERS__0__CANARY__ABORT_EVERY": "-1"}, "(set by TXNWATCH_CLUSTERS__0__CANARY__ABORT_EVERY)"),
     ({"TXNWATCH_CLUSTERS__0__TRANSACTION_LOG_TAP": "maybe"}, "(set by TXNWATCH_CLUSTERS__0__TRANSACTION_LOG_TAP)"),
     ({"TXNWATCH_HTTP__PROT": "80"},
-     "http.prot: unknown key (allowed: auth, host, ingest_max_bytes, ingest_token, port, spark_query_ttl_seconds, "
-     "threads, web_config_file, worker_processes) (set by TXNWATCH_HTTP__PROT)"),
+     "http.prot: unknown key (allowed: auth, host, ingest_max_bytes, ingest_token, listen_addresses, port, "
+     "spark_query_ttl_seconds, telemetry_path, threads, web_config_file, worker_processes) (set by TXNWATCH_HTTP__PROT)"),
     ({"TXNWATCH_CLUSTERS__0__CANARY__INTERVAL": "5"}, "clusters[0].canary.interval: unknown key (allowed: abort_every"),
     ({"TXNWATCH_CLUSTERS__FIRST__NAME": "x"}, "clusters: 'FIRST' is not a list index (the items are numbered from 0) "
                                              "(set by TXNWATCH_CLUSTERS__FIRST__NAME)"),
@@ -369,10 +371,13 @@ def test_the_schema_takes_the_declared_examples_and_rejects_what_the_parser_reje
             name = part.removesuffix("[]")
             node = node.setdefault(name, [{}])[0] if part.endswith("[]") else node.setdefault(name, {})
         node[parts[-1]] = key.example
+    listen = doc["http"].pop("listen_addresses")    # the listen address's other spelling than host and port
     assert errors(doc) == []
+    assert errors({"http": {"listen_addresses": listen}}) == []
     one = {"name": "a", "bootstrap_servers": "a:1"}
     for bad in [{"http": {"prot": 1}}, {"clusters": [{"name": "a"}]}, {"clusters": [{**one, "pol_interval": 1}]},
                 {"clusters": [{**one, "poll_duty_cycle": 1.5}]}, {"clusters": [{**one, "granularity": "broker"}]},
                 {"clusters": [{**one, "client": {"bootstrap.servers": "x"}}]}, {"http": {"auth": {"username": "u"}}},
-                {"http": {"port": 0}}, {"cluster_label": "__x"}, {"cluster_label": "a-b"}, {"log_format": "xml"}]:
+                {"http": {"port": 0}}, {"http": {"port": 1, "listen_addresses": [":2"]}},
+                {"http": {"telemetry_path": "metrics"}}, {"cluster_label": "__x"}, {"cluster_label": "a-b"}, {"log_format": "xml"}]:
         assert errors(bad), bad

@@ -4,7 +4,8 @@
   sets, the environment mapping and the JSON Schema come from it;
 - model.py: the configuration as immutable values, ConfigError, secret references;
 - parse.py: a YAML document to a Config, each error naming the key's dotted path and file;
-- env.py: flags and environment merged over the file (`load_config`).
+- env.py: flags and environment merged over the file (`load_config`);
+- listen.py: listen addresses and the telemetry path (syntax, clashes, the two spellings).
 """
 
 from .env import ENV_PREFIX, OVERRIDES, load_config, with_cluster
@@ -17,7 +18,9 @@ from .model import (
     Config,
     ConfigError,
     HttpConfig,
+    ListenAddress,
     NameFilter,
+    Origin,
     redacted,
     resolve_secret,
 )
@@ -26,4 +29,5 @@ from .schema import DEFAULT_PORT, LOG_FORMATS
 
 __all__ = ["DEFAULT_PORT", "ENV_PREFIX", "IN_PROCESS_POLL_INTERVAL", "LOG_FORMATS", "OVERRIDES", "SECRET_KEY_RE",
            "WORKER_POLL_INTERVAL", "CanaryConfig", "ClusterConfig", "Config", "ConfigError", "HttpConfig",
-           "NameFilter", "load_config", "load_file", "parse_config", "redacted", "resolve_secret", "with_cluster"]
+           "ListenAddress", "NameFilter", "Origin", "load_config", "load_file", "parse_config", "redacted",
+           "resolve_secret", "with_cluster"]

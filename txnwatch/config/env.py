@@ -14,15 +14,18 @@ from typing import Any
 
 import yaml
 
-from .model import ClusterConfig, Config, ConfigError
+from .listen import MANY, SINGLE, deciding_layer
+from .model import ClusterConfig, Config, ConfigError, Origin
 from .parse import load_file, parse_config
 from .schema import ROOT, Key
 
 ENV_PREFIX = "TXNWATCH_"
-# flag/env name -> (section, key)
+# flag/env name -> (section, key); each is a flag's dest and, upper-cased, a flat variable
 OVERRIDES = {
     "config": None,
     "host": ("http", "host"), "port": ("http", "port"),
+    "web_listen_address": ("http", "listen_addresses"),
+    "web_telemetry_path": ("http", "telemetry_path"),
     "ingest_token": ("http", "ingest_token"),
     "web_config_file": ("http", "web_config_file"),
     "bootstrap_servers": ("cluster", "bootstrap_servers"),
@@ -34,37 +37,77 @@ OVERRIDES = {
     "log_level": ("top", "log_level"),
     "log_format": ("top", "log_format"),
 }
+# flags spelled other than "--" + dest with dashes (the CLI tells which alias was given)
+FLAG_NAMES = {"web_listen_address": "--web.listen-address", "web_telemetry_path": "--web.telemetry-path",
+              "web_config_file": "--web.config.file"}
+LISTEN_OVERRIDES = ("host", "port", "web_listen_address")
+LISTEN_KEYS = ("host", "port", "listen_addresses")
 
 
 def load_config(flags: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None,
-                require_cluster: bool = True) -> Config:
+                require_cluster: bool = True, flag_names: Mapping[str, str] | None = None) -> Config:
     """Merge flags > TXNWATCH_* env > YAML file. Single-cluster flags and the flat variables
     (OVERRIDES) override (or add) the cluster named by --cluster-name (default: the only
     cluster in the file, else 'default'); the nested variables (TXNWATCH_HTTP__PORT,
-    TXNWATCH_CLUSTERS__0__NAME: `_apply_env`) merge into the file's document key by key."""
+    TXNWATCH_CLUSTERS__0__NAME: `_apply_env`) merge into the file's document key by key.
+    `flag_names`: each flag's dest -> the option string given (errors name it as typed)."""
     flags = {k: v for k, v in (flags or {}).items() if v is not None}
     env = os.environ if env is None else env
-    merged: dict[str, Any] = {}
-    origin: dict[str, str] = {}     # key -> the variable or flag its value came from
-    for key in OVERRIDES:
-        ev = env.get(ENV_PREFIX + key.upper())
-        if ev not in (None, ""):
-            merged[key] = ev
-            origin[key] = ENV_PREFIX + key.upper()
-    merged.update(flags)
-    origin.update({k: "--" + k.replace("_", "-") for k in flags})
+    flat = {k: env[ENV_PREFIX + k.upper()] for k in OVERRIDES if env.get(ENV_PREFIX + k.upper()) not in (None, "")}
+    merged: dict[str, Any] = {**flat, **flags}
+    origin = {k: ENV_PREFIX + k.upper() for k in flat}     # key -> the variable or flag its value came from
+    origin.update({k: {**FLAG_NAMES, **(flag_names or {})}.get(k) or "--" + k.replace("_", "-") for k in flags})
     data: dict[str, Any] = {}
     if merged.get("config"):
-        load_file(merged["config"])   # the file on its own first: its errors name the file
+        try:                          # the file on its own first: its errors name the file
+            load_file(merged["config"])
+        except ConfigError as exc:
+            if exc.key != "--config":
+                raise
+            raise ConfigError(origin["config"], exc.message) from None
         data = yaml.safe_load(Path(merged["config"]).read_text()) or {}
+    file_http = set(data["http"]) & set(LISTEN_KEYS) if isinstance(data.get("http"), dict) else set()
     env_origin = _apply_env(data, env)
+    _settle_listen(data, merged, origin, env_origin, file_http, set(flags))
     try:
-        return _load_merged(data, merged, require_cluster, bool(env_origin))
+        return _name_listen(_load_merged(data, merged, require_cluster, bool(env_origin)), origin, env_origin)
     except ConfigError as exc:
         came_from = _origin_of(exc.key, origin) or _env_origin_of(exc.key, env_origin)
         if came_from is None:
             raise
         raise ConfigError(exc.key, f"{exc.message} (set by {came_from})", exc.source) from None
+
+
+def _settle_listen(data: dict[str, Any], merged: dict[str, Any], origin: Mapping[str, str],
+                   env_origin: Mapping[str, str], file_keys: set[str], flag_keys: set[str]) -> None:
+    """The listen address is one setting spelled two ways (host and port, or listen_addresses:
+    config/listen.py): the highest layer setting either decides, so the other spelling is
+    dropped from every layer before the parser sees them; one layer setting both is an error."""
+    http = data["http"] if isinstance(data.get("http"), dict) else {}
+    by_env = {k: env_origin.get(f"http.{k}") or env_origin["http"] for k in LISTEN_KEYS
+              if k in http and (f"http.{k}" in env_origin or "http" in env_origin)}
+    layers = [{OVERRIDES[k][1]: origin[k] for k in LISTEN_OVERRIDES if k in merged and k in flag_keys},
+              {**by_env, **{OVERRIDES[k][1]: origin[k] for k in LISTEN_OVERRIDES if k in merged and k not in flag_keys}},
+              {k: f"http.{k}" for k in file_keys if k in http and k not in by_env}]
+    try:
+        decides = deciding_layer(layers)
+    except ValueError as exc:
+        raise ConfigError("http.listen_addresses", str(exc), "flags/environment") from None
+    many = decides is not None and MANY in layers[decides]
+    for key in (SINGLE if many else (MANY,)):
+        http.pop(key, None)
+    for key in (("host", "port") if many else ("web_listen_address",)):
+        merged.pop(key, None)
+
+
+def _name_listen(cfg: Config, origin: Mapping[str, str], env_origin: Mapping[str, str]) -> Config:
+    """The listen addresses with the flag or variable that set each (their errors come at bind)."""
+    def named(o: Origin) -> Origin:
+        return o if o.default else replace(o, set_by=_origin_of(o.key, origin) or _env_origin_of(o.key, env_origin))
+
+    listen = tuple(replace(a, host_origin=named(a.host_origin), port_origin=named(a.port_origin))
+                   for a in cfg.http.listen)
+    return replace(cfg, http=replace(cfg.http, listen=listen))
 
 
 def _origin_of(key_path: str, origin: Mapping[str, str]) -> str | None:
@@ -75,7 +118,7 @@ def _origin_of(key_path: str, origin: Mapping[str, str]) -> str | None:
         if target is None:
             continue
         section, name = target
-        if (section == "http" and key_path == f"http.{name}") or (section == "top" and key_path == name) or \
+        if (section == "http" and re.fullmatch(rf"http\.{name}(\[\d+\])?", key_path)) or (section == "top" and key_path == name) or \
                 (section == "cluster" and re.fullmatch(rf"clusters\[\d+\]\.{re.escape(name)}", key_path)):
             return where
     return None
@@ -171,12 +214,15 @@ def _set_from_env(doc: dict[str, Any], parts: list[str], value: str, var: str) -
 def _env_value(key: Key, value: str, path: str, fail) -> Any:
     """A variable's text as `key` takes it: a list or mapping as JSON (or YAML flow) text where
     the key takes one; anything else as the string, which the parser reads as it reads the file's
-    strings (numbers, booleans; a plain string where a list of regexes goes is one item)."""
+    strings (numbers, booleans; a plain string where a list of regexes goes is one item). Text
+    starting with `[` that is not a list is the string where the key takes one."""
     text = value.strip()
     if {"array", "object"} & set(key.type) and text[:1] in ("[", "{"):
         try:
             return yaml.safe_load(text)
         except yaml.YAMLError as exc:
+            if "string" in key.type:       # a key that takes a string too: `[::1]:9000` is an address
+                return value
             raise fail(path, f"not valid JSON (or YAML flow) text: {getattr(exc, 'problem', exc)}") from None
     if "object" in key.type and "boolean" in key.type and text.lower() in _BOOL_WORDS:
         return _BOOL_WORDS[text.lower()]             # canary: true

@@ -18,6 +18,7 @@ from .web import WebConfig
 
 SECRET_KEY_RE = re.compile(r"(password|secret|token|credential|\.key$|key\.pem|sasl\.jaas)", re.I)
 _REF_RE = re.compile(r"^\$\{(env|file):([^}]+)\}$")
+LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
 
 
 class ConfigError(Exception):
@@ -125,9 +126,51 @@ class ClusterConfig:
 
 
 @dataclass(frozen=True)
+class Origin:
+    """Where a setting's value came from, for an error found after loading (a port that cannot
+    be bound): its dotted key and the flag or variable that set it (None: the file), or the
+    default."""
+
+    key: str
+    set_by: str | None = None
+    default: bool = False
+
+    def error(self, message: str, source: str | None) -> ConfigError:
+        if self.default:
+            return ConfigError(self.key, f"{message} (the default: set another by --web.listen-address, or "
+                                         "--host and --port)")
+        return ConfigError(self.key, f"{message} (set by {self.set_by})" if self.set_by else message, source)
+
+
+@dataclass(frozen=True)
+class ListenAddress:
+    """One address the HTTP server listens on. An empty host is every interface: `[::]` with
+    IPv4 mapped, or 0.0.0.0 where the host has no IPv6 (exporter/serve/listen.py)."""
+
+    host: str
+    port: int
+    host_origin: Origin = Origin("http.host", default=True)
+    port_origin: Origin = Origin("http.port", default=True)
+
+    @property
+    def every_interface(self) -> bool:
+        return self.host == ""
+
+    def netloc(self, host: str | None = None) -> str:
+        """host:port, an IPv6 address in brackets; `host` instead of this one's."""
+        h = self.host if host is None else host
+        return f"[{h}]:{self.port}" if ":" in h else f"{h}:{self.port}"
+
+
+@dataclass(frozen=True)
 class HttpConfig:
-    host: str = "0.0.0.0"
+    # Where to listen: host and port (one address; an empty host is every interface), or
+    # listen_addresses (several); `listen` is the outcome, set by the parser, else from these.
+    host: str = ""
     port: int = DEFAULT_PORT
+    listen_addresses: tuple[str, ...] = ()
+    telemetry_path: str = "/metrics"
+    listen: tuple[ListenAddress, ...] = ()
     threads: int = 8
     ingest_token: str | None = None        # bearer token for POST /api/v1/spark/events
     ingest_max_bytes: int = 1_000_000
@@ -140,6 +183,14 @@ class HttpConfig:
     # Each cluster's poller and tap in a worker process of its own (the serving process then
     # holds no Kafka client); false runs them as threads of the serving process.
     worker_processes: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.listen:       # built in code (tests, benchmarks): the one address of host and port
+            object.__setattr__(self, "listen", (ListenAddress(self.host, self.port),))
+
+    @property
+    def loopback_only(self) -> bool:
+        return all(a.host in LOOPBACK for a in self.listen)
 
     @property
     def tls(self) -> bool:

@@ -14,6 +14,7 @@ import yaml
 
 from ..apps import KNOWN_SCHEMES, AppRule
 from ..metrics import CATALOG, DEFAULT_CLUSTER_LABEL
+from .listen import check_telemetry_path, clash, parse_address, parse_host, split_addresses
 from .model import (
     _REF_RE,
     IN_PROCESS_POLL_INTERVAL,
@@ -23,10 +24,12 @@ from .model import (
     Config,
     ConfigError,
     HttpConfig,
+    ListenAddress,
     NameFilter,
+    Origin,
     resolve_secret,
 )
-from .schema import LABEL_NAME_RE, LOG_FORMATS, LOG_LEVELS, POLL_SCHEDULES, ROOT
+from .schema import DEFAULT_PORT, LABEL_NAME_RE, LOG_FORMATS, LOG_LEVELS, POLL_SCHEDULES, ROOT
 from .web import WebConfigError, load_web_config
 
 # The parser's key sets, from the one declaration (txnwatch.config.schema).
@@ -231,11 +234,12 @@ class _Parser:
                            "(http.web_config_file, --web.config.file) as bcrypt hashes: "
                            "basic_auth_users: {prometheus: $2y$10$...} (htpasswd -nBC 10 prometheus)")
         v = self.mapping(key, value, _HTTP_KEYS)
-        kw: dict[str, Any] = {}
-        if "host" in v:
-            kw["host"] = self.string(f"{key}.host", v["host"])
-        if "port" in v:
-            kw["port"] = _port(self, f"{key}.port", v["port"])
+        kw: dict[str, Any] = self.listen(key, v)
+        if v.get("telemetry_path") is not None:
+            try:
+                kw["telemetry_path"] = check_telemetry_path(self.string(f"{key}.telemetry_path", v["telemetry_path"]))
+            except ValueError as exc:
+                raise self.err(f"{key}.telemetry_path", str(exc)) from None
         if "threads" in v:
             kw["threads"] = int(self.number(f"{key}.threads", v["threads"], integer=True))
         if v.get("ingest_token") is not None:
@@ -261,6 +265,54 @@ class _Parser:
                 raise self.err(f"{key}.web_config_file", str(exc)) from None
             kw["web_config_file"] = path
         return HttpConfig(**kw)
+
+
+    def listen(self, key: str, v: dict) -> dict[str, Any]:
+        """HttpConfig's host, port, listen_addresses and `listen` (each address with the key
+        that set it) from the http mapping `v`."""
+        single = [k for k in ("host", "port") if k in v]
+        if single and v.get("listen_addresses") is not None:
+            raise self.err(f"{key}.listen_addresses", f"{' and '.join(f'{key}.{k}' for k in single)} and "
+                           f"{key}.listen_addresses both set the listen address: keep one (host and port for one "
+                           "address, listen_addresses for any number)")
+        if v.get("listen_addresses") is not None:
+            return self.listen_addresses(f"{key}.listen_addresses", v["listen_addresses"])
+        kw: dict[str, Any] = {}
+        if "host" in v:
+            try:
+                kw["host"] = parse_host(self.string(f"{key}.host", v["host"]))
+            except ValueError as exc:
+                raise self.err(f"{key}.host", str(exc)) from None
+        if "port" in v:
+            kw["port"] = _port(self, f"{key}.port", v["port"])
+        kw["listen"] = (ListenAddress(kw.get("host", ""), kw.get("port", DEFAULT_PORT),
+                                      Origin(f"{key}.host", default="host" not in v),
+                                      Origin(f"{key}.port", default="port" not in v)),)
+        return kw
+
+    def listen_addresses(self, key: str, value: Any) -> dict[str, Any]:
+        if not isinstance(value, list | tuple | str):
+            raise self.err(key, f"expected a list of addresses (host:port, [v6addr]:port, :port), got "
+                                f"{type(value).__name__}")
+        texts = [self.string(f"{key}[{i}]", a) for i, a in enumerate(split_addresses(value))]
+        if not texts:
+            raise self.err(key, "is empty: give at least one address (host:port, [v6addr]:port, or :port for "
+                                "every interface), or leave it out for the default")
+        parsed = []
+        for i, text in enumerate(texts):
+            try:
+                parsed.append(parse_address(text))
+            except ValueError as exc:
+                raise self.err(f"{key}[{i}]", str(exc)) from None
+        bad = clash(parsed)
+        if bad is not None:
+            i, j, wide = bad
+            raise self.err(f"{key}[{j}]", f"{texts[j]!r} is given twice: give each address once" if wide is None
+                           else f"{texts[j]!r} and {texts[i]!r} share port {parsed[j][1]}, where one of them takes "
+                                f"{wide}: on one port give either every interface or specific addresses")
+        listen = tuple(ListenAddress(h, p, Origin(f"{key}[{i}]"), Origin(f"{key}[{i}]"))
+                       for i, (h, p) in enumerate(parsed))
+        return {"listen_addresses": tuple(texts), "listen": listen}
 
 
 def _check_template(pattern: re.Pattern, template: str) -> None:

@@ -165,9 +165,19 @@ CLUSTER = Key(
     ))
 
 HTTP = Key(
-    "http", ("object",), "the HTTP server (/metrics, /, probes, the Spark ingest)", nullable=True, children=(
-        _str("host", "listen address", "0.0.0.0", example="127.0.0.1"),
-        _num("port", "listen port", DEFAULT_PORT, integer=True, minimum=1, maximum=65535, example=8080),
+    "http", ("object",), "the HTTP server (/metrics, /, probes, the Spark ingest)", nullable=True,
+    extra=(("not", {"anyOf": [{"required": ["listen_addresses", "host"]},
+                              {"required": ["listen_addresses", "port"]}]}),), children=(
+        _str("host", "listen host (one address, with port); default every interface: [::] with IPv4 mapped, "
+             "0.0.0.0 where the host has no IPv6", example="127.0.0.1"),
+        _num("port", "listen port (one address, with host)", DEFAULT_PORT, integer=True, minimum=1, maximum=65535,
+             example=8080),
+        Key("listen_addresses", ("array", "string"), "addresses to listen on, instead of host and port (not with "
+            "them): host:port, [v6addr]:port, or :port for every interface; a string is comma-separated",
+            nullable=True, example=["127.0.0.1:8080", "[::1]:8080"],
+            items=_str("address", "host:port, [v6addr]:port or :port")),
+        _str("telemetry_path", "the path of the metrics (Prometheus's metrics_path)", "/metrics", pattern="^/",
+             example="/txnwatch/metrics"),
         _num("threads", "HTTP server (cheroot) worker threads", 8, integer=True, exclusive_minimum=0, example=4),
         _str("ingest_token", "bearer token for POST /api/v1/spark/events; may be ${env:NAME} or ${file:/path}",
              nullable=True, secret=True, example="ingest-token-1"),

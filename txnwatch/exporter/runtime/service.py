@@ -5,6 +5,7 @@ Spark ingest state, wired to one Collector and served over HTTP (`serve`, the ma
 from __future__ import annotations
 
 import logging
+import os
 import re
 import shutil
 import signal
@@ -21,6 +22,9 @@ from ..poll.scrape_clock import ScrapeLog, ScrapeView
 from ..serve.app import create_app
 from ..serve.collector import ExporterCollector, Part
 from ..serve.page import canary_section, tap_section
+from ..serve.record import Record, config_key
+from ..serve.record import remove as remove_record
+from ..serve.record import write as write_record
 from ..serve.server import make_server
 from ..spark.blocked import BLOCKED, classify
 from ..spark.page import spark_section
@@ -168,30 +172,46 @@ class Exporter:
 
 
 def serve(config: Config, ready_event: threading.Event | None = None, shard=None) -> int:
-    """`txnwatch serve`: the exporter on a production WSGI server until SIGTERM or SIGINT."""
+    """`txnwatch serve`: the exporter on a production WSGI server until SIGTERM or SIGINT.
+    Raises ConfigError, naming the setting, when an address cannot be listened on."""
     exporter = Exporter(config, shard=shard)
     http = config.http
-    server = make_server(create_app(exporter), http, http.web)
+    servers = make_server(create_app(exporter), http, http.web, config.source)
     tune_gc()
     exporter.start()
     names = ", ".join(f"{c.name} ({c.bootstrap_servers})" for c in config.clusters if c.name in exporter.clusters)
     if exporter.shard.sharded:
         names += f"; shard {exporter.shard.index} of {exporter.shard.total}"
-    log.info("txnwatch serving on %s://%s:%s/ for %s", http.scheme, http.host,
-             server.effective_port, names)
+    record = _record(config, servers.local_urls)
+    log.info("txnwatch serving on %s (metrics at %s) for %s", ", ".join(f"{u}/" for u in servers.urls),
+             http.telemetry_path, names)
 
     def shutdown(signum, _frame) -> None:
         log.info("received %s, shutting down", signal.Signals(signum).name)
-        server.close()
+        servers.close()
 
     signal.signal(signal.SIGTERM, shutdown)
     signal.signal(signal.SIGINT, shutdown)
     if ready_event:
         ready_event.set()
     try:
-        server.run()
-    except OSError:
-        pass  # closed by the signal handler
+        servers.run()
     finally:
+        if record is not None:
+            remove_record(record)
         exporter.stop()
     return 0
+
+
+def _record(config: Config, urls: list[str]) -> Path | None:
+    """Say where this process listens, for `txnwatch healthcheck` (serve/record.py); without a
+    writable temporary directory the healthcheck follows the configuration instead."""
+    http = config.http
+    source = config.source if config.source and os.path.isfile(config.source) else None
+    try:
+        return write_record(Record(os.getpid(), tuple(urls), bool(http.tls and http.web.tls.client_cert_required),
+                                   config_key(source)))
+    except OSError as exc:
+        log.warning("cannot record where this process listens (%s): `txnwatch healthcheck` follows the "
+                    "configuration instead", exc)
+        return None

@@ -1,4 +1,5 @@
-"""HTTP endpoints: /metrics, /healthz, /readyz, / (the human page)."""
+"""HTTP endpoints: the metrics (at http.telemetry_path, /metrics by default), /healthz, /readyz,
+/ (the human page)."""
 
 from __future__ import annotations
 
@@ -9,14 +10,12 @@ from ..spark.ingest import INGEST_PATH, make_ingest_blueprint
 from .auth import Authorizer
 from .page import render_page
 
-LOOPBACK = {"127.0.0.1", "::1", "localhost"}
-
 
 def create_app(exporter) -> Flask:
     app = Flask("txnwatch")
     app.config["exporter"] = exporter
     http = exporter.config.http
-    protected = {"/metrics", "/"}
+    protected = {http.telemetry_path, "/"}
     authorized = Authorizer(http.web.basic_auth_users, http.auth_bearer_token)
     headers = dict(http.web.headers)
 
@@ -33,7 +32,7 @@ def create_app(exporter) -> Flask:
             resp.headers.update(headers)
             return resp
 
-    @app.get("/metrics")
+    @app.get(http.telemetry_path)
     def metrics() -> Response:
         # when each scraper comes (its address and user agent: an HA pair is two) times the polls
         exporter.scrape_seen(f"{request.remote_addr} {request.headers.get('User-Agent', '')}",
@@ -76,9 +75,9 @@ def create_app(exporter) -> Flask:
 
 
 def _register_ingest(app: Flask, exporter) -> None:
-    """POST /api/v1/spark/events: needs a bearer token unless the exporter listens on loopback."""
+    """POST /api/v1/spark/events: needs a bearer token unless the exporter listens on loopback only."""
     http = exporter.config.http
-    loopback = http.host in LOOPBACK
+    loopback = http.loopback_only
     if http.ingest_token or loopback:
         app.register_blueprint(make_ingest_blueprint(exporter.spark_state, http.ingest_token,
                                                      http.ingest_max_bytes, require_token=not loopback))

@@ -188,10 +188,11 @@ def poll_schedule_note(view, clusters: list[tuple[str, str, float, float]]) -> s
 
 def render_page(exporter) -> str:
     now = time.time()
+    path = exporter.config.http.telemetry_path
     out = [f"<!doctype html><html><head><meta charset=utf-8><title>txnwatch</title>"
            f"<meta name=viewport content='width=device-width'><style>{_CSS}</style></head><body>"
            f"<header><h1>txnwatch</h1><span>exactly-once Kafka pipelines · v{escape(__version__)}</span>"
-           f"<span style='margin-left:auto'><a style='color:#9ecbff' href='/metrics'>/metrics</a> · "
+           f"<span style='margin-left:auto'><a style='color:#9ecbff' href='{escape(path)}'>{escape(path)}</a> · "
            f"<a style='color:#9ecbff' href='/readyz'>/readyz</a></span></header><main>"]
     # clusters: (name, its sources' health, its digest) from the exporter, in- or out-of-process
     views = exporter.page_views()

@@ -3,7 +3,10 @@
 The body is one event or `{"events": [...]}` (schema: txnwatch/spark_listener/events.py,
 txnwatch/exporter/openapi-ingest.yaml, served at GET /api/v1/openapi.yaml). Checks, in order:
 - 401 when the bearer token is missing or wrong (constant-time compare);
-- 413 when the body is larger than `max_bytes`;
+- 413 when the body is larger than `max_bytes`. The body is read and discarded first, up to
+  DISCARD_MAX_BYTES: cheroot closes the connection after a 413, and closing it with the body
+  unread resets it, so a client that sends the whole body before reading (most do) would see a
+  broken pipe instead of the answer. Past that bound the connection is closed unread;
 - 400 with `{"error": ..., "field": ...}` naming the bad field for anything that is not
   valid JSON or does not match the schema (the whole request is rejected, nothing applied);
 - 202 with `{"accepted": n}` otherwise.
@@ -27,10 +30,24 @@ log = logging.getLogger(__name__)
 
 INGEST_PATH = "/api/v1/spark/events"
 MAX_EVENTS_PER_REQUEST = 5000
+# How much of an oversized body is read (and thrown away) so its client can read the 413; a
+# larger one costs its sender a reset connection rather than this process the reading.
+DISCARD_MAX_BYTES = 64 * 1024 * 1024
+_CHUNK = 64 * 1024
 
 
 def _reject_constant(name: str) -> None:
     raise ValueError(f"{name} is not valid JSON")
+
+
+def _discard(stream, already: int) -> None:
+    """Read the rest of a body (`already` bytes of it read) and drop it, up to DISCARD_MAX_BYTES."""
+    left = DISCARD_MAX_BYTES - already
+    while left > 0:
+        chunk = stream.read(min(_CHUNK, left))
+        if not chunk:
+            return
+        left -= len(chunk)
 
 
 def _error(status: int, message: str, field: str | None = None) -> tuple[Response, int]:
@@ -55,6 +72,11 @@ def make_ingest_blueprint(state: SparkQueryState, token: str | None, max_bytes: 
     expected = token.encode() if token else None
     bp = Blueprint(name, __name__)
 
+    def too_large(read: int):
+        state.count_dropped("too_large")
+        _discard(request.stream, read)
+        return _error(413, f"body larger than {max_bytes} bytes", "body")
+
     @bp.post(INGEST_PATH)
     def ingest():
         if expected is not None:
@@ -66,12 +88,10 @@ def make_ingest_blueprint(state: SparkQueryState, token: str | None, max_bytes: 
                 return _error(401, "missing or invalid bearer token", "Authorization")
         length = request.content_length
         if length is not None and length > max_bytes:
-            state.count_dropped("too_large")
-            return _error(413, f"body larger than {max_bytes} bytes", "body")
+            return too_large(0 if length <= DISCARD_MAX_BYTES else DISCARD_MAX_BYTES)
         raw = request.stream.read(max_bytes + 1)
         if len(raw) > max_bytes:
-            state.count_dropped("too_large")
-            return _error(413, f"body larger than {max_bytes} bytes", "body")
+            return too_large(len(raw))
         try:
             payload = json.loads(raw, parse_constant=_reject_constant)
         except (ValueError, RecursionError) as exc:
