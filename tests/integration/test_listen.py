@@ -161,7 +161,15 @@ def kernel_without_ipv6() -> None:
         os._exit(97)
 
 
-needs_seccomp = pytest.mark.skipif(_libseccomp() is None, reason="libseccomp (Debian's libseccomp2) is not installed")
+@pytest.fixture
+def seccomp() -> None:
+    """These tests fail, never skip, where what they need is missing: the suite runs as root on
+    Debian, where libseccomp2, unshare and setpriv are part of the base system."""
+    if _libseccomp() is None:
+        pytest.fail("libseccomp (Debian's libseccomp2) is not installed: apt-get install libseccomp2")
+
+
+needs_seccomp = pytest.mark.usefixtures("seccomp")
 
 
 def serve(*args: str, log=subprocess.PIPE, env: dict | None = None, prefix: tuple[str, ...] = (),
@@ -226,8 +234,19 @@ def _namespaces_work() -> bool:
         return False
 
 
-needs_namespaces = pytest.mark.skipif(not _namespaces_work(), reason="no network namespaces here (unshare --net "
-                                                                     "needs root or CAP_SYS_ADMIN)")
+@pytest.fixture
+def namespaces() -> None:
+    if not _namespaces_work():
+        pytest.fail("no network namespaces here (unshare --net needs root or CAP_SYS_ADMIN): run the tests as root")
+
+
+needs_namespaces = pytest.mark.usefixtures("namespaces")
+
+
+@pytest.fixture
+def root() -> None:
+    if os.geteuid() != 0:
+        pytest.fail("becoming an unprivileged user (setpriv) needs root: run the tests as root")
 
 
 @needs_namespaces
@@ -286,7 +305,7 @@ def test_an_address_that_is_not_this_hosts_is_refused():
     assert "(set by --web.listen-address)" in out
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to become an unprivileged user")
+@pytest.mark.usefixtures("root")
 def test_a_port_below_1024_is_refused_to_an_unprivileged_user():
     out = refused("--port", "1000", prefix=("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"), cwd="/")
     assert "http.port: cannot listen on [::]:1000: not permitted (ports below 1024 need root or the " \
