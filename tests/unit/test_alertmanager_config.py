@@ -33,3 +33,8 @@ def test_every_inhibition_names_real_alerts_and_labels_they_keep():
 def test_routing_labels_join_the_grouping():
     am = alertmanager_config(AlertConfig(routing_labels=("namespace",)))
     assert am["route"]["group_by"][-1] == "namespace"
+
+
+def test_a_routing_label_already_grouped_by_is_listed_once():
+    am = alertmanager_config(AlertConfig(routing_labels=("app", "kafka_cluster", "namespace")))
+    assert am["route"]["group_by"] == ["alertname", "kafka_cluster", "app", "namespace"]

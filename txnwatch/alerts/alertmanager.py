@@ -43,7 +43,8 @@ def alertmanager_config(cfg: AlertConfig | None = None, pager_url: str = "http:/
     return {
         "route": {
             "receiver": "tickets",
-            "group_by": ["alertname", k, "app", *cfg.routing_labels],
+            # a routing label already grouped by is not listed twice (amtool refuses repeats)
+            "group_by": list(dict.fromkeys(["alertname", k, "app", *cfg.routing_labels])),
             "group_wait": "30s",
             "group_interval": "5m",
             "repeat_interval": "4h",
