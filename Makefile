@@ -1,4 +1,4 @@
-.PHONY: bootstrap test unit integration demo lint generate schema clean
+.PHONY: bootstrap test unit integration demo lint generate schema image release clean
 
 bootstrap:
 	@bash scripts/bootstrap.sh
@@ -50,6 +50,21 @@ lint: bootstrap
 # (tests/unit/test_config_env.py fails when the checked-in file is stale).
 schema:
 	.venv/bin/txnwatch config-schema > schema/txnwatch-config.schema.json
+
+# The exporter image, txnwatch:<version>, built by podman (scripts/build-image.sh, which a
+# release reuses). It builds on the Dockerfile's base (the official python image, pinned by
+# digest) unless BASE_IMAGE names another: where no registry is reachable, the one bootstrap
+# makes from Debian's packages: make image BASE_IMAGE=localhost/txnwatch-base-bookworm
+BASE_IMAGE ?=
+
+image:
+	BASE_IMAGE=$(BASE_IMAGE) bash scripts/build-image.sh
+
+# What users install, into dist/ (scripts/release.sh): the wheel and the sdist, the chart, the
+# image as an OCI archive, a CycloneDX SBOM of the image's Python environment, SHA256SUMS.
+# BASE_IMAGE as for `make image`. tests/integration/test_release.py installs or loads each one.
+release: bootstrap
+	BASE_IMAGE=$(BASE_IMAGE) bash scripts/release.sh
 
 demo: bootstrap
 	.venv/bin/python -m txnwatch_dev.demo $(DEMO_ARGS)

@@ -109,6 +109,20 @@ def pytest_collection_finish(session):
                                 f"{transaction_version(b.bootstrap)}")
 
 
+def pytest_xdist_node_collection_finished(node, ids):
+    """Under `--dist loadgroup` the test ids a worker collected carry their group (`...@group`:
+    every test here has one, pytest_collection_modifyitems), which is how the controller keeps a
+    group on one worker. A pytest whose ids xdist can no longer rewrite drops every group without
+    a word (pytest 9.2 with pytest-xdist 3.8): stop the run instead."""
+    lost = [i for i in ids if i.rfind("@") <= i.rfind("]")]      # xdist's own test for a group suffix
+    if node.config.getoption("dist", None) == "loadgroup" and lost:
+        import xdist
+
+        pytest.exit(f"pytest {pytest.__version__} with pytest-xdist {xdist.__version__} ignores xdist_group "
+                    f"({lost[0]} has no @group): install a pair that keeps the groups (constraints-dev.txt pins "
+                    "one; `make bootstrap`)", returncode=4)
+
+
 # Modules whose tests start Spark, Flink or a Kafka Streams app: each takes both cores while
 # it computes. Under xdist they run one after another on one worker (one xdist group, handed
 # out first), while the other worker runs the rest, which mostly waits on brokers' clocks;

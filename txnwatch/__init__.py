@@ -10,7 +10,7 @@ import os
 import subprocess
 from pathlib import Path
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 REVISION_ENV = "TXNWATCH_REVISION"   # the image sets it from its build argument
 
