@@ -36,7 +36,7 @@ from pathlib import Path
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from txnwatch.exporter.kafka.admin import KafkaIO
+from txnwatch.kafka.admin import KafkaIO
 from txnwatch_dev.kafka import KafkaCluster, make_broker
 from txnwatch_dev.transactions.workload import commit_group_offset
 

@@ -24,8 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from txnwatch.exporter.kafka.kip664 import TransactionAPI  # noqa: E402
 from txnwatch.exporter.model import OPEN_STATES  # noqa: E402
+from txnwatch.kafka.kip664 import TransactionAPI  # noqa: E402
 from txnwatch_dev.kafka import KafkaBroker, kafka_release  # noqa: E402
 from txnwatch_dev.transactions.rawkafka import RawTransaction  # noqa: E402
 from txnwatch_dev.transactions.workload import create_topics  # noqa: E402

@@ -28,12 +28,12 @@ from bench_scrape import broker_for, commit_groups  # bench/ is on sys.path when
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from txnwatch.config import load_config
-from txnwatch.exporter.kafka import list_offsets as lo
-from txnwatch.exporter.kafka import metadata as mdw
-from txnwatch.exporter.kafka.kafka_python import KafkaPythonTransport
-from txnwatch.exporter.kafka.wire import RawRequest
 from txnwatch.exporter.poll.poller import ClusterPoller
 from txnwatch.exporter.poll.render import RenderCache, render_snapshot
+from txnwatch.kafka import list_offsets as lo
+from txnwatch.kafka import metadata as mdw
+from txnwatch.kafka.kafka_python import KafkaPythonTransport
+from txnwatch.kafka.wire import RawRequest
 from txnwatch.metrics import FamilyWriter
 
 

@@ -11,10 +11,10 @@ from dataclasses import asdict
 
 from .canary.probe import CanaryProbe
 from .config import CanaryConfig, Config
-from .exporter.kafka.errors import classify, one_line
-from .exporter.kafka.kip664 import API_KEYS
 from .exporter.model import ClusterSnapshot
 from .exporter.poll.poller import ClusterPoller
+from .kafka.errors import classify, one_line
+from .kafka.kip664 import API_KEYS
 
 EXIT = {"ok": 0, "warning": 1, "critical": 2}
 

@@ -28,8 +28,11 @@ import logging
 import os
 import sys
 import time
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from txnwatch.spark_listener.sink import ProducerFactory
 
 log = logging.getLogger("txnwatch.pipeline")
 
@@ -56,7 +59,7 @@ class Settings:
     transaction_timeout_ms: int = 60_000
     broker_max_timeout_ms: int | str | None = "discover"
     progress_topic: str | None = None
-    faults: dict = field(default_factory=dict)
+    producer_factory: ProducerFactory | None = None   # eos: makes the tasks' producers (None: the sink's own)
 
 
 def read_input(spark: Any, s: Settings) -> Any:
@@ -91,14 +94,15 @@ def transform(df: Any, s: Settings) -> Any:
 
 
 def make_sink(s: Settings, metrics: Any = None) -> Any:
-    from txnwatch.spark_listener.sink import AtLeastOnceKafkaSink, ExactlyOnceKafkaSink
+    from txnwatch.spark_listener.sink import AtLeastOnceKafkaSink, ExactlyOnceKafkaSink, task_producer
 
     if s.sink == "eos":
         return ExactlyOnceKafkaSink(
             s.name, s.bootstrap, s.output_topic, num_tasks=s.num_tasks, progress_topic=s.progress_topic,
             transaction_timeout_ms=s.transaction_timeout_ms, trigger_interval_seconds=s.trigger_seconds,
-            broker_max_timeout_ms=s.broker_max_timeout_ms, metrics=metrics, faults=s.faults,
-            partitioning=s.sink_partitioning, warm_spares=s.sink_warm_spares)
+            broker_max_timeout_ms=s.broker_max_timeout_ms, metrics=metrics,
+            partitioning=s.sink_partitioning, warm_spares=s.sink_warm_spares,
+            producer_factory=s.producer_factory or task_producer)
     if s.sink == "at-least-once":
         return AtLeastOnceKafkaSink(s.name, s.bootstrap, s.output_topic, num_tasks=s.num_tasks)
     raise ValueError(f"unknown sink {s.sink!r} (eos|at-least-once|spark-kafka)")
@@ -239,16 +243,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--exit-when-idle", type=float, default=None, metavar="SECONDS",
                    help="stop once no batch ran for this long")
     p.add_argument("--timeout", type=float, default=None, help="stop after this many seconds")
-    p.add_argument("--fault", action="append", default=[], metavar="NAME=JSON",
-                   help=argparse.SUPPRESS)   # test hooks: pause_before_commit / pause_before_marker / fail_after_produce
     return p.parse_args(argv)
 
 
 def settings_from(a: argparse.Namespace) -> Settings:
-    faults = {}
-    for f in a.fault:
-        k, _, v = f.partition("=")
-        faults[k] = json.loads(v)
     return Settings(bootstrap=a.bootstrap, input_topic=a.input_topic, output_topic=a.output_topic,
                     checkpoint=a.checkpoint, name=a.name, sink=a.sink,
                     num_tasks=a.num_tasks, sink_partitioning=a.sink_partitioning,
@@ -256,31 +254,42 @@ def settings_from(a: argparse.Namespace) -> Settings:
                     max_records_per_batch=a.max_records_per_batch or None,
                     starting_offsets=a.starting_offsets, window=a.window, watermark=a.watermark,
                     output_mode=a.output_mode, transaction_timeout_ms=a.transaction_timeout_ms,
-                    broker_max_timeout_ms=a.broker_max_timeout_ms, progress_topic=a.progress_topic,
-                    faults=faults)
+                    broker_max_timeout_ms=a.broker_max_timeout_ms, progress_topic=a.progress_topic)
 
 
-def main(argv: list[str] | None = None) -> int:
-    a = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    s = settings_from(a)
-    from txnwatch.spark_listener.sink import UnsafeSinkSettings
+def refusal(a: argparse.Namespace, s: Settings) -> str | None:
+    """Why the pipeline must not start (unsafe sink settings, Spark Connect without a way for
+    the sink's transactions to reach Prometheus), found before a JVM starts; None: it may."""
+    from txnwatch.spark_listener.sink import UnsafeSinkSettings, check_settings
 
-    if s.sink == "eos":   # reject unsafe settings before starting a JVM
-        from txnwatch.spark_listener.sink import check_settings
-
+    if s.sink == "eos":
         try:
             check_settings(s.transaction_timeout_ms, s.trigger_seconds,
                            s.broker_max_timeout_ms if isinstance(s.broker_max_timeout_ms, int) else None,
                            s.num_tasks)
         except UnsafeSinkSettings as exc:
-            print(f"txnwatch pipeline: {exc}", file=sys.stderr)
-            return 2
+            return str(exc)
     if a.remote and s.sink == "eos" and not a.forward_url:
-        print("txnwatch pipeline: --remote (Spark Connect) runs the sink's foreachBatch in the server's "
-              "Python process: give --forward-url (the exporter) so that its transactions reach Prometheus",
-              file=sys.stderr)
+        return ("--remote (Spark Connect) runs the sink's foreachBatch in the server's Python process: give "
+                "--forward-url (the exporter) so that its transactions reach Prometheus")
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+    return run(a, settings_from(a))
+
+
+def run(a: argparse.Namespace, s: Settings) -> int:
+    """The pipeline of settings `s`, with the session, metrics and stopping of flags `a`,
+    until it stops: its exit status (2: refused before starting, 1: the query failed)."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    refused = refusal(a, s)
+    if refused is not None:
+        print(f"txnwatch pipeline: {refused}", file=sys.stderr)
         return 2
+    from txnwatch.spark_listener.sink import UnsafeSinkSettings
+
     spark = spark_session(a.master, s.name, a.shuffle_partitions, remote=a.remote)
     from txnwatch.spark_listener import SparkQueryState, attach, detach
     from txnwatch.spark_listener.serve import render_text

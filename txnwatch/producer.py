@@ -37,6 +37,7 @@ transactional id) and must be closed.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -44,8 +45,9 @@ from typing import Any
 
 from txnwatch.apps import AppResolver
 from txnwatch.fencing import FENCING_ERRORS
+from txnwatch.kafka import clients
 from txnwatch.metrics import FamilyWriter
-from txnwatch.spark_listener.state import SparkQueryState
+from txnwatch.producer_state import ProducerTransactions
 
 APPLICATION_ERROR = "_APPLICATION"   # librdkafka's name for "application generated error"
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60000
@@ -114,7 +116,8 @@ class TransactionalProducer:
 
     `on_record(record)` (optional) is called with every finished transaction's record;
     records are also kept until `drain_records()` (bounded by `max_records`).
-    `producer_factory` builds the underlying producer (tests pass a fake).
+    `producer_factory` builds the underlying confluent-kafka producer from the config (by
+    default the Kafka room's, txnwatch.kafka.clients.producer; the unit tests pass a fake).
     """
 
     def __init__(self, config: Mapping[str, Any], *, on_record: Callable[[Record], object] | None = None,
@@ -142,11 +145,7 @@ class TransactionalProducer:
             if user_error_cb is not None:
                 user_error_cb(err)
         conf["error_cb"] = on_error
-        if producer_factory is None:
-            from confluent_kafka import Producer
-
-            producer_factory = Producer
-        self._producer = producer_factory(conf)
+        self._producer = (producer_factory or clients.producer)(conf)
         self._clock = clock
         self._on_record = on_record
         self._records: list[Record] = []
@@ -372,17 +371,19 @@ def _flag(err: Any, name: str) -> bool:
 class ProducerMetricsCollector:
     """A prometheus_client Collector rendering kafka_producer_* from transaction records.
 
-    It keeps the same state the Spark listener and the exporter's ingest keep
-    (`SparkQueryState`, never expiring by default), so the series are identical
-    whichever way records arrive. `record(rec)` is an `on_record` callback; `app` is
-    derived from the transactional id with the exporter's built-in app rules unless
-    given.
+    It keeps the same state the Spark listener and the exporter's ingest keep for the
+    records they receive (`ProducerTransactions`, never expiring by default), so the series
+    are identical whichever way records arrive. `record(rec)` is an `on_record` callback;
+    `app` is derived from the transactional id with the exporter's built-in app rules unless
+    given. `ttl_seconds`: an app with no record for that long is forgotten.
     """
 
     def __init__(self, app: str | None = None, ttl_seconds: float | None = None,
                  max_transactional_ids: int = 500) -> None:
         self.app = app
-        self.state = SparkQueryState(ttl_seconds=ttl_seconds, max_transactional_ids=max_transactional_ids)
+        self.ttl_seconds = ttl_seconds
+        self._lock = threading.Lock()
+        self._transactions = ProducerTransactions(max_transactional_ids=max_transactional_ids)
 
     def record(self, rec: Record) -> None:
         self.record_many([rec])
@@ -392,12 +393,21 @@ class ProducerMetricsCollector:
         for r in records:
             a = app or self.app or _resolve_app(r.get("transactional_id"))
             by_app.setdefault(a, []).append(r)
-        for a, recs in by_app.items():
-            self.state.apply({"type": "producer_transactions", "app": a, "records": recs})
+        now = time.time()
+        with self._lock:
+            self._expire(now)
+            for a, recs in by_app.items():
+                self._transactions.apply(a, recs, now)
+
+    def _expire(self, now: float) -> None:
+        if self.ttl_seconds is not None:
+            self._transactions.expire(now - self.ttl_seconds)
 
     def collect(self):
         writer = FamilyWriter()
-        self.state.render(writer, include_self=False)
+        with self._lock:
+            self._expire(time.time())
+            self._transactions.render(writer)
         yield from writer.families()
 
     def describe(self):

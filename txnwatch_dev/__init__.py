@@ -8,6 +8,9 @@
     demo/            `make demo` (`python -m txnwatch_dev.demo`): its fault plan and injector,
                      the Kafka Streams app, the outbox sink, the status line
     flink/           PyFlink jobs with Flink's exactly-once KafkaSink
+    spark/           the reference Spark pipeline with faults in its exactly-once sink's tasks
+                     (`python -m txnwatch_dev.spark.pipeline`: a task failing after producing,
+                     pausing before its commit or before its marker)
 
 and, shared by all: net.py (ports, waiting), procs.py (stopping child processes), jvm.py
 (JVM flags by profile), pki.py (test certificates), proxy.py (a TCP proxy for faults),

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from txnwatch.exporter.kafka import admin
-from txnwatch.exporter.kafka.admin import KafkaIO
+from txnwatch.kafka import admin
+from txnwatch.kafka.admin import KafkaIO
 from txnwatch_dev.kafka import KafkaCluster
 from txnwatch_dev.net import wait_for
 from txnwatch_dev.transactions.workload import commit_group_offsets, create_topics

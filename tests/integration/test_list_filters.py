@@ -11,8 +11,8 @@ from confluent_kafka import Producer
 
 from tests import compat
 from tests.integration.helpers import cluster_config
-from txnwatch.exporter.kafka.kip664 import TransactionAPI
 from txnwatch.exporter.model import OPEN_STATES
+from txnwatch.kafka.kip664 import TransactionAPI
 from txnwatch_dev.kafka import kafka_release
 from txnwatch_dev.net import wait_for
 from txnwatch_dev.transactions.workload import create_topics

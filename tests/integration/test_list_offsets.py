@@ -1,4 +1,4 @@
-"""The requests txnwatch encodes and decodes itself (exporter/kafka/metadata.py,
+"""The requests txnwatch encodes and decodes itself (kafka/metadata.py,
 list_offsets.py and offset_fetch.py) against real brokers of both supported lines: Metadata
 reads what librdkafka's metadata says (partition counts, leaders, __transaction_state's
 replicas and ISR, the live brokers); ListOffsets per leader
@@ -15,8 +15,8 @@ import pytest
 from confluent_kafka import Producer
 
 from tests import compat
-from txnwatch.exporter.kafka.admin import KafkaIO
-from txnwatch.exporter.model import PartitionOffsets
+from txnwatch.kafka.admin import KafkaIO
+from txnwatch.kafka.answers import PartitionOffsets
 from txnwatch_dev.kafka import kafka_release
 from txnwatch_dev.net import wait_for
 from txnwatch_dev.transactions.workload import commit_group_offsets, create_topics

@@ -35,14 +35,15 @@ from tests.integration.helpers import (
     total,
 )
 from txnwatch.apps import AppResolver
-from txnwatch.exporter.kafka.kip664 import TransactionAPI
 from txnwatch.exporter.tap.source import TransactionLogTap
+from txnwatch.kafka.kip664 import TransactionAPI
 from txnwatch.pipeline import Settings, run_until_idle, start_query
 from txnwatch.spark_listener import attach, detach
 from txnwatch.spark_listener.serve import render_text
 from txnwatch.spark_listener.sink import committed_attempts
 from txnwatch.spark_listener.state import SparkQueryState
 from txnwatch_dev.net import wait_for
+from txnwatch_dev.spark.sink_faults import SinkFaults
 from txnwatch_dev.transactions.scenario import log_counts
 from txnwatch_dev.transactions.workload import create_topics
 
@@ -112,7 +113,8 @@ def test_task_failure_mid_transaction_then_restart(spark, broker, unique, tmp_pa
     s, expected = prepare(broker, unique, tmp_path)
     s.sink_partitioning = partitioning
     flag = tmp_path / "failed-once"
-    s.faults = {"fail_after_produce": {"batch": 3, "task": 1, "once_file": str(flag), "wait_others": True}}
+    s.producer_factory = SinkFaults.of(
+        {"fail_after_produce": {"batch": 3, "task": 1, "once_file": str(flag), "wait_others": True}})
     state = SparkQueryState(ttl_seconds=None)
     query, _ = start_query(spark, s, metrics=state)
     try:
@@ -122,7 +124,7 @@ def test_task_failure_mid_transaction_then_restart(spark, broker, unique, tmp_pa
     assert flag.exists()
     assert "injected failure in task 1 of batch 3" in str(query.exception())
 
-    s.faults = {}
+    s.producer_factory = None
     query, sink = start_query(spark, s, metrics=state)       # same checkpoint: batch 3 replays
     try:
         assert run_until_idle(query, 3, 180) == "idle", query.exception()
@@ -153,7 +155,7 @@ def test_task_failure_mid_transaction_then_restart(spark, broker, unique, tmp_pa
 
 
 def run_child(s: Settings, tmp_path, tag: str, *extra: str) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "txnwatch.pipeline", "--bootstrap", s.bootstrap,
+    cmd = [sys.executable, "-m", "txnwatch_dev.spark.pipeline", "--bootstrap", s.bootstrap,
            "--input-topic", s.input_topic, "--output-topic", s.output_topic, "--checkpoint", s.checkpoint,
            "--name", s.name, "--num-tasks", "2", "--trigger-seconds", "0.5", "--max-records-per-batch", "200",
            "--window", f"{WINDOW} seconds", "--watermark", "5 seconds", "--transaction-timeout-ms", "30000",

@@ -259,7 +259,7 @@ def test_secrets_never_in_logs_metrics_or_page_even_at_debug(secure, exporter):
     bodies = {path: exporter.get(path)[1] for path in ("/metrics", "/", "/readyz", "/healthz")}
     log = exporter.log()
     # the level the secrets had to survive: a DEBUG line of the KIP-664 client's set-up
-    assert "DEBUG txnwatch.exporter.kafka.kafka_python: kafka-python has no equivalent for: socket.keepalive.enable" in log
+    assert "DEBUG txnwatch.kafka.kafka_python: kafka-python has no equivalent for: socket.keepalive.enable" in log
     for s in secrets:
         for path, body in bodies.items():
             assert s not in body, (path, s)

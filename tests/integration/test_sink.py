@@ -22,7 +22,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.helpers import aborted_records, assert_exactly_once, make_input, samples, total
-from txnwatch.exporter.kafka.kip664 import TransactionAPI
+from txnwatch.kafka.kip664 import TransactionAPI
 from txnwatch.producer import TransactionalProducer, TransactionError
 from txnwatch.spark_listener import attach, detach
 from txnwatch.spark_listener.sink import (
@@ -251,9 +251,10 @@ def test_transactions_reach_prometheus_through_the_listener(spark, broker, uniqu
 
 def test_spark_task_retry_within_the_batch(broker, unique, tmp_path):
     """Real Spark task retries: the pipeline in a child process with master local[2,4]
-    (4 attempts per task). Task 1 of batch 2 raises after producing on its first attempt;
-    Spark retries the task inside the same batch, which aborted the first attempt's
-    transaction, reports it, and writes the rows once."""
+    (4 attempts per task), its sink's tasks faulted (txnwatch_dev.spark.pipeline). Task 1 of
+    batch 2 raises after producing on its first attempt; Spark retries the task inside the
+    same batch, which aborted the first attempt's transaction, reports it, and writes the
+    rows once."""
     name = unique("retry").replace("-", "_")
     inp, out = f"{name}-in", f"{name}-out"
     create_topics(broker.bootstrap, [inp, out], partitions=2)
@@ -261,7 +262,7 @@ def test_spark_task_retry_within_the_batch(broker, unique, tmp_path):
     flag = tmp_path / "failed-once"
     fault = {"batch": 2, "task": 1, "once_file": str(flag)}
     metrics = tmp_path / "metrics.txt"
-    cmd = [sys.executable, "-m", "txnwatch.pipeline", "--bootstrap", broker.bootstrap, "--input-topic", inp,
+    cmd = [sys.executable, "-m", "txnwatch_dev.spark.pipeline", "--bootstrap", broker.bootstrap, "--input-topic", inp,
            "--output-topic", out, "--checkpoint", str(tmp_path / "ckpt"), "--name", name,
            "--master", "local[2,4]", "--trigger-seconds", "0.5", "--max-records-per-batch", "200",
            "--window", "5 seconds", "--watermark", "5 seconds", "--transaction-timeout-ms", "30000",

@@ -1,7 +1,8 @@
 """The PySpark side under Spark Connect: the reference pipeline as `txnwatch pipeline
 --remote local[2]` (PySpark starts a local Spark Connect server; the foreachBatch sink is
 pickled and runs in the server's Python worker, the listener on the client), with the
-session broker and a real exporter that both send their metrics to.
+session broker and a real exporter that both send their metrics to. The pipeline runs as
+txnwatch_dev.spark.pipeline, which adds the sink's fault plan to the same flags.
 
 Through a task that fails mid-transaction and the restart from the checkpoint: every
 window is visible once to read_committed consumers, the failed attempt's rows are
@@ -36,7 +37,7 @@ TOKEN = "connect-ingest-token"
 
 def run_pipeline(bootstrap: str, name: str, checkpoint: str, exporter_url: str, tmp_path, tag: str,
                  *extra: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "txnwatch.pipeline", "--remote", "local[2]", "--bootstrap", bootstrap,
+    cmd = [sys.executable, "-m", "txnwatch_dev.spark.pipeline", "--remote", "local[2]", "--bootstrap", bootstrap,
            "--input-topic", f"{name}-in", "--output-topic", f"{name}-out", "--checkpoint", checkpoint,
            "--name", name, "--num-tasks", "2", "--trigger-seconds", "0.5", "--max-records-per-batch", "200",
            "--window", f"{WINDOW} seconds", "--watermark", "5 seconds", "--transaction-timeout-ms", "30000",

@@ -1,13 +1,13 @@
 """Access findings (txnwatch.exporter.access): kafka-acls.sh commands and the evidence rules;
 and principals and the messages for rejected credentials and TLS handshakes
-(txnwatch.exporter.kafka.errors)."""
+(txnwatch.kafka.errors)."""
 
 import shlex
 
 from txnwatch.exporter import access
 from txnwatch.exporter.access import Evidence, TapReadWatch
-from txnwatch.exporter.kafka import errors
-from txnwatch.exporter.model import ActiveProducer
+from txnwatch.kafka import errors
+from txnwatch.kafka.answers import ActiveProducer
 
 SCRAM = {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "txnwatch",
          "sasl.password": "hunter2-secret", "ssl.ca.location": "/etc/ca.pem"}

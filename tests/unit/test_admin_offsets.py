@@ -1,9 +1,9 @@
-"""A partition's offsets from its ListOffsets answers (txnwatch.exporter.kafka.admin)."""
+"""A partition's offsets from its ListOffsets answers (txnwatch.kafka.admin)."""
 
 from __future__ import annotations
 
-from txnwatch.exporter.kafka.admin import partition_offsets
-from txnwatch.exporter.model import PartitionOffsets
+from txnwatch.kafka.admin import partition_offsets
+from txnwatch.kafka.answers import PartitionOffsets
 
 
 def test_offsets_and_the_lso_capped_at_the_hwm():

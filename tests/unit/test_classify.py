@@ -2,7 +2,7 @@
 
 from confluent_kafka import KafkaError, KafkaException
 
-from txnwatch.exporter.kafka.errors import PollError, classify, one_line
+from txnwatch.kafka.errors import PollError, classify, one_line
 
 
 def cause(code) -> str:

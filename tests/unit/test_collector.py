@@ -1,16 +1,11 @@
 from types import MappingProxyType
 
 from txnwatch.apps import AppResolver, fold_ids
-from txnwatch.exporter.model import (
-    ClusterFacts,
-    ClusterSnapshot,
-    HangingTransaction,
-    PartitionState,
-    TxnDescription,
-)
+from txnwatch.exporter.model import ClusterSnapshot, HangingTransaction, PartitionState
 from txnwatch.exporter.poll import derive
 from txnwatch.exporter.poll.render import render_snapshot
 from txnwatch.exporter.serve.collector import ExporterCollector
+from txnwatch.kafka.answers import ClusterFacts, TxnDescription
 from txnwatch_dev.observability.scrape import Metrics, parse_metrics
 
 

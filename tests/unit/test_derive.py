@@ -1,17 +1,15 @@
 import pytest
 
 from txnwatch.apps import AppResolver
-from txnwatch.exporter.model import (
+from txnwatch.exporter.model import GroupLag, HangingTransaction, PartitionState
+from txnwatch.exporter.poll import derive
+from txnwatch.kafka.answers import (
     ActiveProducer,
     ClusterFacts,
-    GroupLag,
-    HangingTransaction,
     PartitionOffsets,
     PartitionReplicas,
-    PartitionState,
     TxnDescription,
 )
-from txnwatch.exporter.poll import derive
 
 
 def po(t, p, hwm, lso):
@@ -106,7 +104,8 @@ def test_config_findings():
     parts = {("t", 0): PartitionState("t", 0, 10, 4, 0.0, 100.0)}
     txns = derive.open_transactions([desc("slow", timeout=120_000, start=0)], AppResolver(), now_ms=200_000)
     groups = [GroupLag("g", "t", 0, 4, 0, 6)]
-    findings = derive.config_findings(facts, txns, [], parts, groups, stall_warning_seconds=60)
+    findings = derive.config_findings(derive.PollReading(facts, stall_warning_seconds=60, open_transactions=txns,
+                                                         partitions=parts, blocked_groups=groups))
     kinds = [(f.severity, f.kind) for f in findings]
     assert kinds[0][0] == "critical"
     # one live broker below transaction.state.log.min.isr is no finding by itself: what blocks
@@ -135,7 +134,8 @@ def test_remember_epochs_keeps_the_most_recently_described():
 
 def test_a_hanging_finding_gives_the_abort_command():
     h = HangingTransaction("orders", 3, 7, 0, 1234, 950.0, "billing-1", "partition_not_in_transaction")
-    f = derive.config_findings(ClusterFacts(), [], [h], {}, [], stall_warning_seconds=60, bootstrap="k1:9092")
+    f = derive.config_findings(derive.PollReading(ClusterFacts(), stall_warning_seconds=60, open_transactions=[],
+                                                  hanging=[h], bootstrap="k1:9092"))
     assert f[0].kind == "hanging" and f[0].severity == "critical"
     assert f[0].message.endswith("kafka-transactions.sh --bootstrap-server k1:9092 abort --topic orders "
                                  "--partition 3 --start-offset 1234")
@@ -157,9 +157,11 @@ def test_two_phase_commit_transactions_have_no_headroom_and_their_own_finding():
     assert xa.two_phase and xa.headroom_seconds is None and xa.age_seconds == 100
     assert not next(t for t in txns if t.transactional_id == "std").two_phase
     facts = ClusterFacts(transaction_max_timeout_ms=900_000)
-    young = derive.config_findings(facts, txns, [], {}, [], stall_warning_seconds=60, two_phase_max_age_seconds=3600)
+    young = derive.config_findings(derive.PollReading(facts, stall_warning_seconds=60, open_transactions=txns,
+                                                      two_phase_max_age_seconds=3600))
     assert [f.kind for f in young] == []
-    old = derive.config_findings(facts, txns, [], {}, [], stall_warning_seconds=60, two_phase_max_age_seconds=60)
+    old = derive.config_findings(derive.PollReading(facts, stall_warning_seconds=60, open_transactions=txns,
+                                                    two_phase_max_age_seconds=60))
     assert [(f.severity, f.kind) for f in old] == [("warning", "two_phase_open_too_long")]
     assert "xa-1" in old[0].message and "KIP-939" in old[0].message
 
@@ -206,14 +208,14 @@ def test_min_isr_finding_names_the_partitions_and_the_open_ids_that_hash_to_them
     other = next(f"x-{i}" for i in range(100) if derive.txn_log_partition_of(f"x-{i}", n) != blocked)
     txns = derive.open_transactions([desc("orders-1"), desc(other)], AppResolver(), now_ms=2_000)
     facts = ClusterFacts(brokers=1, transaction_state_min_insync_replicas=2)
-    (f,) = [f for f in derive.config_findings(facts, txns, [], {}, [], 60, txn_log=txn_log)
-            if f.kind == "min_isr"]
+    reading = derive.PollReading(facts, stall_warning_seconds=60, open_transactions=txns, txn_log=txn_log)
+    (f,) = [f for f in derive.config_findings(reading) if f.kind == "min_isr"]
     assert f.severity == "critical"
     assert f"1 of 5 __transaction_state partition(s) below their minimum ISR: {blocked} (ISR 1 < 2)" in f.message
     assert "orders-1" in f.message and other not in f.message
     healthy = [log(p, replicas=(1, 2, 3)) for p in range(n)]
-    assert not [f for f in derive.config_findings(facts, txns, [], {}, [], 60, txn_log=healthy)
-                if f.kind == "min_isr"]
+    reading = derive.PollReading(facts, stall_warning_seconds=60, open_transactions=txns, txn_log=healthy)
+    assert not [f for f in derive.config_findings(reading) if f.kind == "min_isr"]
 
 
 def test_java_string_hash_and_the_coordinator_partition():
@@ -243,9 +245,9 @@ def test_unavailable_partitions_keep_their_last_state_and_the_rest_is_current():
 
 
 def test_unavailable_partitions_and_missing_brokers_are_named_in_findings():
-    findings = derive.config_findings(ClusterFacts(), None, [], {}, [], 60,
-                                      unavailable={("t", 0): "offline", ("t", 2): "offline", ("u", 1): "timeout"},
-                                      missing={2: 3})
+    findings = derive.config_findings(derive.PollReading(
+        ClusterFacts(), stall_warning_seconds=60, unavailable={("t", 0): "offline", ("t", 2): "offline", ("u", 1): "timeout"},
+        missing_brokers={2: 3}))
     got = {(f.severity, f.kind): f.message for f in findings}
     assert got[("critical", "broker_missing")].startswith("broker(s) 2 absent from the cluster metadata")
     offline = [f.message for f in findings if f.kind == "partition_unavailable" and f.severity == "critical"]
@@ -258,7 +260,8 @@ def test_unavailable_partitions_and_missing_brokers_are_named_in_findings():
 def test_past_timeout_boundary_is_a_negative_headroom(start, past):
     """Headroom exactly 0 is not yet past the timeout; a millisecond less is."""
     txns = derive.open_transactions([desc("t", timeout=60_000, start=start)], AppResolver(), now_ms=200_000)
-    kinds = [f.kind for f in derive.config_findings(ClusterFacts(), txns, [], {}, [], 60)]
+    reading = derive.PollReading(ClusterFacts(), stall_warning_seconds=60, open_transactions=txns)
+    kinds = [f.kind for f in derive.config_findings(reading)]
     assert ("past_timeout" in kinds) is past
 
 
@@ -267,7 +270,7 @@ def test_groups_whose_coordinator_did_not_answer_keep_their_last_lags_and_are_na
     now = [GroupLag("g1", "t", 0, 6, 0, 0)]
     assert derive.with_groups_unavailable(now, prev, {}) == now
     assert derive.with_groups_unavailable(now, prev, {"g2": "timeout"}) == now + [prev[1]]
-    (f,) = [f for f in derive.config_findings(ClusterFacts(), None, [], {}, [], 60, groups_unavailable={"g2": "timeout"})
-            if f.kind == "group_unavailable"]
+    reading = derive.PollReading(ClusterFacts(), stall_warning_seconds=60, groups_unavailable={"g2": "timeout"})
+    (f,) = [f for f in derive.config_findings(reading) if f.kind == "group_unavailable"]
     assert f.message == ("1 consumer group(s) not read (timeout: their coordinator did not answer): g2; "
                          "their lags are as last read")

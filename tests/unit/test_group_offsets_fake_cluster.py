@@ -10,8 +10,8 @@ from kafka import errors as E
 from kafka.protocol.consumer import OffsetFetchRequest, OffsetFetchResponse
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 
-from txnwatch.exporter.kafka.errors import BatchedUnsupported, PollError, cause_of_code, cause_of_exception
-from txnwatch.exporter.kafka.group_offsets import (
+from txnwatch.kafka.errors import BatchedUnsupported, PollError, cause_of_code, cause_of_exception
+from txnwatch.kafka.group_offsets import (
     FIND_COORDINATOR_VERSION,
     OFFSET_FETCH_VERSION,
     BatchedGroupOffsets,
@@ -20,7 +20,7 @@ from txnwatch.exporter.kafka.group_offsets import (
     offset_fetch_plan,
     waves,
 )
-from txnwatch.exporter.kafka.wire import RawRequest
+from txnwatch.kafka.wire import RawRequest
 
 NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, LOAD_IN_PROGRESS = 16, 15, 14
 GROUP_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_OR_PARTITION = 30, 3

@@ -10,8 +10,9 @@ from kafka.admin._transactions import (
 from kafka.structs import TopicPartition
 
 from txnwatch.apps import AppResolver
-from txnwatch.exporter.kafka.kafka_python import kafka_python_config
-from txnwatch.exporter.kafka.kip664 import (
+from txnwatch.exporter.poll import derive
+from txnwatch.kafka.kafka_python import kafka_python_config
+from txnwatch.kafka.kip664 import (
     TransactionAPI,
     capabilities_from_api_versions,
     descriptions_from_response,
@@ -19,7 +20,6 @@ from txnwatch.exporter.kafka.kip664 import (
     listings_from_response,
     producers_from_response,
 )
-from txnwatch.exporter.poll import derive
 
 
 def test_capabilities():
@@ -76,7 +76,7 @@ def test_kafka_python_config_maps_security_settings():
 def test_kafka_python_config_follows_librdkafka_semantics():
     import ssl
 
-    from txnwatch.exporter.kafka.kafka_python import unsupported_security_properties
+    from txnwatch.kafka.kafka_python import unsupported_security_properties
 
     cfg = kafka_python_config({"bootstrap.servers": "a:1", "security.protocol": "sasl_ssl",
                                "sasl.mechanisms": "scram-sha-512", "ssl.ca.location": "probe",
@@ -100,8 +100,8 @@ def test_kafka_python_config_follows_librdkafka_semantics():
 def test_kip664_client_refuses_settings_it_cannot_use():
     import pytest
 
-    from txnwatch.exporter.kafka.errors import PollError
-    from txnwatch.exporter.kafka.kip664 import TransactionAPI
+    from txnwatch.kafka.errors import PollError
+    from txnwatch.kafka.kip664 import TransactionAPI
 
     api = TransactionAPI({"bootstrap.servers": "127.0.0.1:1", "security.protocol": "SSL",
                           "ssl.keystore.location": "/etc/kafka/client.p12", "ssl.keystore.password": "pw-1234"}, 1)

@@ -1,4 +1,4 @@
-"""ListOffsets encoded and decoded by txnwatch (exporter/kafka/list_offsets.py), checked
+"""ListOffsets encoded and decoded by txnwatch (kafka/list_offsets.py), checked
 against kafka-python's own schema-driven encoder for every version spoken (4 to 11), and
 its planning and answer handling, without a broker (tests/integration/test_list_offsets.py
 runs it against real brokers)."""
@@ -10,10 +10,10 @@ import struct
 import pytest
 from kafka.protocol.consumer.offsets import ListOffsetsRequest, ListOffsetsResponse
 
-from txnwatch.exporter.kafka import list_offsets as lo
-from txnwatch.exporter.kafka.errors import BatchedUnsupported
-from txnwatch.exporter.kafka.wire import ProtocolError
-from txnwatch.exporter.model import PartitionOffsets
+from txnwatch.kafka import list_offsets as lo
+from txnwatch.kafka.answers import PartitionOffsets
+from txnwatch.kafka.errors import BatchedUnsupported
+from txnwatch.kafka.wire import ProtocolError
 
 VERSIONS = range(lo.MIN_VERSION, lo.MAX_VERSION + 1)
 _T = ListOffsetsRequest.ListOffsetsTopic

@@ -1,4 +1,4 @@
-"""Metadata encoded and decoded by txnwatch (exporter/kafka/metadata.py), checked against
+"""Metadata encoded and decoded by txnwatch (kafka/metadata.py), checked against
 kafka-python's own schema-driven encoder for every version spoken (9 to 13), without a
 broker (tests/integration/test_list_offsets.py runs it against real brokers)."""
 
@@ -9,9 +9,9 @@ import uuid
 import pytest
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
-from txnwatch.exporter.kafka import metadata as md
-from txnwatch.exporter.kafka.errors import BatchedUnsupported
-from txnwatch.exporter.kafka.wire import ProtocolError
+from txnwatch.kafka import metadata as md
+from txnwatch.kafka.errors import BatchedUnsupported
+from txnwatch.kafka.wire import ProtocolError
 
 VERSIONS = range(md.MIN_VERSION, md.MAX_VERSION + 1)
 _B = MetadataResponse.MetadataResponseBroker

@@ -57,8 +57,9 @@ def test_scrape_checks_find_sentinels_and_stray_labels():
 
 
 def test_infinite_retention_is_inf_not_minus_one():
-    from txnwatch.exporter.model import ClusterFacts, ClusterSnapshot
+    from txnwatch.exporter.model import ClusterSnapshot
     from txnwatch.exporter.poll.render import render_snapshot
+    from txnwatch.kafka.answers import ClusterFacts
 
     facts = ClusterFacts(brokers=1, topic_retention_ms={"forever": -1, "week": 604_800_000})
     w = FamilyWriter()

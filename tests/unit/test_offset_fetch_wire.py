@@ -1,4 +1,4 @@
-"""OffsetFetch v8 encoded and decoded by txnwatch (exporter/kafka/offset_fetch.py), checked
+"""OffsetFetch v8 encoded and decoded by txnwatch (kafka/offset_fetch.py), checked
 against kafka-python's own schema-driven encoder: requests byte for byte, answers with and
 without commit metadata, partition and group errors, cut answers."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from kafka.protocol.consumer import OffsetFetchRequest, OffsetFetchResponse
 
-from txnwatch.exporter.kafka import offset_fetch as of
-from txnwatch.exporter.kafka.wire import ProtocolError, RawRequest
+from txnwatch.kafka import offset_fetch as of
+from txnwatch.kafka.wire import ProtocolError, RawRequest
 
 _G = OffsetFetchResponse.OffsetFetchResponseGroup
 _T = _G.OffsetFetchResponseTopics

@@ -6,15 +6,10 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from txnwatch.exporter.model import (
-    ClusterFacts,
-    ClusterSnapshot,
-    GroupLag,
-    HangingTransaction,
-    PartitionOffsets,
-)
+from txnwatch.exporter.model import ClusterSnapshot, GroupLag, HangingTransaction
 from txnwatch.exporter.poll import derive
 from txnwatch.exporter.poll.render import GROUP_FAMILIES, PARTITION_FAMILIES, RenderCache, render_snapshot
+from txnwatch.kafka.answers import ClusterFacts, PartitionOffsets
 from txnwatch.metrics import FamilyWriter
 
 TOPICS = ("orders", 'we"ird\\topic', "payments")

@@ -2,13 +2,13 @@
 
 import logging
 
-from txnwatch.exporter.kafka.request_path import RequestPath
+from txnwatch.kafka.request_path import RequestPath
 
 
 def test_untried_then_on_logs_once(caplog):
     path = RequestPath("partition offsets", "librdkafka's", recheck_calls=3)
     assert path.on is None and path.due()
-    with caplog.at_level(logging.INFO, logger="txnwatch.exporter.kafka.request_path"):
+    with caplog.at_level(logging.INFO, logger="txnwatch.kafka.request_path"):
         path.turn_on("one ListOffsets v11 per leader", 11)
         path.turn_on("one ListOffsets v11 per leader", 11)
     assert path.on is True and path.version == 11
@@ -18,7 +18,7 @@ def test_untried_then_on_logs_once(caplog):
 def test_off_for_a_while_is_tried_again_after_recheck_calls(caplog):
     path = RequestPath("cluster metadata", "librdkafka's", recheck_calls=3)
     assert path.due()
-    with caplog.at_level(logging.INFO, logger="txnwatch.exporter.kafka.request_path"):
+    with caplog.at_level(logging.INFO, logger="txnwatch.kafka.request_path"):
         path.turn_off("timed out")
         assert [path.due() for _ in range(3)] == [False, False, True]
         path.turn_off("timed out")       # the same reason again: not logged again

@@ -1,22 +1,36 @@
-"""`txnwatch pipeline` flags -> settings, and unsafe settings refused before a JVM starts."""
+"""`txnwatch pipeline` flags -> settings, and unsafe settings refused before a JVM starts;
+the harness's faulted pipeline (txnwatch_dev.spark.pipeline) takes the same flags and a fault
+plan."""
 
 from __future__ import annotations
 
+import pytest
+
 from txnwatch import pipeline
+from txnwatch_dev.spark import pipeline as faulted_pipeline
+from txnwatch_dev.spark.sink_faults import SinkFaults
+
+FLAGS = ["--bootstrap", "b:9092", "--input-topic", "in", "--output-topic", "out", "--checkpoint", "/c",
+         "--name", "orders", "--num-tasks", "4", "--trigger-seconds", "5", "--max-records-per-batch", "0",
+         "--sink", "spark-kafka", "--broker-max-timeout-ms", "none"]
+FAULT = ["--fault", 'pause_before_commit={"batch": 2, "task": 0, "signal_file": "/tmp/x"}']
 
 
-def test_flags_to_settings():
-    a = pipeline.parse_args([
-        "--bootstrap", "b:9092", "--input-topic", "in", "--output-topic", "out", "--checkpoint", "/c",
-        "--name", "orders", "--num-tasks", "4", "--trigger-seconds", "5", "--max-records-per-batch", "0",
-        "--sink", "spark-kafka", "--broker-max-timeout-ms", "none",
-        "--fault", 'pause_before_commit={"batch": 2, "task": 0, "signal_file": "/tmp/x"}'])
-    s = pipeline.settings_from(a)
+@pytest.mark.parametrize("faulted", [False, True])
+def test_flags_to_settings(faulted):
+    if faulted:
+        _, s = faulted_pipeline.settings(FLAGS[:4] + FAULT + FLAGS[4:])
+    else:
+        s = pipeline.settings_from(pipeline.parse_args(FLAGS))
     assert (s.bootstrap, s.input_topic, s.output_topic, s.checkpoint, s.name) == ("b:9092", "in", "out", "/c",
                                                                                   "orders")
     assert s.num_tasks == 4 and s.trigger_seconds == 5 and s.max_records_per_batch is None
     assert s.sink == "spark-kafka" and s.broker_max_timeout_ms is None
-    assert s.faults == {"pause_before_commit": {"batch": 2, "task": 0, "signal_file": "/tmp/x"}}
+    if faulted:
+        assert s.producer_factory == SinkFaults.of(
+            {"pause_before_commit": {"batch": 2, "task": 0, "signal_file": "/tmp/x"}})
+    else:
+        assert s.producer_factory is None
     d = pipeline.settings_from(pipeline.parse_args(["--bootstrap", "b", "--input-topic", "i",
                                                     "--output-topic", "o", "--checkpoint", "c"]))
     assert d.sink == "eos" and d.broker_max_timeout_ms == "discover"

@@ -7,7 +7,7 @@ import json
 import pytest
 from confluent_kafka import TopicPartition
 
-from txnwatch.exporter.model import ActiveProducer, TxnDescription
+from txnwatch.kafka.answers import ActiveProducer, TxnDescription
 from txnwatch.spark_listener.serve import render_text
 from txnwatch.spark_listener.sink import (
     ExactlyOnceKafkaSink,

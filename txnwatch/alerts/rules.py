@@ -40,7 +40,7 @@ from txnwatch.alerts.promql import ABORTED, COMMITTED, FENCED, abort_ratio, matc
 from txnwatch.apps import CANARY_APP
 from txnwatch.dashboards import ids
 from txnwatch.dashboards.ids import DashboardRef
-from txnwatch.spark_listener.trigger import LONG_BATCH_MODES
+from txnwatch.trigger_modes import LONG_BATCH_MODES
 
 INVALID_TIMEOUT = 'error="INVALID_TRANSACTION_TIMEOUT"'
 FAILED = 'error_class!="none"'

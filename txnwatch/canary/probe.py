@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 from ..apps import CANARY_APP
 from ..config import CanaryConfig
+from ..kafka import clients
 from .rounds import CanaryRecord as Record
 from .rounds import PayloadError, RoundBook, charged_partitions, decode, is_abort_round, step_deadline
 from .stats import CanaryStats, CanaryView
@@ -262,8 +263,6 @@ class CanaryProbe:
     def _ensure_producer(self, timeout: float):
         if self._producer is not None:
             return self._producer
-        from confluent_kafka import Producer
-
         producer, self._initialising = self._initialising, None
         if producer is None:
             props = {**self.props, "transactional.id": self.tid, "linger.ms": 0,
@@ -271,7 +270,7 @@ class CanaryProbe:
                      # could exceed the broker's transaction.max.timeout.ms (INVALID_TRANSACTION_TIMEOUT)
                      "transaction.timeout.ms": int(max(1.0, self.cfg.interval_seconds) * 1000),
                      "logger": logging.getLogger("txnwatch.librdkafka")}
-            producer = Producer(props)
+            producer = clients.producer(props)
         t = time.monotonic()
         try:
             producer.init_transactions(timeout)
@@ -302,15 +301,15 @@ class CanaryProbe:
             self._initialising = None
 
     def _ensure_topic(self, timeout: float) -> list[int]:
-        from confluent_kafka.admin import AdminClient, NewTopic
+        from confluent_kafka.admin import NewTopic
 
         # one admin client for the probe's life: a new one each round would open (and, with
         # SASL/TLS, authenticate) a connection every interval
         if self._admin is None:
             # no auto-creation by a Metadata request for the topic (librdkafka's producer-side
             # default): a missing topic is created here with one partition per broker, or not at all
-            self._admin = AdminClient({**self.props, "allow.auto.create.topics": False,
-                                       "logger": logging.getLogger("txnwatch.librdkafka")})
+            self._admin = clients.admin_client({**self.props, "allow.auto.create.topics": False,
+                                                "logger": logging.getLogger("txnwatch.librdkafka")})
         admin = self._admin
         deadline = time.monotonic() + timeout
         try:
@@ -383,14 +382,15 @@ class CanaryProbe:
             raise failed
 
     def _consume_loop(self) -> None:
-        from confluent_kafka import Consumer, TopicPartition
+        from confluent_kafka import TopicPartition
 
-        consumer = Consumer({**self.props, "group.id": f"{CANARY_APP}-{self.cluster}", "enable.auto.commit": False,
-                             "isolation.level": "read_committed", "auto.offset.reset": "latest",
-                             # a fetch returns as soon as a record is readable: a longer wait only
-                             # means fewer empty fetches between rounds (2/s per broker otherwise)
-                             "fetch.wait.max.ms": fetch_wait_ms(self.cfg.interval_seconds),
-                             "logger": logging.getLogger("txnwatch.librdkafka")})
+        consumer = clients.consumer({
+            **self.props, "group.id": f"{CANARY_APP}-{self.cluster}", "enable.auto.commit": False,
+            "isolation.level": "read_committed", "auto.offset.reset": "latest",
+            # a fetch returns as soon as a record is readable: a longer wait only
+            # means fewer empty fetches between rounds (2/s per broker otherwise)
+            "fetch.wait.max.ms": fetch_wait_ms(self.cfg.interval_seconds),
+            "logger": logging.getLogger("txnwatch.librdkafka")})
         try:
             while not self._stop.is_set():
                 new = sorted(set(self._partitions) - self._watched)

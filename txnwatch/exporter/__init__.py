@@ -1,9 +1,8 @@
-"""`txnwatch serve`: the Prometheus exporter, one layer per folder.
+"""`txnwatch serve`: the Prometheus exporter, one layer per folder, over the Kafka room.
 
-    Kafka ──► kafka/   every Kafka client call (librdkafka admin, kafka-python for KIP-664
-              │        and batched group offsets); errors.py: PollError and the one `cause`
-              │        vocabulary; kafka_python.py: the only module touching kafka-python's
-              │        internals
+    Kafka ──► txnwatch/kafka/  every Kafka client call and client (beside the exporter: the
+              │                canary and the Spark sink use it too); its answers are plain
+              │                values (kafka/answers.py)
               ├──► poll/  the admin poller: schedule, pure derivations (derive.py), access
               │           findings, and the snapshot's families (render.py), once per poll
               └──► tap/   the transaction-log tap: decoder, state machine, I/O thread, render
@@ -17,9 +16,10 @@
     serve/     HTTP: the Flask app, the page, the scrape-time collector, the WSGI server
     spark/     the Spark ingest endpoint and its blocked-query matching and page part
 
-The rule (tests/unit/test_layers.py keeps it): serve/ and spark/ never import kafka/, poll/,
-tap/ or runtime/, so no scrape can reach a Kafka client; kafka/ imports nothing of the
-exporter but the model; poll/ and tap/ never import serve/, spark/ or runtime/; only
-runtime/ imports every layer. access.py (missing-ACL findings, pure) serves poll/ and tap/.
-Outside the exporter, the Spark sink (on executors) uses kafka/ and the model only.
+The rule (tests/unit/test_layers.py keeps it): serve/ and spark/ never import the Kafka
+room, poll/, tap/ or runtime/, nor a Kafka client library, so no scrape can reach a Kafka
+client; poll/ and tap/ never import serve/, spark/ or runtime/; only runtime/ imports every
+layer. access.py (missing-ACL findings, pure) serves poll/ and tap/. Nothing below the
+exporter imports it: not the Kafka room, nor the canary and the Spark side, which use that
+room as the exporter does (runtime/ runs the canary; spark/ ingests the listener's events).
 """

@@ -34,8 +34,9 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from .kafka.errors import principal_of
-from .model import TRANSACTION_STATE_TOPIC, Finding
+from ..kafka.answers import TRANSACTION_STATE_TOPIC
+from ..kafka.errors import principal_of
+from .model import Finding
 
 MAX_NAMED = 5   # ids/topics named in one finding
 

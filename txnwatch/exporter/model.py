@@ -1,4 +1,7 @@
-"""Immutable snapshot types. A poll builds one ClusterSnapshot; a scrape renders the last one."""
+"""Immutable snapshot types. A poll builds one ClusterSnapshot; a scrape renders the last one.
+What the Kafka calls answer (partition offsets, replicas, broker configs, KIP-664's
+listings) are the Kafka room's plain values (txnwatch/kafka/answers.py), kept in the
+snapshot as they came."""
 
 from __future__ import annotations
 
@@ -6,8 +9,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from ..kafka.answers import ClusterFacts, PartitionReplicas
+
 TP = tuple[str, int]
-TRANSACTION_STATE_TOPIC = "__transaction_state"
 OPEN_STATES = frozenset({"Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence"})
 # KIP-939 two-phase commit: a producer with transaction.two.phase.commit.enable gets this
 # transaction timeout (Integer.MAX_VALUE) from the coordinator, which then never aborts its
@@ -20,16 +24,9 @@ def is_two_phase(timeout_ms: int) -> bool:
     return timeout_ms >= TWO_PHASE_TIMEOUT_MS
 
 
-# The three per-partition and per-row records below are NamedTuples, not dataclasses: a
-# poll of a big cluster builds one per partition and group row, and a tuple is built in a
-# third of a frozen dataclass's time (issue 29).
-class PartitionOffsets(NamedTuple):
-    topic: str
-    partition: int
-    high_watermark: int
-    last_stable_offset: int
-
-
+# The per-partition and per-row records below are NamedTuples, not dataclasses: a poll of a
+# big cluster builds one per partition and group row, and a tuple is built in a third of a
+# frozen dataclass's time.
 class PartitionState(NamedTuple):
     """One partition after derivation. `stalled_since` is when the LSO got stuck below the
     HWM (the timestamp of the first record at the LSO when known, else first observation)."""
@@ -86,50 +83,6 @@ class HangingTransaction:
 
 
 @dataclass(frozen=True)
-class ClusterFacts:
-    brokers: int | None = None
-    transaction_max_timeout_ms: int | None = None
-    transactional_id_expiration_ms: int | None = None
-    producer_id_expiration_ms: int | None = None
-    transaction_state_log_min_isr: int | None = None
-    transaction_state_log_replication_factor: int | None = None
-    topic_retention_ms: Mapping[str, int] = field(default_factory=dict)
-    configs_from_broker: bool = False   # False: DescribeConfigs gave no values
-    # min.insync.replicas of the __transaction_state topic itself (set from the broker's
-    # transaction.state.log.min.isr when the topic was created; an operator may alter it)
-    transaction_state_min_insync_replicas: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionReplicas:
-    """A partition's leader, replicas and ISR as the cluster metadata shows them."""
-
-    topic: str
-    partition: int
-    leader: int                  # -1: no leader (offline)
-    replicas: tuple[int, ...]
-    isr: tuple[int, ...]
-
-    @property
-    def offline(self) -> bool:
-        return self.leader < 0
-
-
-@dataclass(frozen=True)
-class ClusterMetadata:
-    """What one metadata request says about the cluster, as plain values."""
-
-    brokers: tuple[int, ...]                      # live broker ids
-    topics: Mapping[str, int]                     # selected topics -> partition count
-    txn_log: tuple[PartitionReplicas, ...] = ()   # __transaction_state's partitions (none before the first producer)
-    # partitions of the selected topics that are offline or under-replicated (the rest are
-    # healthy and not kept, so a poll of a big cluster builds nothing per partition here)
-    degraded: tuple[PartitionReplicas, ...] = ()
-    # selected topics -> leader of each partition by index (-1: none): where ListOffsets goes
-    leaders: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
 class Finding:
     """Something a person should look at: severity is 'warning' or 'critical'."""
 
@@ -161,33 +114,3 @@ class ClusterSnapshot:
     unavailable: Mapping[TP, str] = field(default_factory=dict)   # partition -> why its offsets are old
     missing_brokers: Mapping[int, int] = field(default_factory=dict)   # absent broker -> partitions it replicates
     groups_unavailable: Mapping[str, str] = field(default_factory=dict)   # group -> why its offsets are old
-
-
-# ------------------------------------------------------------------ KIP-664 answers, as plain values
-@dataclass(frozen=True, slots=True)
-class TxnListing:
-    transactional_id: str
-    producer_id: int
-    state: str
-
-
-@dataclass(frozen=True, slots=True)
-class TxnDescription:
-    transactional_id: str
-    state: str
-    producer_id: int
-    producer_epoch: int
-    timeout_ms: int
-    start_ms: int
-    partitions: frozenset[TP]
-
-
-@dataclass(frozen=True, slots=True)
-class ActiveProducer:
-    topic: str
-    partition: int
-    producer_id: int
-    producer_epoch: int
-    last_timestamp_ms: int
-    coordinator_epoch: int
-    txn_start_offset: int        # -1: no open transaction on this partition

@@ -20,8 +20,10 @@ Rules worth knowing:
 - Nothing in an event makes `apply` raise: odd values are skipped; internal failures are
   counted in txnwatch_listener_errors_total{stage} and logged once per stage.
 
-Over 600 lines on purpose: one state machine (apply) and its render, whose every series is
-derived from the same per-query records under one lock; cutting it in two would put the
+The `producer_transactions` events go to a ProducerTransactions (txnwatch/producer_state.py,
+which the producer wrapper's own collector uses too), applied, expired and rendered under
+this state's lock. The rest is one state machine (apply) and its render, whose every series
+is derived from the same per-query records under that lock; cutting it in two would put the
 records' invariants (batches counted once, expiry) on both sides of a module boundary.
 """
 
@@ -30,7 +32,6 @@ from __future__ import annotations
 import ast
 import json
 import logging
-import math
 import re
 import threading
 import time
@@ -42,10 +43,11 @@ from txnwatch.metrics import (
     BATCH_BUCKETS,
     CATALOG,
     COMMIT_BUCKETS,
-    DURATION_BUCKETS,
     FamilyWriter,
     Histogram,
 )
+from txnwatch.metrics.values import label_value, num
+from txnwatch.producer_state import ProducerTransactions
 
 from .events import parse_timestamp
 
@@ -53,11 +55,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_TTL_SECONDS = 900.0
 EXECUTED_PHASES = ("addBatch", "getBatch", "walCommit", "commitOffsets")
-OTHER_ID = "__other__"
 _LAG_STATS = {"minOffsetsBehindLatest": "min", "maxOffsetsBehindLatest": "max",
               "avgOffsetsBehindLatest": "avg"}
 _EXC_CLASS = re.compile(r"^\s*([A-Za-z_$][\w$]*(?:\.[A-Za-z_$][\w$]*)*)(?::|\s*$)", re.M)
-_LABEL_MAX = 120
 _MAX_REPR_CHARS = 1_000_000
 
 
@@ -69,41 +69,18 @@ def _bounds(name: str, default: tuple[float, ...]) -> tuple[float, ...]:
 _B_BATCH = _bounds("spark_streaming_batch_duration_seconds", BATCH_BUCKETS)
 _B_PHASE = _bounds("spark_streaming_batch_phase_seconds", BATCH_BUCKETS)
 _B_COMMIT = _bounds("spark_streaming_commit_seconds", COMMIT_BUCKETS)
-_B_P_COMMIT = _bounds("kafka_producer_transaction_commit_seconds", COMMIT_BUCKETS)
-_B_P_DURATION = _bounds("kafka_producer_transaction_duration_seconds", DURATION_BUCKETS)
-
-
-def num(v: Any) -> float | None:
-    """A finite float from an int/float or a numeric string; None for anything else."""
-    if v is None or isinstance(v, bool):
-        return None
-    if isinstance(v, int | float):
-        f = float(v)
-    elif isinstance(v, str):
-        try:
-            f = float(v.strip())
-        except ValueError:
-            return None
-    else:
-        return None
-    return f if math.isfinite(f) else None
-
-
-def _label(v: Any) -> str:
-    s = str(v)
-    return s if len(s) <= _LABEL_MAX else s[:_LABEL_MAX - 3] + "..."
 
 
 def error_class_of(error_class: str | None, exception: str | None) -> str:
     """The `error_class` label: Spark's error class, else the exception's class name,
     `none` for a clean stop and `unknown` when nothing usable was reported."""
     if error_class and str(error_class).strip():
-        return _label(str(error_class).strip())
+        return label_value(str(error_class).strip())
     if not exception:
         return "none"
     m = _EXC_CLASS.match(exception)
     if m:
-        return _label(m.group(1).rsplit(".", 1)[-1])
+        return label_value(m.group(1).rsplit(".", 1)[-1])
     return "unknown"
 
 
@@ -242,17 +219,6 @@ class _Query:
     trigger_interval: float | None = None
 
 
-@dataclass
-class _App:
-    app: str
-    last_seen: float
-    commit: Histogram = field(default_factory=lambda: Histogram(_B_P_COMMIT))
-    durations: dict[str, Histogram] = field(default_factory=dict)
-    totals: dict[tuple[str, str], int] = field(default_factory=dict)
-    errors: dict[tuple[str, str], int] = field(default_factory=dict)
-    headroom: dict[str, float] = field(default_factory=dict)   # id -> its last transaction's headroom
-
-
 class SparkQueryState:
     """Thread-safe state of the Spark queries (and Spark-sink producers) seen in events."""
 
@@ -261,14 +227,11 @@ class SparkQueryState:
                  max_apps: int = 200, max_partitions_per_query: int = 500) -> None:
         self.ttl_seconds = ttl_seconds
         self.max_queries = max_queries
-        self.max_apps = max_apps
         self.max_keys = max_keys_per_query
         self.max_partitions = max_partitions_per_query
-        self.max_transactional_ids = max_transactional_ids
         self._lock = threading.Lock()
         self._queries: dict[str, _Query] = {}
-        self._apps: dict[str, _App] = {}
-        self._ids: set[tuple[str, str]] = set()
+        self._producers = ProducerTransactions(max_apps, max_transactional_ids, on_dropped=self._drop)
         self._errors: dict[str, int] = {}
         self._dropped: dict[str, int] = {}
         self._logged: set[str] = set()
@@ -287,7 +250,11 @@ class SparkQueryState:
 
     def count_dropped(self, reason: str, n: int = 1) -> None:
         with self._lock:
-            self._dropped[reason] = self._dropped.get(reason, 0) + n
+            self._drop(reason, n)
+
+    def _drop(self, reason: str, n: int = 1) -> None:
+        """count_dropped with the lock held."""
+        self._dropped[reason] = self._dropped.get(reason, 0) + n
 
     def errors(self) -> dict[str, int]:
         with self._lock:
@@ -342,9 +309,9 @@ class SparkQueryState:
                 self._expire(now)
                 etype = event.get("type")
                 if etype == "producer_transactions":
-                    return self._apply_producer(event, now)
+                    return self._producers.apply(event.get("app"), event.get("records"), now)
                 if etype not in ("started", "progress", "idle", "terminated", "trigger"):
-                    self._dropped["unknown_type"] = self._dropped.get("unknown_type", 0) + 1
+                    self._drop("unknown_type")
                     return False
                 q = self._query(event, now)
                 if q is None:
@@ -373,17 +340,17 @@ class SparkQueryState:
     def _query(self, event: Mapping[str, Any], now: float) -> _Query | None:
         qid = event.get("query_id")
         if not isinstance(qid, str) or not qid:
-            self._dropped["no_query_id"] = self._dropped.get("no_query_id", 0) + 1
+            self._drop("no_query_id")
             return None
         name = event.get("query") if isinstance(event.get("query"), str) and event.get("query") else qid
         q = self._queries.get(qid)
         if q is None:
             if len(self._queries) >= self.max_queries:
-                self._dropped["query_limit"] = self._dropped.get("query_limit", 0) + 1
+                self._drop("query_limit")
                 return None
-            q = self._queries[qid] = _Query(query=_label(name), query_id=_label(qid), last_seen=now)
+            q = self._queries[qid] = _Query(query=label_value(name), query_id=label_value(qid), last_seen=now)
         elif event.get("type") in ("started", "progress") and name != q.query_id:
-            q.query = _label(name)
+            q.query = label_value(name)
         q.last_seen = now
         return q
 
@@ -392,7 +359,7 @@ class SparkQueryState:
         if not isinstance(mode, str) or not mode.strip():
             self._errors["trigger_shape"] = self._errors.get("trigger_shape", 0) + 1
             return
-        q.trigger = _label(mode.strip())[:64]
+        q.trigger = label_value(mode.strip())[:64]
         interval = num(event.get("interval_seconds"))
         q.trigger_interval = interval if interval is not None and interval > 0 else None
 
@@ -429,9 +396,9 @@ class SparkQueryState:
                 h = q.phases.get(phase)
                 if h is None:
                     if len(q.phases) >= self.max_keys:
-                        self._dropped["key_limit"] = self._dropped.get("key_limit", 0) + 1
+                        self._drop("key_limit")
                         continue
-                    h = q.phases[_label(phase)] = Histogram(_B_PHASE)
+                    h = q.phases[label_value(phase)] = Histogram(_B_PHASE)
                 h.observe(f / 1000.0)
             rows = num(p.get("numInputRows"))
             if rows is not None and rows > 0:
@@ -456,18 +423,18 @@ class SparkQueryState:
                 if not isinstance(s, Mapping):
                     continue
                 desc = s.get("description")
-                src = _label(desc) if isinstance(desc, str) and desc else f"source{i}"
+                src = label_value(desc) if isinstance(desc, str) and desc else f"source{i}"
                 for (topic, stat), v in source_lag(s).items():
                     if len(lag) < self.max_keys:
-                        lag[(src, _label(topic), stat)] = v
+                        lag[(src, label_value(topic), stat)] = v
                 for (topic, part), pos in source_partitions(s).items():
                     if len(parts) < self.max_partitions:
-                        parts[(src, _label(topic), part)] = pos
+                        parts[(src, label_value(topic), part)] = pos
                     else:
                         over += 1
             q.lag, q.partitions = lag, parts
             if over:
-                self._dropped["partition_limit"] = self._dropped.get("partition_limit", 0) + over
+                self._drop("partition_limit", over)
 
         ops = p.get("stateOperators")
         if isinstance(ops, list):
@@ -477,7 +444,7 @@ class SparkQueryState:
                 if not isinstance(op, Mapping):
                     continue
                 name = op.get("operatorName")
-                name = _label(name) if isinstance(name, str) and name else f"operator{i}"
+                name = label_value(name) if isinstance(name, str) and name else f"operator{i}"
                 if name in rows_by_op or name in mem_by_op:
                     name = f"{name}#{i}"
                 r, m = num(op.get("numRowsTotal")), num(op.get("memoryUsedBytes"))
@@ -504,64 +471,8 @@ class SparkQueryState:
                 for metric, v in row.items():
                     f = num(v)
                     if f is not None and len(obs) < self.max_keys:
-                        obs[(_label(oname), _label(metric))] = f
+                        obs[(label_value(oname), label_value(metric))] = f
             q.observed = obs
-
-    def _apply_producer(self, event: Mapping[str, Any], now: float) -> bool:
-        app_name = event.get("app")
-        records = event.get("records")
-        if not isinstance(app_name, str) or not app_name or not isinstance(records, list):
-            self._dropped["bad_producer_event"] = self._dropped.get("bad_producer_event", 0) + 1
-            return False
-        app = self._apps.get(app_name)
-        if app is None:
-            if len(self._apps) >= self.max_apps:
-                self._dropped["app_limit"] = self._dropped.get("app_limit", 0) + 1
-                return False
-            app = self._apps[app_name] = _App(app=_label(app_name), last_seen=now)
-        app.last_seen = now
-        for r in records:
-            if not isinstance(r, Mapping):
-                continue
-            outcome = r.get("outcome")
-            tid = r.get("transactional_id")
-            err = r.get("error")
-            if outcome not in ("committed", "aborted", None) or not isinstance(tid, str) or not tid \
-                    or (outcome is None and not (isinstance(err, str) and err)):
-                self._dropped["bad_record"] = self._dropped.get("bad_record", 0) + 1
-                continue
-            tid = self._capped_id(app_name, tid)
-            if outcome is None:   # an error outside any transaction: counted as an error only
-                key = (tid, _label(err))
-                app.errors[key] = app.errors.get(key, 0) + 1
-                continue
-            app.totals[(tid, outcome)] = app.totals.get((tid, outcome), 0) + 1
-            duration = num(r.get("duration_seconds"))
-            if duration is not None and duration >= 0:
-                h = app.durations.get(outcome)
-                if h is None:
-                    h = app.durations[outcome] = Histogram(_B_P_DURATION)
-                h.observe(duration)
-            commit = num(r.get("commit_seconds"))
-            if commit is not None and commit >= 0:
-                app.commit.observe(commit)
-            err = r.get("error")
-            if isinstance(err, str) and err:
-                key = (tid, _label(err))
-                app.errors[key] = app.errors.get(key, 0) + 1
-            timeout_ms = num(r.get("timeout_ms"))
-            if timeout_ms is not None and duration is not None:
-                app.headroom[tid] = timeout_ms / 1000.0 - duration
-        return True
-
-    def _capped_id(self, app: str, tid: str) -> str:
-        key = (app, tid)
-        if key in self._ids:
-            return _label(tid)
-        if len(self._ids) >= self.max_transactional_ids:
-            return OTHER_ID
-        self._ids.add(key)
-        return _label(tid)
 
     def _expire(self, now: float, force: bool = False) -> None:
         if self.ttl_seconds is None:
@@ -573,9 +484,7 @@ class SparkQueryState:
         cutoff = now - self.ttl_seconds
         for qid in [k for k, q in self._queries.items() if q.last_seen < cutoff]:
             del self._queries[qid]
-        for name in [k for k, a in self._apps.items() if a.last_seen < cutoff]:
-            del self._apps[name]
-            self._ids = {k for k in self._ids if k[0] != name}
+        self._producers.expire(cutoff)
 
     def expire(self, now: float | None = None) -> None:
         with self._lock:
@@ -622,20 +531,7 @@ class SparkQueryState:
             w.add("spark_streaming_idle_events", lb, q.idle_events)
             for ec, n in sorted(q.terminations.items()):
                 w.add("spark_streaming_query_terminations", {**lb, "error_class": ec}, n)
-        for a in sorted(self._apps.values(), key=lambda a: a.app):
-            lb = {"app": a.app}
-            if a.commit.count:
-                w.histogram("kafka_producer_transaction_commit_seconds", lb, a.commit.counts, a.commit.sum)
-            for outcome, h in sorted(a.durations.items()):
-                w.histogram("kafka_producer_transaction_duration_seconds", {**lb, "outcome": outcome},
-                            h.counts, h.sum)
-            for (tid, outcome), n in sorted(a.totals.items()):
-                w.add("kafka_producer_transactions", {**lb, "transactional_id": tid, "outcome": outcome}, n)
-            for (tid, err), n in sorted(a.errors.items()):
-                w.add("kafka_producer_transaction_errors", {**lb, "transactional_id": tid, "error": err}, n)
-            for tid, last in sorted(a.headroom.items()):
-                w.add("kafka_producer_transaction_timeout_headroom_seconds",
-                      {**lb, "transactional_id": tid}, last)
+        self._producers.render(w)
         if include_self:
             for stage, n in sorted(self._errors.items()):
                 w.add("txnwatch_listener_errors", {"stage": stage}, n)

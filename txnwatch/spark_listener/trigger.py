@@ -23,13 +23,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from txnwatch.trigger_modes import KNOWN_MODES
+
 log = logging.getLogger(__name__)
 
-# Spark's Trigger classes (org.apache.spark.sql.execution.streaming.*Trigger) by mode name.
-KNOWN_MODES = ("ProcessingTime", "AvailableNow", "Once", "Continuous", "RealTime")
-# Modes whose batches do not measure processing lag: batch duration and progress
-# spacing follow the trigger by design.
-LONG_BATCH_MODES = ("Continuous", "RealTime")
 _CLASS = re.compile(r"^\s*(?:[\w$]+\.)*([A-Za-z_]\w*?)(?:Trigger)?\$?(?:@[0-9a-fA-F]+)?\s*(?:\(\s*([^)]*)\))?\s*$")
 _ALIASES = {"OneTime": "Once"}
 MAX_DETAIL_CHARS = 200

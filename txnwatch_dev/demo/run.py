@@ -287,7 +287,7 @@ class Demo:
         ckpt = self.state / "checkpoint"
         if ckpt.exists():  # the embedded broker starts empty: old checkpoint offsets mean nothing
             shutil.rmtree(ckpt)
-        cmd = [sys.executable, "-m", "txnwatch.pipeline", "--bootstrap", self.bootstrap,
+        cmd = [sys.executable, "-m", "txnwatch_dev.spark.pipeline", "--bootstrap", self.bootstrap,
                "--input-topic", INPUT, "--output-topic", OUTPUT, "--checkpoint", str(ckpt),
                "--name", "orders-totals",
                "--trigger-seconds", f"{self.args.trigger_seconds:g}", "--window", "10 seconds",

@@ -95,7 +95,7 @@ class KafkaCluster:
         """ListTransactions answered by every broker: a coordinator still loading a partition
         it took over (after a failover) answers COORDINATOR_LOAD_IN_PROGRESS, and a producer
         initialising meanwhile would fail at init (as a canary rightly counts)."""
-        from txnwatch.exporter.kafka.kip664 import TransactionAPI
+        from txnwatch.kafka.kip664 import TransactionAPI
 
         api = TransactionAPI({"bootstrap.servers": self.bootstrap}, 10.0)
         try:

@@ -11,11 +11,12 @@ from collections.abc import Mapping
 
 from confluent_kafka import KafkaError, KafkaException
 
+from ...kafka.admin import KafkaIO
+from ...kafka.answers import ActiveProducer, TxnListing
+from ...kafka.errors import one_line
+from ...kafka.kip664 import TransactionAPI
 from .. import access
-from ..kafka.admin import KafkaIO
-from ..kafka.errors import one_line
-from ..kafka.kip664 import TransactionAPI
-from ..model import ActiveProducer, Finding, TxnListing
+from ..model import Finding
 
 log = logging.getLogger(__name__)
 

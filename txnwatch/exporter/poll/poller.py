@@ -9,17 +9,18 @@ import statistics
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from types import MappingProxyType
 
 from ...apps import AppResolver
 from ...config import IN_PROCESS_POLL_INTERVAL, ClusterConfig
+from ...kafka.admin import KafkaIO
+from ...kafka.answers import ActiveProducer, ClusterFacts, TxnDescription, TxnListing
+from ...kafka.errors import PollError, classify, one_line
+from ...kafka.kip664 import TransactionAPI
 from ...sharding import WHOLE, ClusterShare
 from ..health import HealthTracker
-from ..kafka.admin import KafkaIO
-from ..kafka.errors import PollError, classify, one_line
-from ..kafka.kip664 import TransactionAPI
-from ..model import ClusterFacts, ClusterSnapshot
+from ..model import TP, ClusterSnapshot, HangingTransaction, OpenTransaction, PartitionState
 from . import derive
 from .access_probe import AccessProbe
 from .schedule import poll_period, wait_before_next_poll
@@ -119,14 +120,12 @@ class ClusterPoller:
         if method == "lso_stall":
             hanging = derive.lso_hanging(partitions, threshold)
         blocked = derive.blocked_groups(groups, partitions, min_stall_seconds=min(threshold, 60))
-        findings = derive.config_findings(facts, open_txns, hanging, partitions, blocked,
-                                          stall_warning_seconds=min(threshold, 60),
-                                          bootstrap=cfg.bootstrap_servers,
-                                          two_phase_max_age_seconds=cfg.two_phase_commit_max_age_seconds,
-                                          secured=cfg.client_properties().get("security.protocol",
-                                                                              "PLAINTEXT").upper() != "PLAINTEXT",
-                                          txn_log=md.txn_log, unavailable=unavailable,
-                                          missing=missing, groups_unavailable=groups_unavailable)
+        findings = derive.config_findings(derive.PollReading(
+            facts, stall_warning_seconds=min(threshold, 60), open_transactions=open_txns, hanging=hanging,
+            partitions=partitions, blocked_groups=blocked, txn_log=md.txn_log, unavailable=unavailable,
+            missing_brokers=missing, groups_unavailable=groups_unavailable, bootstrap=cfg.bootstrap_servers,
+            secured=cfg.client_properties().get("security.protocol", "PLAINTEXT").upper() != "PLAINTEXT",
+            two_phase_max_age_seconds=cfg.two_phase_commit_max_age_seconds))
         findings += self.access.findings(self.polls, cfg.describe_configs_every)
         self._prev_partitions = partitions
         self._prev_groups = groups
@@ -171,62 +170,90 @@ class ClusterPoller:
         for k in wanted[:1000]:
             self._lso_ts.setdefault(k, now)  # no record readable: remember first observation
 
-    def _transactions(self, partitions, facts: ClusterFacts, now: float, unavailable=()):
-        """KIP-664 open and hanging transactions, or (None, [], 'lso_stall') without them."""
+    def _transactions(self, partitions: Mapping[TP, PartitionState], facts: ClusterFacts, now: float,
+                      unavailable: Mapping[TP, str],
+                      ) -> tuple[list[OpenTransaction] | None, list[HangingTransaction], str]:
+        """KIP-664 open and hanging transactions (method producer_state), or, without them,
+        (None, [], "lso_stall"): the caller then finds hanging transactions by stalled LSOs."""
         try:
-            if not self._capabilities or self.polls % CAPABILITY_RECHECK_POLLS == 0:
-                self._capabilities = self.txn_api.detect()
+            available = self._kip664_available()
         except PollError as exc:
-            self._kip664_error = str(exc)
-            self.health.count_error(exc.cause)
-            self.access.kip664_unavailable()
-            return None, [], "lso_stall"
-        if not self.txn_api.available:
-            self.access.kip664_unavailable()
-            return None, [], "lso_stall"
-        now_ms = int(now * 1000)
+            return self._lso_stall(exc)
+        if not available:
+            return self._lso_stall()
         try:
-            # Open transactions only, filtered by the coordinators: the cost of a poll does not
-            # grow with idle transactional ids (a Streams estate has hundreds of thousands).
-            ids = self.cfg.transactional_ids
-            listings = self.txn_api.list_transactions(
-                derive.OPEN_STATES, int(self.cfg.open_transaction_min_age_seconds * 1000), ids.include_pattern())
-            if not ids.everything:      # the broker filters what it can (KIP-1152); the rest here
-                listings = [t for t in listings if ids(t.transactional_id)]
-            if self.split.sharded:   # this replica's apps only: per-app series from one replica
-                listings = [t for t in listings if self.split.owns_key(self.resolver(t.transactional_id))]
-            open_ids = {t.transactional_id for t in listings if t.state in derive.OPEN_STATES}
-            # Ids open at the last poll and ended since are described once more: a transaction
-            # ended by a fence or the coordinator's timeout shows as an epoch bump only then.
-            ended = derive.ended_since(self._prev_open, open_ids)
-            descriptions = self.txn_api.describe_transactions(sorted(open_ids | ended))
-            open_txns = derive.open_transactions(descriptions.values(), self.resolver, now_ms)
-            for tid in derive.epoch_bumps(self._prev_epochs, descriptions.values()):
-                app = self.resolver(tid)
-                self._epoch_bumps[app] = self._epoch_bumps.get(app, 0) + 1
-            derive.remember_epochs(self._prev_epochs, descriptions.values(), PREV_EPOCHS_LIMIT)
-            self._prev_open = open_ids
-            # Only partitions with LSO < HWM can hold a hanging transaction (and only those whose
-            # leader answered this poll can be asked about their producers).
-            stalled = sorted(tp for tp, s in partitions.items() if s.stalled_since is not None and tp not in unavailable)
-            max_ms = facts.transaction_max_timeout_ms or self.cfg.default_transaction_max_timeout_ms
-            producers = self.txn_api.describe_producers(stalled)
-            self.access.observe_kip664(listings, producers)
-            candidates = derive.hanging_candidates(producers, max_ms, now_ms)
-            hanging = []
-            if candidates:
-                pid_map = self.txn_api.pids_to_ids(c.producer_id for c in candidates)
-                cand_desc = self.txn_api.describe_transactions(set(pid_map.values()))
-                hanging = derive.find_hanging(candidates, pid_map, cand_desc, now_ms)
-            self._kip664_error = None
-            return open_txns, hanging, "producer_state"
+            open_txns, hanging = self._kip664_transactions(partitions, facts, int(now * 1000), unavailable)
         except PollError as exc:
-            self._kip664_error = str(exc)
-            self.health.count_error(exc.cause)
-            self.access.kip664_unavailable()
             log.warning("cluster %s: KIP-664 poll failed (%s); falling back to LSO-based detection",
                         self.cfg.name, exc)
-            return None, [], "lso_stall"
+            return self._lso_stall(exc)
+        self._kip664_error = None
+        return open_txns, hanging, "producer_state"
+
+    def _lso_stall(self, exc: PollError | None = None) -> tuple[None, list[HangingTransaction], str]:
+        """No KIP-664 view this poll: the broker lacks the APIs, or a call failed (`exc`,
+        counted as the poller's error and kept to be shown)."""
+        if exc is not None:
+            self._kip664_error = str(exc)
+            self.health.count_error(exc.cause)
+        self.access.kip664_unavailable()
+        return None, [], "lso_stall"
+
+    def _kip664_available(self) -> bool:
+        """Whether the brokers have the KIP-664 APIs: ApiVersions, asked again every
+        CAPABILITY_RECHECK_POLLS polls."""
+        if not self._capabilities or self.polls % CAPABILITY_RECHECK_POLLS == 0:
+            self._capabilities = self.txn_api.detect()
+        return self.txn_api.available
+
+    def _kip664_transactions(self, partitions: Mapping[TP, PartitionState], facts: ClusterFacts, now_ms: int,
+                             unavailable: Mapping[TP, str],
+                             ) -> tuple[list[OpenTransaction], list[HangingTransaction]]:
+        """Open transactions from the coordinators, hanging ones from the stalled partitions'
+        producers, and the epoch bumps counted on the way."""
+        listings = self._open_listings()
+        open_ids = {t.transactional_id for t in listings if t.state in derive.OPEN_STATES}
+        # Ids open at the last poll and ended since are described once more: a transaction
+        # ended by a fence or the coordinator's timeout shows as an epoch bump only then.
+        ended = derive.ended_since(self._prev_open, open_ids)
+        descriptions = self.txn_api.describe_transactions(sorted(open_ids | ended))
+        self._count_epoch_bumps(descriptions.values())
+        self._prev_open = open_ids
+        producers = self.txn_api.describe_producers(derive.hanging_may_hold(partitions, unavailable))
+        self.access.observe_kip664(listings, producers)
+        max_ms = facts.transaction_max_timeout_ms or self.cfg.default_transaction_max_timeout_ms
+        return (derive.open_transactions(descriptions.values(), self.resolver, now_ms),
+                self._hanging(derive.hanging_candidates(producers, max_ms, now_ms), now_ms))
+
+    def _open_listings(self) -> list[TxnListing]:
+        """The selected ids' open transactions, filtered by the coordinators: the cost of a
+        poll does not grow with idle transactional ids (a Streams estate has hundreds of
+        thousands)."""
+        ids = self.cfg.transactional_ids
+        listings = self.txn_api.list_transactions(
+            derive.OPEN_STATES, int(self.cfg.open_transaction_min_age_seconds * 1000), ids.include_pattern())
+        if not ids.everything:      # the broker filters what it can (KIP-1152); the rest here
+            listings = [t for t in listings if ids(t.transactional_id)]
+        if self.split.sharded:   # this replica's apps only: per-app series from one replica
+            listings = [t for t in listings if self.split.owns_key(self.resolver(t.transactional_id))]
+        return listings
+
+    def _hanging(self, candidates: list[ActiveProducer], now_ms: int) -> list[HangingTransaction]:
+        """Which of the candidates hang: their transactional ids and what the coordinators
+        say of them (kafka-transactions.sh find-hanging)."""
+        if not candidates:
+            return []
+        pid_map = self.txn_api.pids_to_ids(c.producer_id for c in candidates)
+        described = self.txn_api.describe_transactions(set(pid_map.values()))
+        return derive.find_hanging(candidates, pid_map, described, now_ms)
+
+    def _count_epoch_bumps(self, described: Collection[TxnDescription]) -> None:
+        """Count, per app, the ids whose epoch moved since the last poll; remember each
+        described id's epoch for the next."""
+        for tid in derive.epoch_bumps(self._prev_epochs, described):
+            app = self.resolver(tid)
+            self._epoch_bumps[app] = self._epoch_bumps.get(app, 0) + 1
+        derive.remember_epochs(self._prev_epochs, described, PREV_EPOCHS_LIMIT)
 
     def restore_epoch_bumps(self, counts) -> None:
         """Continue the epoch-bump counters of an earlier poller of this cluster (a restarted

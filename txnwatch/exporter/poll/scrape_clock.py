@@ -1,5 +1,5 @@
 """When scrapers come, learnt from the scrapes themselves, and when a poll should start so
-that it is done just before the next one (issue 29). Pure: the serving process feeds
+that it is done just before the next one. Pure: the serving process feeds
 `ScrapeLog.seen()` from its /metrics handler; a poller asks `next_poll_start()`.
 
 A scraper is one remote address and user agent (the two Prometheus servers of an HA pair

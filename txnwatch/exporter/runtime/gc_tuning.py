@@ -2,7 +2,7 @@
 
 A poll of a big cluster allocates tens of thousands of objects. With CPython's default
 thresholds that triggers full collections that hold the GIL for 50 to 280 ms at 10k
-partitions (bench/bench_scrape.py; the worker traces of issue 29's bench in
+partitions (bench/bench_scrape.py; the worker traces of bench/bench_poll_cost.py in
 docs/benchmarks.md): in the serving process they stall scrapes, in a worker they delay the
 poll and take a core just when the scrape it was timed for arrives. Snapshots hold no
 reference cycles, so they are freed by reference counting as soon as the next one

@@ -7,7 +7,7 @@ import time
 from html import escape
 
 from ...spark_listener.state import QueryCard, SourcePosition
-from ...spark_listener.trigger import KNOWN_MODES, LONG_BATCH_MODES
+from ...trigger_modes import KNOWN_MODES, LONG_BATCH_MODES
 from .blocked import BEHIND, BLOCKED, SparkPartitionStatus
 
 MAX_ROWS = 100

@@ -47,8 +47,9 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
 from ...apps import AppResolver
+from ...kafka import clients
+from ...kafka.errors import AUTHENTICATION, auth_failure_message, tls_failure_message
 from ..health import HealthTracker, SourceHealth
-from ..kafka.errors import AUTHENTICATION, auth_failure_message, tls_failure_message
 from .decoder import TxnLogDecodeError, decode_key, decode_value
 from .malloc import release_free_memory
 from .state import IdleSummary, TapView, TxnLogState
@@ -219,8 +220,6 @@ class TransactionLogTap:
             log.warning("tap[%s]: " + msg, self.cluster, *args)
 
     def _run(self) -> None:
-        from confluent_kafka import Consumer
-
         consumer = None
         next_metadata = 0.0
         next_view = 0.0
@@ -231,7 +230,7 @@ class TransactionLogTap:
             while not self._stop.is_set():
                 try:
                     if consumer is None:
-                        consumer = self._new_consumer(Consumer)
+                        consumer = self._new_consumer()
                     now = time.monotonic()
                     if self._lost_cluster and now >= next_probe:
                         # the client lost the cluster: look for it every second and, once it
@@ -246,7 +245,7 @@ class TransactionLogTap:
                                      f"no answer for {now - self._lost_since:.0f} s", self.topic)
                             self._close(consumer)
                             consumer = None
-                            consumer = self._new_consumer(Consumer)
+                            consumer = self._new_consumer()
                             next_metadata = now
                     if now >= next_metadata:
                         self._refresh_partitions(consumer)
@@ -277,7 +276,7 @@ class TransactionLogTap:
                                  self.cluster, self.topic)
                         self._close(consumer)
                         consumer = None
-                        consumer = self._new_consumer(Consumer)
+                        consumer = self._new_consumer()
                     backoff = 1.0
                     failures = 0
                 except Exception as exc:  # noqa: BLE001 - the tap never dies; it reports and retries
@@ -317,8 +316,8 @@ class TransactionLogTap:
         if not self._lost_cluster:
             self._lost_cluster, self._lost_since = True, time.monotonic()
 
-    def _new_consumer(self, factory):
-        consumer = factory(self._consumer_config())
+    def _new_consumer(self):
+        consumer = clients.consumer(self._consumer_config())
         self._lost_cluster = False
         self._stale_client = False
         self._short.clear()   # a log still short is seen again by the new client; its grace restarts

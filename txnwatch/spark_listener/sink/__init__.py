@@ -31,17 +31,16 @@ asks the coordinator (KIP-664 DescribeTransactions) whether a transaction of its
 is open, which its init then fences - with or without a marker on the broker - and
 it finds the markers of dead attempts after the committed one.
 
-The package, cut at its seams: settings.py (names, checks, the config shipped to tasks),
-progress.py (markers and dead attempts, read from the broker), executor.py (the task
-side), driver.py (the foreachBatch callables), metrics.py (where their transaction records go,
-in classic PySpark and under Spark Connect) and faults.py (test-only hooks).
+The package, cut at its seams: settings.py (names, checks, the config shipped to tasks,
+with the factory of the tasks' producers), progress.py (markers and dead attempts, read
+from the broker), executor.py (the task side), driver.py (the foreachBatch callables) and
+metrics.py (where their transaction records go, in classic PySpark and under Spark Connect).
 """
 
 from __future__ import annotations
 
 from .driver import AtLeastOnceKafkaSink, ExactlyOnceKafkaSink, ensure_progress_topic
 from .executor import prior_from, write_partition
-from .faults import InjectedFailure
 from .metrics import ForwardTo, SinkMetrics, SinkNotPortable
 from .progress import (
     Marker,
@@ -54,6 +53,7 @@ from .progress import (
 )
 from .settings import (
     TXN_HEADER,
+    ProducerFactory,
     SinkConfig,
     SinkLayoutError,
     UnsafeSinkSettings,
@@ -62,11 +62,13 @@ from .settings import (
     discover_broker_max_timeout_ms,
     input_partitions,
     progress_group,
+    task_producer,
     transactional_id,
 )
 
-__all__ = ["TXN_HEADER", "AtLeastOnceKafkaSink", "ExactlyOnceKafkaSink", "ForwardTo", "InjectedFailure", "Marker",
-           "PriorTransaction", "SinkConfig", "SinkMetrics", "SinkNotPortable", "SinkLayoutError", "TaskProgress", "UnsafeSinkSettings",
-           "check_settings", "committed_attempts", "dead_attempt_records", "default_progress_topic",
-           "discover_broker_max_timeout_ms", "ensure_progress_topic", "fenced_by_init", "input_partitions",
-           "prior_from", "progress_group", "task_progress", "transactional_id", "write_partition"]
+__all__ = ["TXN_HEADER", "AtLeastOnceKafkaSink", "ExactlyOnceKafkaSink", "ForwardTo", "Marker", "PriorTransaction",
+           "ProducerFactory", "SinkConfig", "SinkLayoutError", "SinkMetrics", "SinkNotPortable", "TaskProgress",
+           "UnsafeSinkSettings", "check_settings", "committed_attempts", "dead_attempt_records",
+           "default_progress_topic", "discover_broker_max_timeout_ms", "ensure_progress_topic",
+           "fenced_by_init", "input_partitions", "prior_from", "progress_group", "task_producer",
+           "task_progress", "transactional_id", "write_partition"]

@@ -9,6 +9,7 @@ import time
 from collections import OrderedDict
 from typing import Any
 
+from txnwatch.kafka import clients
 from txnwatch.producer import (
     DEFAULT_TRANSACTION_TIMEOUT_MS,
 )
@@ -21,6 +22,7 @@ from .settings import (
     NAME_RE,
     PARTITIONINGS,
     RESULT_SCHEMA,
+    ProducerFactory,
     SinkConfig,
     SinkLayoutError,
     UnsafeSinkSettings,
@@ -28,6 +30,7 @@ from .settings import (
     default_progress_topic,
     discover_broker_max_timeout_ms,
     input_partitions,
+    task_producer,
 )
 
 log = logging.getLogger(__name__)
@@ -39,9 +42,9 @@ def ensure_progress_topic(bootstrap_servers: str, topic: str, num_tasks: int,
                           client_config: dict | None = None, timeout: float = 30.0) -> int:
     """Create the compacted progress topic with num_tasks partitions if missing; reject one
     with fewer partitions than tasks. Returns its partition count."""
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers, **(client_config or {})})
+    admin = clients.admin_client({"bootstrap.servers": bootstrap_servers, **(client_config or {})})
     md = admin.list_topics(timeout=timeout)
     if topic not in md.topics or md.topics[topic].error is not None:
         fut = admin.create_topics([NewTopic(topic, num_tasks, -1, config={"cleanup.policy": "compact"})],
@@ -129,6 +132,9 @@ class ExactlyOnceKafkaSink(_Sink):
       producer connected to the cluster but not initialised, so that taking the id over
       from another worker (Spark runs a task on whichever worker is idle) costs an
       InitProducerId, not a new client's connections too. False to save the connections.
+    - producer_factory: makes each task's TransactionalProducer from (SinkConfig, task
+      index); picklable, as it travels to the executors. The default is a plain one with
+      SinkConfig.producer_conf(task); a subclass can add behaviour around the sink's calls.
     """
 
     def __init__(self, name: str, bootstrap_servers: str, topic: str, *, num_tasks: int = 2,
@@ -138,8 +144,8 @@ class ExactlyOnceKafkaSink(_Sink):
                  broker_max_timeout_ms: int | str | None = DISCOVER,
                  producer_config: dict | None = None, client_config: dict | None = None,
                  metrics: MetricsTarget | None = None, commit_timeout_seconds: float = 60.0,
-                 create_progress_topic: bool = True, faults: dict | None = None,
-                 partitioning: str = "key", warm_spares: bool = True) -> None:
+                 create_progress_topic: bool = True, partitioning: str = "key", warm_spares: bool = True,
+                 producer_factory: ProducerFactory = task_producer) -> None:
         super().__init__(name, bootstrap_servers, topic, num_tasks)
         if partitioning not in PARTITIONINGS:
             raise UnsafeSinkSettings(f"partitioning must be one of {', '.join(PARTITIONINGS)}, got {partitioning!r}")
@@ -158,9 +164,8 @@ class ExactlyOnceKafkaSink(_Sink):
             progress_topic=self.progress_topic, transaction_timeout_ms=int(transaction_timeout_ms),
             producer_config=tuple(sorted((producer_config or {}).items())),
             client_config=tuple(sorted((client_config or {}).items())),
-            commit_timeout_seconds=commit_timeout_seconds,
-            faults=tuple(sorted((k, json.dumps(v)) for k, v in (faults or {}).items())),
-            warm_spares=bool(warm_spares))
+            commit_timeout_seconds=commit_timeout_seconds, warm_spares=bool(warm_spares),
+            producer_factory=producer_factory)
         if create_progress_topic:
             ensure_progress_topic(bootstrap_servers, self.progress_topic, num_tasks, client_config)
         self.metrics = SinkMetrics(metrics, name)
@@ -171,9 +176,7 @@ class ExactlyOnceKafkaSink(_Sink):
     # ------------------------------------------------------------------ driver API
     def progress(self) -> dict[int, TaskProgress]:
         """Committed progress per progress-topic partition (read from the driver)."""
-        from confluent_kafka import Consumer
-
-        c = Consumer(self.config.consumer_conf())
+        c = clients.consumer(self.config.consumer_conf())
         try:
             md = c.list_topics(self.progress_topic, timeout=10)
             parts = sorted(md.topics[self.progress_topic].partitions)

@@ -12,8 +12,10 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
+from txnwatch.kafka import clients
 from txnwatch.producer import (
     TransactionalProducer,
     TransactionError,
@@ -21,10 +23,10 @@ from txnwatch.producer import (
     is_fencing,
 )
 
-from . import faults
 from .progress import (
     Marker,
     PriorTransaction,
+    TaskProgress,
     dead_attempt_records,
     fenced_by_init,
     task_progress,
@@ -33,7 +35,6 @@ from .settings import TXN_HEADER, SinkConfig, SinkLayoutError, progress_group, t
 
 log = logging.getLogger(__name__)
 
-_PRODUCERS: dict[str, TransactionalProducer] = {}
 _CONSUMERS: dict[tuple, Any] = {}
 _TXN_APIS: dict[tuple, Any] = {}      # KIP-664 client per cluster; None where the broker lacks it
 
@@ -42,16 +43,14 @@ def _consumer(cfg: SinkConfig) -> Any:
     key = (cfg.bootstrap_servers, progress_group(cfg.name), cfg.client_config)
     c = _CONSUMERS.get(key)
     if c is None:
-        from confluent_kafka import Consumer
-
-        c = _CONSUMERS[key] = Consumer(cfg.consumer_conf())
+        c = _CONSUMERS[key] = clients.consumer(cfg.consumer_conf())
     return c
 
 
 def _txn_api(cfg: SinkConfig) -> Any | None:
     key = (cfg.bootstrap_servers, cfg.client_config)
     if key not in _TXN_APIS:
-        from txnwatch.exporter.kafka.kip664 import TransactionAPI
+        from txnwatch.kafka.kip664 import TransactionAPI
 
         api = TransactionAPI({"bootstrap.servers": cfg.bootstrap_servers, **dict(cfg.client_config)}, 10.0)
         try:
@@ -142,7 +141,7 @@ def _warm_spare(cfg: SinkConfig, task: int) -> None:
     def make() -> None:
         spare = None
         try:
-            spare = TransactionalProducer(cfg.producer_conf(task))
+            spare = cfg.producer_factory(cfg, task)
             spare.producer.list_topics(cfg.topic, timeout=10)
         except Exception:  # noqa: BLE001 - no spare: the next takeover starts cold
             log.debug("sink %s: no spare producer for %s", cfg.name, tid, exc_info=True)
@@ -160,28 +159,40 @@ def _warm_spare(cfg: SinkConfig, task: int) -> None:
     threading.Thread(target=make, name=f"txnwatch-spare-{tid}", daemon=True).start()
 
 
-def _producer(cfg: SinkConfig, task: int) -> tuple[TransactionalProducer, bool]:
-    """The worker's cached producer for this task's id (initialised when missing: from the
-    id's spare when there is one; the transaction its init found is kept in `prior` for the
-    first write to report)."""
+@dataclass
+class _TaskProducer:
+    """A Python worker's initialised producer for one task's id, and what it knows of the id
+    since its init: checked against the broker's progress before each write."""
+
+    producer: TransactionalProducer
+    prior: PriorTransaction | None = None   # what its init fenced or found aborted: the first write reports it
+    committed_offset: int | None = None     # the progress group's offset after its last commit or replay
+    last_marker: Marker | None = None       # the marker that offset names
+
+
+_PRODUCERS: dict[str, _TaskProducer] = {}
+
+
+def _producer(cfg: SinkConfig, task: int) -> tuple[_TaskProducer, bool]:
+    """The worker's cached producer for this task's id, and whether it was initialised just
+    now (from the id's spare when there is one; the transaction its init found is kept in
+    `prior` for the first write to report)."""
     tid = transactional_id(cfg.name, task)
-    p = _PRODUCERS.get(tid)
-    if p is not None and p.broken is None:
-        return p, False
-    p = _take_spare(tid) or TransactionalProducer(cfg.producer_conf(task))
+    cached = _PRODUCERS.get(tid)
+    if cached is not None and cached.producer.broken is None:
+        return cached, False
+    p = _take_spare(tid) or cfg.producer_factory(cfg, task)
     prior = prior_transaction(cfg, task)
     p.init_transactions(cfg.commit_timeout_seconds)
-    p.prior = None if prior is None else dataclasses.replace(prior, fenced_at=time.time())
-    p.last_committed_offset = None
-    p.last_marker = None
-    _PRODUCERS[tid] = p
-    return p, True
+    cached = _PRODUCERS[tid] = _TaskProducer(
+        p, prior=None if prior is None else dataclasses.replace(prior, fenced_at=time.time()))
+    return cached, True
 
 
 def _drop_producer(cfg: SinkConfig, task: int) -> None:
-    p = _PRODUCERS.pop(transactional_id(cfg.name, task), None)
-    if p is not None:
-        p.close(1.0)
+    cached = _PRODUCERS.pop(transactional_id(cfg.name, task), None)
+    if cached is not None:
+        cached.producer.close(1.0)
 
 
 def _to_bytes(values: list) -> list:
@@ -213,9 +224,9 @@ def write_partition(cfg: SinkConfig, batch_id: int, batches: Iterator) -> Iterat
         return
     t0 = time.perf_counter()
     for retry in (False, True):
-        producer, fresh = _producer(cfg, task)
+        cached, fresh = _producer(cfg, task)
         try:
-            status, rows, records, attempt = _write(cfg, task, batch_id, data, producer, fresh)
+            status, rows, records, attempt = _write(cfg, task, batch_id, data, cached, fresh)
             _warm_spare(cfg, task)        # for when this worker takes the id over again
             yield _result(task, status, rows, records, attempt, time.perf_counter() - t0)
             return
@@ -232,87 +243,109 @@ class _StaleProducer(Exception):
     pass
 
 
-def _write(cfg: SinkConfig, task: int, batch_id: int, data: list, producer: TransactionalProducer,
+def _write(cfg: SinkConfig, task: int, batch_id: int, data: list, cached: _TaskProducer,
            fresh: bool) -> tuple[str, int, list, str]:
-    from confluent_kafka import TopicPartition
-
+    """Write the batch's rows and its marker in one transaction, or skip a batch already
+    committed: (status, rows, transaction records, attempt id)."""
     consumer = _consumer(cfg)
-    known = getattr(producer, "last_marker", None) if not fresh else None
-    try:
-        prog = task_progress(consumer, cfg, task, known=known)
-    except Exception:
-        _drop_producer(cfg, task)
-        raise
-    if not fresh and getattr(producer, "last_committed_offset", None) != prog.committed_offset:
-        raise _StaleProducer()        # someone else committed with this id since our init
-    prior, producer.prior = getattr(producer, "prior", None), None
+    prog = _progress(cfg, task, consumer, cached, fresh)
+    prior, cached.prior = cached.prior, None
     own = fenced_by_init(prog, prior)
     records = dead_attempt_records(cfg, task, prog, own, time.time())
     if prog.batch is not None and prog.batch >= batch_id:
-        if prog.marker.tasks != cfg.num_tasks:
-            raise SinkLayoutError(
-                f"batch {batch_id} was already written by task {task} with num_tasks={prog.marker.tasks}; "
-                f"replaying it with num_tasks={cfg.num_tasks} would write rows twice or lose them")
-        producer.last_committed_offset = prog.committed_offset
-        producer.last_marker = prog.marker
+        _check_replay(cfg, task, batch_id, prog)
+        cached.committed_offset, cached.last_marker = prog.committed_offset, prog.marker
         return "replayed", 0, records, ""
-
     attempt = uuid.uuid4().hex
-    headers = [(TXN_HEADER, attempt.encode())]
+    marker = _begin_marker(cfg, task, batch_id, attempt, prog, own)
+    rows, marker_offset = _produce_in_transaction(cfg, task, cached.producer, consumer, data, marker, fresh)
+    rec = _commit(cfg, task, cached.producer, fresh)
+    cached.committed_offset = marker_offset + 1
+    cached.last_marker = Marker(offset=marker_offset, batch=batch_id, tasks=cfg.num_tasks, attempt=attempt,
+                                started=marker["started"], timeout_ms=cfg.transaction_timeout_ms,
+                                prev=marker["prev"])
+    rec["attempt"] = attempt
+    rec["batch"] = batch_id
+    records.append(rec)
+    return "committed", rows, records, attempt
+
+
+def _progress(cfg: SinkConfig, task: int, consumer: Any, cached: _TaskProducer, fresh: bool) -> TaskProgress:
+    """The task's committed progress; _StaleProducer when someone else committed with this
+    id since the cached producer's init."""
+    try:
+        prog = task_progress(consumer, cfg, task, known=cached.last_marker)
+    except Exception:
+        _drop_producer(cfg, task)
+        raise
+    if not fresh and cached.committed_offset != prog.committed_offset:
+        raise _StaleProducer()
+    return prog
+
+
+def _check_replay(cfg: SinkConfig, task: int, batch_id: int, prog: TaskProgress) -> None:
+    if prog.marker.tasks != cfg.num_tasks:
+        raise SinkLayoutError(
+            f"batch {batch_id} was already written by task {task} with num_tasks={prog.marker.tasks}; "
+            f"replaying it with num_tasks={cfg.num_tasks} would write rows twice or lose them")
+
+
+def _begin_marker(cfg: SinkConfig, task: int, batch_id: int, attempt: str, prog: TaskProgress,
+                  own: list[dict]) -> dict:
+    """The progress marker that opens the attempt's transaction."""
+    marker = {"kind": "begin", "sink": cfg.name, "task": task, "batch": batch_id,
+              "tasks": cfg.num_tasks, "attempt": attempt, "started": time.time(),
+              "timeout_ms": cfg.transaction_timeout_ms,
+              "prev": prog.marker.offset if prog.marker else -1}
+    if own:
+        marker["fenced"] = own    # so the fence is reported even if this attempt dies too
+    return marker
+
+
+def _produce_in_transaction(cfg: SinkConfig, task: int, producer: TransactionalProducer, consumer: Any, data: list,
+             marker: dict, fresh: bool) -> tuple[int, int]:
+    """Begin the transaction; produce the marker, then the rows; add the progress group's
+    offset past the marker to it: (rows, the marker's offset). On failure the transaction is
+    aborted with a note, and a cached producer fenced since its init is _StaleProducer."""
+    from confluent_kafka import TopicPartition
+
     marker_offset: list[int] = []
 
     def on_marker(err, msg):
         if err is None:
             marker_offset.append(msg.offset())
 
-    started = time.time()
     producer.begin()
     try:
-        marker = {"kind": "begin", "sink": cfg.name, "task": task, "batch": batch_id,
-                  "tasks": cfg.num_tasks, "attempt": attempt, "started": started,
-                  "timeout_ms": cfg.transaction_timeout_ms,
-                  "prev": prog.marker.offset if prog.marker else -1}
-        if own:
-            marker["fenced"] = own    # so the fence is reported even if this attempt dies too
-        if cfg.faults:
-            def rows_without_marker() -> None:
-                _produce_rows(cfg, producer, data, headers)
-                producer.flush(cfg.commit_timeout_seconds)
-            faults.pause_before_marker(cfg, task, batch_id, rows_without_marker)
         producer.produce(cfg.progress_topic, value=json.dumps(marker).encode(),
                          key=transactional_id(cfg.name, task).encode(), partition=task,
                          on_delivery=on_marker)
-        rows = _produce_rows(cfg, producer, data, headers)
+        rows = _produce_rows(cfg, producer, data, [(TXN_HEADER, marker["attempt"].encode())])
         if producer.flush(cfg.commit_timeout_seconds) or not marker_offset:
             raise RuntimeError("the progress marker was not delivered")
         producer.send_offsets_to_transaction(
             [TopicPartition(cfg.progress_topic, task, marker_offset[0] + 1)],
             consumer.consumer_group_metadata(), cfg.commit_timeout_seconds)
-        # test hooks: after every record of the attempt reached the broker, before the commit
-        # (before the flush, a kill could beat librdkafka's send and leave no row behind)
-        faults.after_produce(cfg, task, batch_id, consumer)
     except BaseException as exc:
-        _abort_with_note(cfg, producer, task, attempt, exc)
+        _abort_with_note(cfg, producer, task, marker["attempt"], exc)
         # A cached producer fenced by another instance's init since (the fence can surface
         # as an undelivered marker first, then as the producer's fatal error).
         if not fresh and (is_fencing(error_name(exc)) or is_fencing(producer.broken)):
             raise _StaleProducer() from exc
         raise
+    return rows, marker_offset[0]
+
+
+def _commit(cfg: SinkConfig, task: int, producer: TransactionalProducer, fresh: bool) -> dict:
+    """Commit the transaction: its record. On failure the producer is dropped (the next
+    attempt re-inits), and a cached one fenced since its init is _StaleProducer."""
     try:
-        rec = producer.commit(cfg.commit_timeout_seconds)
+        return producer.commit(cfg.commit_timeout_seconds)
     except TransactionError as exc:
-        _drop_producer(cfg, task)   # state unknown or fenced: the next attempt re-inits
+        _drop_producer(cfg, task)
         if not fresh and exc.fenced:
             raise _StaleProducer() from exc
         raise
-    producer.last_committed_offset = marker_offset[0] + 1
-    producer.last_marker = Marker(offset=marker_offset[0], batch=batch_id, tasks=cfg.num_tasks,
-                                  attempt=attempt, started=started, timeout_ms=cfg.transaction_timeout_ms,
-                                  prev=marker["prev"])
-    rec["attempt"] = attempt
-    rec["batch"] = batch_id
-    records.append(rec)
-    return "committed", rows, records, attempt
 
 
 def _produce_rows(cfg: SinkConfig, producer: TransactionalProducer, data: list, headers: list) -> int:
@@ -353,14 +386,13 @@ _PLAIN: dict[tuple, Any] = {}
 
 
 def _plain_partition(conf: tuple, topic: str, batches: Iterable) -> Iterator:
-    from confluent_kafka import Producer
     from pyspark import TaskContext
 
     task = TaskContext.get().partitionId()
     t0 = time.perf_counter()
     p = _PLAIN.get(conf)
     if p is None:
-        p = _PLAIN[conf] = Producer(dict(conf))
+        p = _PLAIN[conf] = clients.producer(dict(conf))
     rows = 0
     for b in batches:
         if not b.num_rows:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from txnwatch.kafka import clients
 from txnwatch.producer import (
     APPLICATION_ERROR,
     error_name,
@@ -292,12 +293,10 @@ def committed_attempts(bootstrap_servers: str, name: str, progress_topic: str | 
     map tells its batch and task; a read_uncommitted reader's records whose attempt is
     not in it belong to aborted transactions. (read_committed consumers never see those:
     the broker filters them.)"""
-    from confluent_kafka import Consumer
-
     topic = progress_topic or default_progress_topic(name)
     cfg = SinkConfig(name=name, bootstrap_servers=bootstrap_servers, topic="", num_tasks=1,
                      progress_topic=topic, client_config=tuple(sorted((client_config or {}).items())))
-    c = Consumer(cfg.consumer_conf())
+    c = clients.consumer(cfg.consumer_conf())
     out: dict[str, Marker] = {}
     try:
         from confluent_kafka import TopicPartition

@@ -4,14 +4,16 @@ every task."""
 
 from __future__ import annotations
 
-import json
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from txnwatch.kafka import clients
 from txnwatch.producer import (
     DEFAULT_TRANSACTION_TIMEOUT_MS,
+    TransactionalProducer,
 )
 
 log = logging.getLogger(__name__)
@@ -119,9 +121,9 @@ def discover_broker_max_timeout_ms(bootstrap_servers: str, timeout: float = 3.0,
     """transaction.max.timeout.ms from DescribeConfigs, or None when the broker does not
     report it (some brokers return no config values; ACLs may forbid it)."""
     try:
-        from confluent_kafka.admin import AdminClient, ConfigResource
+        from confluent_kafka.admin import ConfigResource
 
-        admin = AdminClient({"bootstrap.servers": bootstrap_servers, **(admin_config or {})})
+        admin = clients.admin_client({"bootstrap.servers": bootstrap_servers, **(admin_config or {})})
         md = admin.list_topics(timeout=timeout)
         broker_id = next(iter(md.brokers))
         res = ConfigResource(ConfigResource.Type.BROKER, str(broker_id))
@@ -133,6 +135,14 @@ def discover_broker_max_timeout_ms(bootstrap_servers: str, timeout: float = 3.0,
     except Exception as exc:  # noqa: BLE001 - unknown is a valid answer
         log.info("could not read the broker's transaction.max.timeout.ms: %s", exc)
         return None
+
+
+def task_producer(cfg: SinkConfig, task: int) -> TransactionalProducer:
+    """The transactional producer of output task `task`: SinkConfig's default producer_factory."""
+    return TransactionalProducer(cfg.producer_conf(task))
+
+
+ProducerFactory = Callable[["SinkConfig", int], TransactionalProducer]
 
 
 @dataclass(frozen=True)
@@ -148,8 +158,11 @@ class SinkConfig:
     producer_config: tuple = ()          # (key, value) pairs
     client_config: tuple = ()            # shared by producer and consumers (security, ...)
     commit_timeout_seconds: float = 60.0
-    faults: tuple = ()                   # test-only hooks: ((name, json), ...)
     warm_spares: bool = True             # a connected spare producer per id a worker wrote
+    # makes each task's producer, and its spares: a picklable callable (a module-level function
+    # or class, or an instance of one) for the executors; one that returns a subclass of
+    # TransactionalProducer adds behaviour around the sink's calls without changing them
+    producer_factory: ProducerFactory = task_producer
 
     def producer_conf(self, task: int) -> dict:
         conf = {"bootstrap.servers": self.bootstrap_servers, "linger.ms": 5,
@@ -168,9 +181,3 @@ class SinkConfig:
                 # progress read for fetch.wait.max.ms (500 ms by default) when the last
                 # offset is a commit marker.
                 "fetch.wait.max.ms": 10}
-
-    def fault(self, name: str) -> dict | None:
-        for k, v in self.faults:
-            if k == name:
-                return json.loads(v)
-        return None

@@ -1,4 +1,4 @@
-"""Kafka's wire format, the little txnwatch encodes and decodes itself (issue 29): varints,
+"""Kafka's wire format, the little txnwatch encodes and decodes itself: varints,
 strings and arrays in both the classic and the flexible encoding, a bounds-checked reader
 whose errors name where an answer ends, and RawRequest, a request of pre-encoded bytes that
 kafka-python's connections send as they send their own (kafka_python.KafkaPythonTransport).

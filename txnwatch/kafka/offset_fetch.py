@@ -1,9 +1,9 @@
-"""OffsetFetch v8 (api key 9, KIP-709: many groups per request), encoded and decoded here
-(issue 29). kafka-python's schema-driven decoder built three objects per committed
-partition; at 500 groups of 20 partitions that was most of the batched path's CPU. The
-answer is read straight into the rows group_offsets.py needs, with one
-`struct.iter_unpack` per topic over the fixed-width partition records where the commits
-carry no metadata (the common case), field by field where they do. Pure (wire.py)."""
+"""OffsetFetch v8 (api key 9, KIP-709: many groups per request), encoded and decoded here.
+kafka-python's schema-driven decoder builds three objects per committed partition; at 500
+groups of 20 partitions that was most of the batched path's CPU. The answer is read
+straight into the rows group_offsets.py needs, with one `struct.iter_unpack` per topic over
+the fixed-width partition records where the commits carry no metadata (the common case),
+field by field where they do. Pure (wire.py)."""
 
 from __future__ import annotations
 

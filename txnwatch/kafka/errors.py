@@ -1,8 +1,8 @@
 """Why a Kafka call failed, in one vocabulary: the `cause` label of
 txnwatch_poll_errors_total, for librdkafka's errors (`classify`) and kafka-python's
 (`cause_of_code`, `cause_of_exception`) alike; and what a refused login or TLS handshake
-tells the operator to check. A leaf: the rest of the exporter imports it, it imports
-nothing of txnwatch.
+tells the operator to check. A leaf: the Kafka room's calls raise with it, and the poller,
+the tap and `txnwatch check` name causes with it; it imports nothing of txnwatch.
 
 The causes: auth (credentials rejected), authorization (an ACL is missing), tls (handshake),
 timeout, broker_unavailable, kafka_<error name> (any other broker or client error, named

@@ -1,4 +1,4 @@
-"""Committed offsets of many consumer groups in few requests (issue 14).
+"""Committed offsets of many consumer groups in few requests.
 
 librdkafka's ListConsumerGroupOffsets takes one group per call and looks up the group's
 coordinator for it: about two requests per group and poll (1,000 at 500 groups). Since

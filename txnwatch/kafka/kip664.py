@@ -1,15 +1,15 @@
 """KIP-664 transaction APIs (ListTransactions 66, DescribeTransactions 65,
 DescribeProducers 61) through kafka-python, which implements them (librdkafka does not).
 
-The raw responses are turned into the plain types of `derive` right here, so the
-derivations never see a kafka-python object."""
+The raw responses are turned into plain values (answers.py) right here, so the derivations
+and the Spark sink never see a kafka-python object."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
 
-from ..model import ActiveProducer, TxnDescription, TxnListing
+from .answers import ActiveProducer, TxnDescription, TxnListing
 from .errors import PollError
 from .kafka_python import api_versions, kafka_python_config, unsupported_security_properties
 

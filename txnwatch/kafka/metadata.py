@@ -1,4 +1,4 @@
-"""Metadata (api key 3) for every topic, encoded and decoded here (issue 29).
+"""Metadata (api key 3) for every topic, encoded and decoded here.
 
 librdkafka's metadata reaches Python as a TopicMetadata and a PartitionMetadata per
 partition, with lists of replicas and ISR: about 5 us of CPU per partition, the largest

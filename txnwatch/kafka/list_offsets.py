@@ -1,5 +1,5 @@
 """ListOffsets (api key 2) for every partition of a cluster, one request per leader and
-isolation level, encoded and decoded here (issue 29).
+isolation level, encoded and decoded here.
 
 librdkafka's ListOffsets and kafka-python's both build Python objects per partition: a
 Future with its Condition, a TopicPartition, a result object. At 10,000 partitions that
@@ -22,8 +22,9 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
-from ..model import PartitionOffsets
+from .answers import PartitionOffsets
 from .errors import UNEXPECTED
 from .wire import I8, I32, Reader, common_version, count, string
 
@@ -36,8 +37,9 @@ READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 
 # partition answer: index, error, timestamp, offset, leader epoch (v4+)
 _PART = struct.Struct(">ihqqi")
-# flexible: the same and an empty tagged-field section (a single 0 byte): the common case
-_PART_FLEX = struct.Struct(">ihqqiB")
+# flexible: the same and an empty tagged-field section (a single 0 byte, skipped: _topic
+# reads a topic this way only when every record's section is empty): the common case
+_PART_FLEX = struct.Struct(">ihqqix")
 # request partition: index, current leader epoch (-1: unknown), timestamp
 _REQ_PART = struct.Struct(">iiq")
 
@@ -66,11 +68,26 @@ def encode_request(version: int, isolation: int, topics: Sequence[tuple[str, Seq
 
 
 # ------------------------------------------------------------------ decoding
+class PartitionColumns(NamedTuple):
+    """A topic's answers as columns, sorted by partition: entry i of each field is the i-th
+    partition's. One tuple per field, made in C from the unpacked records, where a named
+    tuple per partition would cost a third more than the records themselves."""
+
+    partition: tuple[int, ...]
+    error_code: tuple[int, ...]
+    timestamp: tuple[int, ...]
+    offset: tuple[int, ...]
+    leader_epoch: tuple[int, ...]
+
+
+_NO_PARTITIONS = PartitionColumns((), (), (), (), ())
+
+
 class TopicAnswer:
-    """One topic's answers: (partition, error code, timestamp, offset, leader epoch[, tags])
-    tuples, in the broker's order. A topic of fixed-width records keeps its bytes (`raw`)
-    and unpacks them on first use of `rows`: a topic whose bytes equal the last poll's is
-    never unpacked (combine's cache)."""
+    """One topic's answers: (partition, error code, timestamp, offset, leader epoch) tuples,
+    PartitionColumns' fields, in the broker's order. A topic of fixed-width records keeps its
+    bytes (`raw`) and unpacks them on first use of `rows`: a topic whose bytes equal the last
+    poll's is never unpacked (combine's cache)."""
 
     __slots__ = ("topic", "raw", "_rows", "_rec")
 
@@ -83,6 +100,12 @@ class TopicAnswer:
         if self._rows is None:
             self._rows = list(self._rec.iter_unpack(self.raw))
         return self._rows
+
+    def columns(self) -> PartitionColumns:
+        """The answers by field, sorted by partition (a broker answers a topic's partitions in
+        its own order, a hash map's)."""
+        rows = sorted(self.rows)
+        return PartitionColumns._make(zip(*rows, strict=True)) if rows else _NO_PARTITIONS
 
     def __repr__(self) -> str:
         return f"TopicAnswer({self.topic!r}, {len(self.rows)} partitions)"
@@ -252,62 +275,82 @@ def combine(requests: Sequence[LeaderRequest], answers: Sequence[object],
     out: list[PartitionOffsets] = []
     failed: dict[tuple[str, int], str] = {}
     kept: dict = {}
+    last = {} if cache is None else cache
     for i, req in enumerate(requests):
         hwm_answer, lso_answer = answers[2 * i], answers[2 * i + 1]
         broken = next((a for a in (hwm_answer, lso_answer) if not isinstance(a, Answer)), None)
         if broken is not None:
             cause = cause_of_exception(broken) if isinstance(broken, BaseException) else UNEXPECTED
-            for topic, ps in req.topics:
-                for p in ps:
-                    failed[(topic, p)] = cause
+            failed.update(dict.fromkeys([(topic, p) for topic, ps in req.topics for p in ps], cause))
             continue
         hwm_by = {t.topic: t for t in hwm_answer.topics}
         lso_by = {t.topic: t for t in lso_answer.topics}
         for topic, ps in req.topics:
             hwt, lst = hwm_by.get(topic), lso_by.get(topic)
-            if cache is not None and hwt is not None and lst is not None and hwt.raw is not None \
-                    and lst.raw is not None:
-                key = (topic, ps[0] if ps else -1)
-                last = cache.get(key)
-                if last is not None and last[0] == hwt.raw and last[1] == lst.raw and last[2] == ps:
-                    out.extend(last[3])
-                    kept[key] = last
-                    continue
-            hw, ls = (None if hwt is None else hwt.rows), (None if lst is None else lst.rows)
-            # brokers answer a topic's partitions in their own order (a hash map's): sorted,
-            # they line up with `ps` (ascending) in the common answer
-            hw, ls = (None if hw is None else sorted(hw)), (None if ls is None else sorted(ls))
-            if hw is not None and ls is not None and _clean(hw, ls, ps):
-                # the common answer: every partition asked, without an error
-                built = [PartitionOffsets(topic, h[0], h[3], s[3] if s[3] < h[3] else h[3])
-                         for h, s in zip(hw, ls, strict=True)]
+            built = _whole_topic(topic, ps, hwt, lst, last, kept)
+            if built is None:
+                _partition_by_partition(topic, ps, hwt, lst, cause_of_code, out, failed)
+            else:
                 out.extend(built)
-                if cache is not None and hwt.raw is not None and lst.raw is not None:
-                    kept[(topic, ps[0] if ps else -1)] = (hwt.raw, lst.raw, ps, built)
-                continue
-            hw, ls = _by_partition(hw), _by_partition(ls)
-            for p in ps:
-                h, s = hw.get(p), ls.get(p)
-                if h is None or s is None:
-                    failed[(topic, p)] = UNEXPECTED       # the broker left it out of its answer
-                elif h[1] or s[1]:
-                    failed[(topic, p)] = cause_of_code(h[1] or s[1])
-                elif h[3] < 0 or s[3] < 0:
-                    failed[(topic, p)] = INVALID_OFFSET
-                else:
-                    out.append(PartitionOffsets(topic, p, h[3], min(s[3], h[3])))
     if cache is not None:
         cache.clear()
         cache.update(kept)     # only this poll's topics: a topic gone or moved is forgotten
     return out, failed
 
 
-def _clean(hw: Sequence[tuple], ls: Sequence[tuple], ps: Sequence[int]) -> bool:
-    """Both answers list exactly `ps`, in that order, with no error and an offset each."""
-    return (len(hw) == len(ls) == len(ps) and [r[0] for r in hw] == list(ps) and [r[0] for r in ls] == list(ps)
-            and not any(r[1] for r in hw) and not any(r[1] for r in ls)
-            and min((r[3] for r in hw), default=0) >= 0 and min((r[3] for r in ls), default=0) >= 0)
+def _whole_topic(topic: str, ps: Sequence[int], hwt: TopicAnswer | None, lst: TopicAnswer | None,
+                 last: dict, kept: dict) -> list[PartitionOffsets] | None:
+    """The topic's offsets in one piece: last poll's objects when its two answers came back
+    byte for byte as then, else built from a clean answer (and kept for the next poll);
+    None when the topic must be read partition by partition."""
+    if hwt is None or lst is None:
+        return None
+    if hwt.raw is None or lst.raw is None:      # read field by field: nothing to compare
+        return _clean_offsets(topic, ps, hwt, lst)
+    key = (topic, ps[0] if ps else -1)
+    seen = last.get(key)
+    if seen is not None and seen[0] == hwt.raw and seen[1] == lst.raw and seen[2] == ps:
+        kept[key] = seen
+        return seen[3]
+    built = _clean_offsets(topic, ps, hwt, lst)
+    if built is not None:
+        kept[key] = (hwt.raw, lst.raw, ps, built)
+    return built
 
 
-def _by_partition(rows: Sequence[tuple] | None) -> dict[int, tuple]:
-    return {} if rows is None else {r[0]: r for r in rows}
+def _clean_offsets(topic: str, ps: Sequence[int], hwt: TopicAnswer, lst: TopicAnswer,
+                   ) -> list[PartitionOffsets] | None:
+    """The offsets of the common answer, built in one pass: both answers list exactly the
+    partitions asked, with no error and an offset each. None for any other answer: the
+    topic is read partition by partition."""
+    hw, ls, asked = hwt.columns(), lst.columns(), tuple(ps)
+    if not (hw.partition == ls.partition == asked and not any(hw.error_code) and not any(ls.error_code)
+            and min(hw.offset, default=0) >= 0 and min(ls.offset, default=0) >= 0):
+        return None
+    return [PartitionOffsets(topic, p, hwm, lso if lso < hwm else hwm)
+            for p, hwm, lso in zip(asked, hw.offset, ls.offset, strict=True)]
+
+
+def _partition_by_partition(topic: str, ps: Sequence[int], hwt: TopicAnswer | None, lst: TopicAnswer | None,
+                            cause_of_code: Callable[[int], str], out: list[PartitionOffsets],
+                            failed: dict[tuple[str, int], str]) -> None:
+    """Each asked partition's offsets into `out`, or why it has none into `failed`."""
+    hw, ls = _by_partition(hwt), _by_partition(lst)
+    for p in ps:
+        if p not in hw or p not in ls:
+            failed[(topic, p)] = UNEXPECTED       # the broker left it out of its answer
+            continue
+        (hwm_error, hwm), (lso_error, lso) = hw[p], ls[p]
+        if hwm_error or lso_error:
+            failed[(topic, p)] = cause_of_code(hwm_error or lso_error)
+        elif hwm < 0 or lso < 0:
+            failed[(topic, p)] = INVALID_OFFSET
+        else:
+            out.append(PartitionOffsets(topic, p, hwm, min(lso, hwm)))
+
+
+def _by_partition(answer: TopicAnswer | None) -> dict[int, tuple[int, int]]:
+    """{partition: (error code, offset)} of an answer (none: {})."""
+    if answer is None:
+        return {}
+    return {partition: (error_code, offset) for partition, error_code, _, offset, _ in sorted(answer.rows)}

@@ -25,17 +25,18 @@ from confluent_kafka import (
     TopicCollection,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec
+from confluent_kafka.admin import ConfigResource, OffsetSpec
 
-from ..model import (
+from . import clients
+from . import list_offsets as lo
+from . import metadata as mdw
+from .answers import (
     TRANSACTION_STATE_TOPIC,
     ClusterFacts,
     ClusterMetadata,
     PartitionOffsets,
     PartitionReplicas,
 )
-from . import list_offsets as lo
-from . import metadata as mdw
 from .errors import (
     AUTHENTICATION,
     BatchedUnsupported,
@@ -88,9 +89,10 @@ class KafkaIO:
         # librdkafka tells why it cannot connect (rejected credentials, a failed TLS handshake)
         # only through error_cb; a request just fails with a transport error or times out.
         self._connect_errors: dict[int, KafkaError] = {}   # since the last answered request
-        self.admin = AdminClient({**self._props, "socket.connection.setup.timeout.ms": int(timeout * 1000),
-                                  "logger": logging.getLogger("txnwatch.librdkafka"),
-                                  "error_cb": self._on_client_error})
+        self.admin = clients.admin_client({**self._props,
+                                           "socket.connection.setup.timeout.ms": int(timeout * 1000),
+                                           "logger": logging.getLogger("txnwatch.librdkafka"),
+                                           "error_cb": self._on_client_error})
         self._consumer: Consumer | None = None
         self._broker_ids: set[int] | None = None   # of the last metadata(): coordinator cache upkeep
         # kafka-python's connections, shared by batched ListOffsets and batched OffsetFetch
@@ -568,7 +570,7 @@ class KafkaIO:
                           "isolation.level": "read_uncommitted", "enable.partition.eof": False,
                           "fetch.wait.max.ms": 50,
                           "logger": logging.getLogger("txnwatch.librdkafka")})
-            self._consumer = Consumer(props)
+            self._consumer = clients.consumer(props)
         c = self._consumer
         c.assign([TopicPartition(t, p, o) for t, p, o in wanted])
         pending = {(t, p): o for t, p, o in wanted}
