@@ -38,6 +38,14 @@ class EngineMissing(RuntimeError):
     pass
 
 
+class PodmanError(subprocess.CalledProcessError):
+    """A podman command that failed, with what podman said (CalledProcessError's text has not)."""
+
+    def __str__(self) -> str:
+        said = (self.stderr or self.stdout or "").strip()[-3000:]
+        return f"{' '.join(map(str, self.cmd))}: exit {self.returncode}: {said}"
+
+
 def podman(*args: str, check: bool = True, timeout: float = 120.0) -> subprocess.CompletedProcess:
     """Run `podman --runtime runc ARGS`; a failure raises with podman's own words."""
     try:
@@ -46,7 +54,7 @@ def podman(*args: str, check: bool = True, timeout: float = 120.0) -> subprocess
     except FileNotFoundError:
         raise EngineMissing("podman is missing: run `make bootstrap` (scripts/bootstrap-podman.sh)") from None
     if check and out.returncode != 0:
-        raise subprocess.CalledProcessError(out.returncode, out.args, out.stdout, out.stderr)
+        raise PodmanError(out.returncode, out.args, out.stdout, out.stderr)
     return out
 
 

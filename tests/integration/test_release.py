@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import urllib.request
 import uuid
 import venv
@@ -163,16 +164,19 @@ def test_the_chart_package_installs_the_released_image(dist):
 
 # ---------------------------------------------------------------- the image archive and its SBOM
 @pytest.fixture(scope="module")
-def loaded(dist, tmp_path_factory):
+def loaded(dist):
     """The OCI archive loaded into a podman store of its own: nothing of the machine's store
-    (the image `make image` left there, the test image) can stand in for what it holds."""
-    store = tmp_path_factory.mktemp("store")
+    (the image `make image` left there, the test image) can stand in for what it holds. (Its run
+    root is short: podman refuses one longer than 50 characters, as a test's tmp path is.)"""
+    store = Path(tempfile.mkdtemp(prefix="txnwatch-store-"))
     options = ("--root", str(store / "root"), "--runroot", str(store / "run"))
-    out = podman(*options, "load", "-i", str(dist / IMAGE_ARCHIVE), timeout=300)
-    assert f"Loaded image: {IMAGE}" in out.stdout + out.stderr, out.stdout + out.stderr
-    yield options
-    podman(*options, "rm", "--all", "--force", check=False)
-    podman(*options, "rmi", "--all", "--force", check=False)
+    try:
+        out = podman(*options, "load", "-i", str(dist / IMAGE_ARCHIVE), timeout=300)
+        assert f"Loaded image: {IMAGE}" in out.stdout + out.stderr, out.stdout + out.stderr
+        yield options
+    finally:
+        podman(*options, "system", "reset", "--force", check=False, timeout=300)
+        shutil.rmtree(store, ignore_errors=True)
 
 
 def test_the_loaded_image_serves_a_broker(loaded, broker):
