@@ -70,4 +70,4 @@ demo: bootstrap
 	.venv/bin/python -m txnwatch_dev.demo $(DEMO_ARGS)
 
 clean:
-	rm -rf .venv .venv-spark-oldest .venv-flink .pytest_cache .demo
+	rm -rf .venv .venv-spark-oldest .venv-flink .venv-kerberos .pytest_cache .demo

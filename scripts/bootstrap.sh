@@ -55,6 +55,9 @@ need=()
 have_deb() {   # PACKAGE FILE: the package is installed and FILE is there
   [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" = "install ok installed" ] && [ -x "$2" ]
 }
+have_deb_file() {   # PACKAGE FILE: as have_deb, for a file that is not a program (a header, a plugin)
+  [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" = "install ok installed" ] && [ -e "$2" ]
+}
 # Debian's Prometheus 2.42: only its promtool, which runs the alert unit tests beside Prometheus 3's.
 have_deb prometheus /usr/bin/promtool || need+=(prometheus)
 # Alertmanager (and amtool): the alert chain's test routes and inhibits through a real one.
@@ -64,6 +67,26 @@ have_deb prometheus-alertmanager /usr/bin/prometheus-alertmanager || need+=(prom
 { command -v java >/dev/null 2>&1 && command -v javac >/dev/null 2>&1; } || need+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null 2>&1 || need+=(maven)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
+# MIT Kerberos: the tests' own KDC (krb5kdc, kdb5_util; kadmin.local for principals and keytabs)
+# and kinit/klist, which librdkafka runs to refresh its tickets (txnwatch_dev/identity/kdc.py).
+have_deb krb5-kdc /usr/sbin/krb5kdc || need+=(krb5-kdc)
+have_deb krb5-admin-server /usr/sbin/kadmin.local || need+=(krb5-admin-server)
+have_deb krb5-user /usr/bin/kinit || need+=(krb5-user)
+# Kafka clients' SASL/GSSAPI: python-gssapi (kafka-python's) builds against libkrb5-dev; librdkafka
+# built with Cyrus SASL (PyPI's confluent-kafka has no GSSAPI) needs libsasl2-dev and, at run time,
+# Cyrus SASL's GSSAPI plugin; the rest gives that build the features of PyPI's (TLS, zstd, lz4, OIDC).
+multiarch=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
+command -v gcc >/dev/null 2>&1 || need+=(gcc)
+command -v make >/dev/null 2>&1 || need+=(make)
+command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
+have_deb libkrb5-dev /usr/bin/krb5-config || need+=(libkrb5-dev)
+have_deb_file libsasl2-dev /usr/include/sasl/sasl.h || need+=(libsasl2-dev)
+have_deb_file libsasl2-modules-gssapi-mit "/usr/lib/$multiarch/sasl2/libgssapiv2.so.2" || need+=(libsasl2-modules-gssapi-mit)
+have_deb_file libssl-dev /usr/include/openssl/ssl.h || need+=(libssl-dev)
+have_deb_file zlib1g-dev /usr/include/zlib.h || need+=(zlib1g-dev)
+have_deb_file libzstd-dev /usr/include/zstd.h || need+=(libzstd-dev)
+have_deb_file liblz4-dev /usr/include/lz4.h || need+=(liblz4-dev)
+have_deb_file libcurl4-openssl-dev /usr/include/"$multiarch"/curl/curl.h || need+=(libcurl4-openssl-dev)
 if [ "${TXNWATCH_BOOTSTRAP_CHROMIUM:-1}" = 1 ] && ! command -v chromium >/dev/null 2>&1; then
   need+=(chromium)
 fi
@@ -71,12 +94,14 @@ if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq >/dev/null
-    # policy-rc.d keeps the packaged prometheus and alertmanager services from starting.
+    # policy-rc.d keeps the packaged prometheus, alertmanager and Kerberos (krb5-kdc, kadmind)
+    # services from starting: the tests run their own KDC.
     printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
     apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
     rm -f /usr/sbin/policy-rc.d
     # Debian's package may have started it anyway on some systems; stop it.
-    (systemctl stop prometheus prometheus-node-exporter prometheus-alertmanager >/dev/null 2>&1 || true)
+    (systemctl stop prometheus prometheus-node-exporter prometheus-alertmanager krb5-kdc krb5-admin-server \
+      >/dev/null 2>&1 || true)
   else
     echo "bootstrap: cannot install ${need[*]} (need root and apt-get): install them, then run make again" >&2
     exit 1
@@ -106,6 +131,10 @@ done
 
 # Flink's Kafka connector from Maven Central, for the Flink job's tests and the demo.
 bash scripts/bootstrap-flink.sh jars
+
+# Kerberos for both Kafka clients: python-gssapi in .venv, and .venv-kerberos, the exporter over
+# a confluent-kafka built against a librdkafka with Cyrus SASL (PyPI's has no GSSAPI), built once.
+bash scripts/bootstrap-kerberos.sh
 
 # The container engine of the image tests (podman with runc, from apt) and their base image,
 # made once with mmdebstrap from Debian's packages (no image registry is reachable here).

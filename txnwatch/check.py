@@ -15,25 +15,53 @@ from .exporter.model import ClusterSnapshot
 from .exporter.poll.poller import ClusterPoller
 from .kafka.errors import classify, one_line
 from .kafka.kip664 import API_KEYS
+from .kafka.login import explain as explain_failure
+from .kafka.login import status_of as login_status
 
 EXIT = {"ok": 0, "warning": 1, "critical": 2}
 
 
 def check_cluster(cfg, sample_seconds: float) -> dict:
     poller = ClusterPoller(cfg)
+    props = cfg.client_properties()
     try:
         poller.poll_once()
         time.sleep(sample_seconds)  # a second sample shows whether stalled LSOs move
         snap = poller.poll_once()
     except Exception as exc:  # noqa: BLE001 - reported, exit 2
-        return {"cluster": cfg.name, "status": "critical", "reachable": False,
-                "error": f"{classify(exc)}: {one_line(exc)}",
+        cause, message = explain_failure(props, classify(exc), one_line(exc))
+        return {"cluster": cfg.name, "status": "critical", "reachable": False, "login": login_summary(props),
+                "error": f"{cause}: {message}",
                 "findings": [{"severity": "critical", "kind": "unreachable",
-                              "message": f"cannot reach {cfg.bootstrap_servers}: {one_line(exc)}"}]}
+                              "message": f"cannot reach {cfg.bootstrap_servers}: {message}"}]}
     finally:
         poller.io.close()
         poller.txn_api.close()
-    return summarize(snap)
+    return {**summarize(snap), "login": login_summary(props)}
+
+
+def login_summary(props) -> dict | None:
+    """Which login the check used: mechanism and source, principal, the token's time left, and
+    why it failed if it did (never a secret)."""
+    status = login_status(props)
+    if status is None:
+        return None
+    left = None if status.expires_at is None else round(status.expires_at - time.time(), 1)
+    return {"login": status.describe, "principal": status.principal, "token_expires_in_seconds": left,
+            "failure": status.failure}
+
+
+def _login_line(login: dict | None) -> str | None:
+    if not login:
+        return None
+    line = f"   login: {login['login']}"
+    if login["principal"]:
+        line += f"; principal {login['principal']}"
+    if login["token_expires_in_seconds"] is not None:
+        line += f"; token valid {_fmt_s(login['token_expires_in_seconds'])} more"
+    if login["failure"]:
+        line += f"\n   login FAILING: {login['failure']}"
+    return line
 
 
 def summarize(snap: ClusterSnapshot) -> dict:
@@ -90,6 +118,9 @@ def format_text(results: list[dict]) -> str:
     out = []
     for r in results:
         out.append(f"== cluster {r['cluster']}: {r['status'].upper()}")
+        login = _login_line(r.get("login"))
+        if login:
+            out.append(login)
         if not r["reachable"]:
             out.append(f"   cannot reach the cluster: {r['error']}")
             continue

@@ -194,6 +194,12 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"txnwatch: {exc}", file=sys.stderr)
         return 2
+    if args.command in ("serve", "check"):
+        try:
+            check_logins(config)
+        except ConfigError as exc:
+            print(f"txnwatch: {exc}", file=sys.stderr)
+            return 2
     from .logsetup import setup_logging
 
     secrets = config.secret_values()
@@ -248,9 +254,23 @@ def _listen_summary(http) -> str:
     return ", ".join(urls)
 
 
+def check_logins(config) -> None:
+    """Each cluster's login, as far as it can be checked without Kafka (a keystore's password, a
+    keytab, a token endpoint's scheme): a ConfigError naming the client property."""
+    from .kafka.login import LoginSettingsError, check_settings
+
+    for i, cluster in enumerate(config.clusters):
+        try:
+            check_settings(cluster.client_properties())
+        except LoginSettingsError as exc:
+            raise ConfigError(f"clusters[{i}].client.{exc.key}", exc.message, config.source) from None
+
+
 def config_summary(config, shard) -> str:
     """What `serve --check-config` prints for a valid configuration (no secrets: the
-    clusters' client properties are not shown)."""
+    clusters' client properties are not shown, their login is described)."""
+    from .kafka.login import parse as parse_login
+
     lines = [f"configuration valid ({config.source or 'defaults'}): {len(config.clusters)} cluster(s)"]
     for c in config.clusters:
         sources = ["poller"] + (["tap"] if c.transaction_log_tap else []) + (["canary"] if c.canary.enabled else [])
@@ -258,6 +278,7 @@ def config_summary(config, shard) -> str:
                     f"{c.poll_idle_interval_seconds:g} s unscraped" if c.poll_schedule == "scrapes"
                     else f"poll every {c.poll_interval_seconds:g} s")
         lines.append(f"  {c.name}: {c.bootstrap_servers} ({', '.join(sources)}; {schedule})")
+        lines.append(f"    login: {parse_login(c.client_properties()).describe()}")
     http = config.http
     web = http.web
     access = ([f"TLS {web.tls.min_version}+, client certificates: {web.tls.client_auth_type}"] if web.tls else []) + \

@@ -327,3 +327,22 @@ def test_what_the_chart_refuses_says_why(sets, says):
     refused = refusal(*sets)
     assert says.lower() in refused.lower(), refused
     assert "hunter2" not in refused
+
+
+def test_where_a_secret_is_kept_is_no_secret():
+    """An OIDC login's endpoint and CA file are plain values in the ConfigMap; its client secret
+    is a reference to the Secret."""
+    prefix = "config.clusters[0].client."
+    docs = render(None, "config.clusters[0].name=prod", "config.clusters[0].bootstrap_servers=kafka:9093",
+                  prefix + "security\\.protocol=SASL_SSL", prefix + "sasl\\.mechanism=OAUTHBEARER",
+                  prefix + "sasl\\.oauthbearer\\.method=oidc",
+                  prefix + "sasl\\.oauthbearer\\.token\\.endpoint\\.url=https://idp.example.com/token",
+                  prefix + "sasl\\.oauthbearer\\.client\\.id=txnwatch",
+                  prefix + "sasl\\.oauthbearer\\.client\\.secret=${env:OIDC_SECRET}",
+                  prefix + "https\\.ca\\.location=/etc/txnwatch/secrets/idp-ca/ca.crt")
+    client = exporter_config(docs)["clusters"][0]["client"]
+    assert client["sasl.oauthbearer.token.endpoint.url"] == "https://idp.example.com/token"
+    assert client["sasl.oauthbearer.client.secret"] == "${env:OIDC_SECRET}"
+    refused = refusal("config.clusters[0].name=prod", "config.clusters[0].bootstrap_servers=kafka:9093",
+                      prefix + "sasl\\.oauthbearer\\.client\\.secret=hunter2")
+    assert "client.sasl.oauthbearer.client.secret: a secret in the ConfigMap" in refused

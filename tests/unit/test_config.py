@@ -146,6 +146,11 @@ clusters:
     assert shown["sasl.password"] == "***" and shown["ssl.key.password"] == "***" and shown["sasl.username"] == "svc"
     assert "s3cr3t" not in repr(c)  # references, not values, live in the config object
     assert redacted({"sasl.oauthbearer.client.secret": "x"}) == {"sasl.oauthbearer.client.secret": "***"}
+    # where a secret is kept (an endpoint, a file) is shown: logs name the token endpoint they failed on
+    assert redacted({"sasl.oauthbearer.token.endpoint.url": "https://idp/token", "ssl.keystore.password": "p",
+                     "sasl.oauthbearer.token": "t", "ssl.keystore.location": "/k.p12"}) == {
+        "sasl.oauthbearer.token.endpoint.url": "https://idp/token", "ssl.keystore.password": "***",
+        "sasl.oauthbearer.token": "***", "ssl.keystore.location": "/k.p12"}
 
 
 CLUSTER_BAD_VALUES = {

@@ -60,56 +60,48 @@ def test_end_to_end_derivation_from_response_shapes():
 
 
 def test_kafka_python_config_maps_security_settings():
-    cfg = kafka_python_config({"bootstrap.servers": "a:1,b:2", "security.protocol": "SASL_SSL",
+    cfg = kafka_python_config({"bootstrap.servers": "a:1,b:2", "security.protocol": "SASL_PLAINTEXT",
                                "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "u", "sasl.password": "p",
-                               "ssl.ca.location": "/ca.pem", "linger.ms": "5"}, timeout=5)
+                               "linger.ms": "5"}, timeout=5)
     assert cfg["bootstrap_servers"] == ["a:1", "b:2"]
     assert (cfg["security_protocol"], cfg["sasl_mechanism"], cfg["sasl_plain_username"],
-            cfg["sasl_plain_password"], cfg["ssl_cafile"]) == ("SASL_SSL", "SCRAM-SHA-256", "u", "p", "/ca.pem")
-    assert "linger.ms" not in cfg and "linger_ms" not in cfg
-    oauth = kafka_python_config({"bootstrap.servers": "a:1", "sasl.mechanism": "OAUTHBEARER",
-                                 "sasl.oauthbearer.token": "tok123"}, timeout=5)
+            cfg["sasl_plain_password"]) == ("SASL_PLAINTEXT", "SCRAM-SHA-256", "u", "p")
+    assert "linger.ms" not in cfg and "linger_ms" not in cfg and "ssl_context" not in cfg
+    oauth = kafka_python_config({"bootstrap.servers": "a:1", "security.protocol": "SASL_PLAINTEXT",
+                                 "sasl.mechanism": "OAUTHBEARER", "sasl.oauthbearer.token": "tok123"}, timeout=5)
     assert oauth["sasl_oauth_token_provider"].token() == "tok123"
     assert "tok123" not in repr(oauth)
 
 
-def test_kafka_python_config_follows_librdkafka_semantics():
+def test_kafka_python_tls_means_what_librdkafka_means():
+    """One SSLContext made from librdkafka's TLS properties: the system CAs for 'probe', hostname
+    checks by ssl.endpoint.identification.algorithm, none at all without verification."""
     import ssl
-
-    from txnwatch.kafka.kafka_python import unsupported_security_properties
 
     cfg = kafka_python_config({"bootstrap.servers": "a:1", "security.protocol": "sasl_ssl",
                                "sasl.mechanisms": "scram-sha-512", "ssl.ca.location": "probe",
                                "ssl.endpoint.identification.algorithm": "none"}, timeout=5)
     # librdkafka takes any case; kafka-python compares upper case
     assert (cfg["security_protocol"], cfg["sasl_mechanism"]) == ("SASL_SSL", "SCRAM-SHA-512")
-    assert "ssl_cafile" not in cfg            # 'probe': the system's CA store, kafka-python's default
-    assert cfg["ssl_check_hostname"] is False
-    # no certificate verification at all (librdkafka's enable.ssl.certificate.verification=false)
-    ctx = kafka_python_config({"bootstrap.servers": "a:1", "security.protocol": "SSL",
+    assert "ssl_cafile" not in cfg            # 'probe': the system's CA store
+    ctx = cfg["ssl_context"]
+    assert ctx.check_hostname is False and ctx.verify_mode == ssl.CERT_REQUIRED
+    ctx = kafka_python_config({"bootstrap.servers": "a:2", "security.protocol": "SSL",
                                "enable.ssl.certificate.verification": "false"}, timeout=5)["ssl_context"]
     assert ctx.verify_mode == ssl.CERT_NONE and ctx.check_hostname is False
-    assert "ssl_context" not in kafka_python_config({"bootstrap.servers": "a:1",
-                                                     "enable.ssl.certificate.verification": "true"}, timeout=5)
-    assert set(unsupported_security_properties({"ssl.keystore.location": "/k.p12", "ssl.keystore.password": "x",
-                                                "sasl.oauthbearer.method": "oidc"})) == {
-        "ssl.keystore.location", "sasl.oauthbearer.method"}
-    assert unsupported_security_properties({"sasl.oauthbearer.method": "default", "ssl.ca.location": "/c"}) == {}
+    default = kafka_python_config({"bootstrap.servers": "a:3", "security.protocol": "SSL"}, timeout=5)["ssl_context"]
+    assert default.check_hostname is True     # librdkafka's default: https
 
 
-def test_kip664_client_refuses_settings_it_cannot_use():
+def test_a_tls_setting_that_cannot_load_is_named():
     import pytest
 
-    from txnwatch.kafka.errors import PollError
-    from txnwatch.kafka.kip664 import TransactionAPI
+    from txnwatch.kafka.login import LoginSettingsError
 
-    api = TransactionAPI({"bootstrap.servers": "127.0.0.1:1", "security.protocol": "SSL",
-                          "ssl.keystore.location": "/etc/kafka/client.p12", "ssl.keystore.password": "pw-1234"}, 1)
-    with pytest.raises(PollError) as err:
-        api.detect()
-    assert err.value.cause == "kip664_config"
-    assert "ssl.keystore.location: give the client certificate and key as PEM files" in str(err.value)
-    assert "pw-1234" not in str(err.value)
+    with pytest.raises(LoginSettingsError) as err:
+        kafka_python_config({"bootstrap.servers": "a:4", "security.protocol": "SSL",
+                             "ssl.ca.location": "/nonexistent/ca.pem"}, timeout=5)
+    assert err.value.key == "ssl.ca.location" and err.value.cause == "login_config"
 
 
 class FakeAdmin:

@@ -19,6 +19,8 @@ from collections.abc import Callable
 from ..apps import CANARY_APP
 from ..config import CanaryConfig
 from ..kafka import clients
+from ..kafka.errors import AUTH
+from ..kafka.login import explain as explain_failure
 from .rounds import CanaryRecord as Record
 from .rounds import PayloadError, RoundBook, charged_partitions, decode, is_abort_round, step_deadline
 from .stats import CanaryStats, CanaryView
@@ -175,8 +177,10 @@ class CanaryProbe:
             try:
                 failure = self.run_round()
             except Exception as exc:  # noqa: BLE001 - a bug of ours must not end the canary for good
-                log.exception("canary[%s]: round failed unexpectedly", self.cluster)
-                failure = StepFailed("round", error_name(exc), str(exc))
+                cause, message = explain_failure(self.props, error_name(exc), str(exc))
+                if cause != AUTH:       # a login without credentials is no bug: its failure says why
+                    log.exception("canary[%s]: round failed unexpectedly", self.cluster)
+                failure = StepFailed("round", "AUTHENTICATION" if cause == AUTH else cause, message)
                 with self._lock:
                     self.stats.failed(failure.stage, failure.error, failure.message, self.clock())
                 self._drop_producer()
@@ -245,7 +249,9 @@ class CanaryProbe:
         try:
             return fn()
         except Exception as exc:  # noqa: BLE001 - any client error is this stage's failure
-            raise StepFailed(stage, error_name(exc), str(exc)) from None
+            # without credentials it can use a client says only that no broker answered: the login says why
+            cause, message = explain_failure(self.props, error_name(exc), str(exc))
+            raise StepFailed(stage, "AUTHENTICATION" if cause == AUTH else cause, message) from None
 
     def _recover(self, producer, exc: StepFailed) -> None:
         """After a failed step: abort what is open if the producer can, else replace it."""

@@ -17,6 +17,13 @@ from .schema import DEFAULT_PORT
 from .web import WebConfig
 
 SECRET_KEY_RE = re.compile(r"(password|secret|token|credential|\.key$|key\.pem|sasl\.jaas)", re.I)
+# ...but where a secret is, never one itself (sasl.oauthbearer.token.endpoint.url, https.ca.location)
+NOT_SECRET_KEY_RE = re.compile(r"\.(url|location|method|type)$", re.I)
+
+
+def is_secret_key(key: str) -> bool:
+    """Whether a client property holds a secret, by its name."""
+    return bool(SECRET_KEY_RE.search(key)) and not NOT_SECRET_KEY_RE.search(key)
 _REF_RE = re.compile(r"^\$\{(env|file):([^}]+)\}$")
 LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
 
@@ -236,6 +243,6 @@ def resolve_secret(value: str) -> str:
 
 
 def redacted(props: Mapping[str, Any]) -> dict[str, str]:
-    return {k: ("***" if SECRET_KEY_RE.search(k) else str(v)) for k, v in props.items()}
+    return {k: ("***" if is_secret_key(k) else str(v)) for k, v in props.items()}
 
 

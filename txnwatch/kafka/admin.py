@@ -25,7 +25,7 @@ from confluent_kafka import (
     TopicCollection,
     TopicPartition,
 )
-from confluent_kafka.admin import ConfigResource, OffsetSpec
+from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec
 
 from . import clients
 from . import list_offsets as lo
@@ -89,10 +89,7 @@ class KafkaIO:
         # librdkafka tells why it cannot connect (rejected credentials, a failed TLS handshake)
         # only through error_cb; a request just fails with a transport error or times out.
         self._connect_errors: dict[int, KafkaError] = {}   # since the last answered request
-        self.admin = clients.admin_client({**self._props,
-                                           "socket.connection.setup.timeout.ms": int(timeout * 1000),
-                                           "logger": logging.getLogger("txnwatch.librdkafka"),
-                                           "error_cb": self._on_client_error})
+        self._admin: AdminClient | None = None
         self._consumer: Consumer | None = None
         self._broker_ids: set[int] | None = None   # of the last metadata(): coordinator cache upkeep
         # kafka-python's connections, shared by batched ListOffsets and batched OffsetFetch
@@ -115,6 +112,17 @@ class KafkaIO:
         # Called with "group_offsets_<cause>" once per poll and cause when groups were left out
         # (the others answered); the poller can point it at HealthTracker.count_error.
         self.count_error: Callable[[str], None] | None = None
+
+    @property
+    def admin(self) -> AdminClient:
+        """The AdminClient, made at the first call: a poll step, so that a login that cannot be
+        made (a library missing) fails that step, named, rather than the poller's start."""
+        if self._admin is None:
+            self._admin = clients.admin_client({**self._props,
+                                                "socket.connection.setup.timeout.ms": int(self.timeout * 1000),
+                                                "logger": logging.getLogger("txnwatch.librdkafka"),
+                                                "error_cb": self._on_client_error})
+        return self._admin
 
     def _on_client_error(self, err: KafkaError) -> None:
         if err.code() in AUTHENTICATION or err.code() == KafkaError._SSL:

@@ -7,7 +7,6 @@ sends protocol requests through its connection manager."""
 from __future__ import annotations
 
 import logging
-import ssl
 import threading
 import time
 from collections import Counter
@@ -16,6 +15,7 @@ from types import SimpleNamespace
 
 from .errors import BatchedUnsupported, PollError
 from .group_offsets import IN_FLIGHT_PER_NODE, Coordinator, waves
+from .login import login_for
 
 log = logging.getLogger(__name__)
 
@@ -37,33 +37,12 @@ _PROP_MAP = {
 }
 _UPPER = {"security_protocol", "sasl_mechanism"}   # librdkafka takes any case, kafka-python upper only
 
-# Security settings librdkafka understands and kafka-python cannot use. Connecting without
-# them would fail, or worse, authenticate differently: the KIP-664 client refuses to start
-# and says what to use instead.
-UNSUPPORTED_SECURITY = {
-    "ssl.keystore.location": "give the client certificate and key as PEM files instead "
-                             "(ssl.certificate.location, ssl.key.location, ssl.key.password)",
-    "ssl.certificate.pem": "give the certificate as a file (ssl.certificate.location)",
-    "ssl.key.pem": "give the key as a file (ssl.key.location)",
-    "ssl.ca.pem": "give the CA certificates as a file (ssl.ca.location)",
-    "ssl.engine.location": "kafka-python has no OpenSSL engine support",
-    "sasl.oauthbearer.method": "kafka-python takes only a static token (sasl.oauthbearer.token)",
-    "sasl.kerberos.keytab": "kafka-python uses the process's Kerberos credentials (kinit)",
-}
-
-
-def unsupported_security_properties(props: Mapping[str, str]) -> dict[str, str]:
-    """{property: what to do instead} for set security properties kafka-python cannot use
-    (sasl.oauthbearer.method=default is librdkafka's default and fine)."""
-    out = {k: hint for k, hint in UNSUPPORTED_SECURITY.items() if props.get(k) not in (None, "")}
-    if str(props.get("sasl.oauthbearer.method", "")).lower() == "default":
-        out.pop("sasl.oauthbearer.method", None)
-    return out
-
 
 def kafka_python_config(props: Mapping[str, str], timeout: float) -> dict:
-    """Map the cluster's librdkafka properties onto KafkaAdminClient keywords. Properties
-    without an equivalent are ignored (logged by name only, never by value)."""
+    """Map the cluster's librdkafka properties onto KafkaAdminClient keywords, with the
+    credentials of their login (login/: tokens, the TLS context librdkafka's TLS settings
+    describe, Kerberos). Properties without an equivalent are ignored (logged by name only,
+    never by value)."""
     cfg: dict = {"bootstrap_servers": props["bootstrap.servers"].split(","),
                  "request_timeout_ms": int(timeout * 1000),
                  "bootstrap_timeout_ms": int(timeout * 1000),
@@ -76,42 +55,39 @@ def kafka_python_config(props: Mapping[str, str], timeout: float) -> dict:
             cfg[_PROP_MAP[k]] = str(v).upper() if _PROP_MAP[k] in _UPPER else v
         elif k == "ssl.endpoint.identification.algorithm":
             cfg["ssl_check_hostname"] = str(v).lower() == "https"
-        elif k != "enable.ssl.certificate.verification":
+        elif not k.startswith(_LOGIN_PREFIXES) and not callable(v):
             unmapped.append(k)
     if cfg.get("ssl_cafile") == "probe":   # librdkafka: look for the system's CA store
         del cfg["ssl_cafile"]
-    if str(props.get("enable.ssl.certificate.verification", "true")).lower() == "false":
-        cfg["ssl_context"] = _unverified_context(cfg)
-    if cfg.get("sasl_mechanism", "").upper() == "OAUTHBEARER":
-        token = props.get("sasl.oauthbearer.token")  # static token (tests, short-lived jobs)
-        if token:
-            cfg["sasl_oauth_token_provider"] = _StaticToken(token)
     if unmapped:
         log.debug("kafka-python has no equivalent for: %s", ", ".join(sorted(unmapped)))
+    cfg = login_for(props).kafka_python(props, cfg)
+    if "sasl_oauth_token_provider" in cfg:
+        cfg["sasl_oauth_token_provider"] = _token_provider(cfg["sasl_oauth_token_provider"])
     return cfg
 
 
-def _unverified_context(cfg: Mapping[str, object]):
-    """enable.ssl.certificate.verification=false: librdkafka then accepts any broker
-    certificate; kafka-python only offers hostname checks, so it gets a context that does
-    the same (the client certificate, if any, still goes with it)."""
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    ctx.check_hostname = False
-    ctx.verify_mode = ssl.CERT_NONE
-    if cfg.get("ssl_certfile"):
-        ctx.load_cert_chain(cfg["ssl_certfile"], cfg.get("ssl_keyfile"), cfg.get("ssl_password"))
-    return ctx
+def _token_provider(source):
+    """The login's tokens as kafka-python takes them: an AbstractTokenProvider, which it checks."""
+    try:
+        from kafka.net.sasl.oauth import AbstractTokenProvider
+    except ImportError:     # kafka-python before 3
+        from kafka.sasl.oauth import AbstractTokenProvider
+
+    class LoginTokens(AbstractTokenProvider):
+        def token(self) -> str:
+            return source.token()
+
+        def extensions(self) -> dict[str, str]:
+            return source.extensions()
+
+        def __repr__(self) -> str:      # never the token
+            return "LoginTokens(***)"
+
+    return LoginTokens()
 
 
-class _StaticToken:
-    def __init__(self, token: str) -> None:
-        self._token = token
-
-    def token(self) -> str:
-        return self._token
-
-    def __repr__(self) -> str:  # never print the token
-        return "_StaticToken(***)"
+_LOGIN_PREFIXES = ("sasl.", "ssl.", "https.", "enable.ssl.", "enable.sasl.")
 
 
 def api_versions(admin) -> dict[int, tuple[int, int]]:
@@ -137,9 +113,6 @@ class KafkaPythonTransport:
     def __init__(self, client_props: Mapping[str, str], timeout: float, connect_timeout: float | None = None) -> None:
         from kafka.admin import KafkaAdminClient
 
-        unsupported = unsupported_security_properties(client_props)
-        if unsupported:
-            raise BatchedUnsupported("kafka-python cannot use " + ", ".join(sorted(unsupported)))
         cfg = kafka_python_config(client_props, timeout)
         if connect_timeout is not None:
             cfg["bootstrap_timeout_ms"] = max(int(connect_timeout * 1000), 1)

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 
 from .answers import ActiveProducer, TxnDescription, TxnListing
 from .errors import PollError
-from .kafka_python import api_versions, kafka_python_config, unsupported_security_properties
+from .kafka_python import api_versions, kafka_python_config
 
 log = logging.getLogger(__name__)
 
@@ -86,20 +86,15 @@ class TransactionAPI:
     def _client(self):
         if self._admin is None:
             from kafka.admin import KafkaAdminClient
-            unsupported = unsupported_security_properties(self._props)
-            if unsupported:
-                raise PollError("kip664_config", "the KIP-664 client (kafka-python) cannot use " + "; ".join(
-                    f"{k}: {hint}" for k, hint in sorted(unsupported.items())))
             try:
                 self._admin = KafkaAdminClient(**kafka_python_config(self._props, self._timeout))
+            except PollError:
+                raise                  # a login setting that cannot work (login_config), or no token (auth)
             except Exception as exc:  # noqa: BLE001 - kafka-python reports failed bootstraps as timeouts
                 # kafka-python logs why a bootstrap failed (authentication, TLS) but raises a
-                # timeout; the poller's librdkafka client, which runs first, names auth and TLS
-                # failures itself, so one here with librdkafka connected points at the mapping.
-                raise PollError("kip664_connect", (
-                    f"the KIP-664 client (kafka-python) could not connect: {type(exc).__name__}: {exc}. If "
-                    "the other sources connect, check that every security property has a kafka-python "
-                    "equivalent (see docs/configuration.md)")) from None
+                # timeout: the login says why when it is its credentials (login.explain).
+                raise PollError("kip664_connect", f"the KIP-664 client (kafka-python) could not connect: "
+                                f"{type(exc).__name__}: {exc}") from None
         return self._admin
 
     def detect(self) -> dict[str, bool]:

@@ -4,7 +4,10 @@ Central, started as KRaft nodes with `java -cp`.
     release.py   which release (KAFKA_VERSION), its runtime resolved by Maven, its tools
     node.py      one node (storage formatted by the release's StorageTool)
     cluster.py   several nodes in one cluster
-    secure.py    one node with SASL/SCRAM, SASL/PLAIN, TLS, mTLS and StandardAuthorizer ACLs
+    secure.py    one node with SASL/SCRAM, SASL/PLAIN, TLS, mTLS (PEM or PKCS#12 clients),
+                 OAUTHBEARER validated by Kafka's OIDC validator, and StandardAuthorizer ACLs
+    kerberos.py  one node with SASL/GSSAPI listeners, its keytab from the tests' KDC
+                 (txnwatch_dev/identity/)
     tools.py     the release's command-line tools by main class; finalized features
 """
 

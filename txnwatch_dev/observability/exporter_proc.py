@@ -22,10 +22,11 @@ class ExporterProcess:
     def __init__(self, config: dict, port: int | None = None, env: dict | None = None,
                  log_path: str | os.PathLike | None = None, extra_args: list[str] | None = None,
                  tls_client: ssl.SSLContext | None = None, headers: dict | None = None,
-                 cwd: str | os.PathLike | None = None) -> None:
+                 cwd: str | os.PathLike | None = None, python: str | os.PathLike | None = None) -> None:
         """`tls_client`: the exporter serves HTTPS (its web config) and this context talks to
         it; `headers`: sent with every request of get() (credentials); `cwd`: where it runs
-        (`python -m` imports txnwatch from there first: benchmarks run another checkout)."""
+        (`python -m` imports txnwatch from there first: benchmarks run another checkout);
+        `python`: another venv's interpreter (one whose confluent-kafka has GSSAPI)."""
         self.port = port or free_port()
         config = {**config, "http": {**config.get("http", {}), "host": "127.0.0.1", "port": self.port}}
         self._dir = tempfile.mkdtemp(prefix="txnwatch-exporter-")
@@ -37,6 +38,7 @@ class ExporterProcess:
         self.tls_client, self.headers = tls_client, dict(headers or {})
         self.proc: subprocess.Popen | None = None
         self.cwd = cwd
+        self.python = str(python or sys.executable)
 
     @property
     def url(self) -> str:
@@ -44,7 +46,7 @@ class ExporterProcess:
 
     def start(self, timeout: float = 30) -> ExporterProcess:
         log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "txnwatch.cli", "serve", "--config",
+        self.proc = subprocess.Popen([self.python, "-m", "txnwatch.cli", "serve", "--config",
                                       str(self.config_path), *self.extra_args],
                                      stdout=log, stderr=subprocess.STDOUT, env=self._env,
                                      start_new_session=True, cwd=self.cwd)

@@ -57,7 +57,7 @@ secret, token, sasl.jaas, a key) must be a ${env:...} or ${file:...} reference.
 {{- define "txnwatch.checkSecrets" -}}
 {{- range $i, $c := .Values.config.clusters }}
 {{- range $k, $v := ($c.client | default dict) }}
-{{- if regexMatch "(?i)(password|secret|token|sasl\\.jaas|\\.key$)" $k }}
+{{- if and (regexMatch "(?i)(password|secret|token|credential|sasl\\.jaas|\\.key$|key\\.pem)" $k) (not (regexMatch "(?i)\\.(url|location|method|type)$" $k)) }}
 {{- if not (regexMatch "^\\$\\{(env|file):[^}]+\\}$" (toString $v)) }}
 {{- fail (printf "config.clusters[%d].client.%s: a secret in the ConfigMap; write ${env:NAME} and give NAME in secretEnv (a secretKeyRef)" $i $k) }}
 {{- end }}

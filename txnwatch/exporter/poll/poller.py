@@ -18,6 +18,7 @@ from ...kafka.admin import KafkaIO
 from ...kafka.answers import ActiveProducer, ClusterFacts, TxnDescription, TxnListing
 from ...kafka.errors import PollError, classify, one_line
 from ...kafka.kip664 import TransactionAPI
+from ...kafka.login import explain as explain_failure
 from ...sharding import WHOLE, ClusterShare
 from ..health import HealthTracker
 from ..model import TP, ClusterSnapshot, HangingTransaction, OpenTransaction, PartitionState
@@ -194,8 +195,9 @@ class ClusterPoller:
         """No KIP-664 view this poll: the broker lacks the APIs, or a call failed (`exc`,
         counted as the poller's error and kept to be shown)."""
         if exc is not None:
-            self._kip664_error = str(exc)
-            self.health.count_error(exc.cause)
+            cause, message = explain_failure(self.cfg.client_properties(), exc.cause, str(exc))
+            self._kip664_error = message
+            self.health.count_error(cause)
         self.access.kip664_unavailable()
         return None, [], "lso_stall"
 
@@ -292,7 +294,8 @@ class ClusterPoller:
         self._failing_since, self._consecutive_failures = None, 0
 
     def _on_failure(self, exc: BaseException, duration: float) -> None:
-        cause, message = classify(exc), one_line(exc)
+        # a client without credentials it can use says only that no broker answered: the login says why
+        cause, message = explain_failure(self.cfg.client_properties(), classify(exc), one_line(exc))
         self.health.failure(cause, message, duration)
         self._consecutive_failures += 1
         if self._failing_since is None:

@@ -8,6 +8,7 @@ import time
 from ...canary.probe import CanaryProbe, default_instance
 from ...canary.stats import render_canary
 from ...config import ClusterConfig
+from ...kafka.login import status_of as login_status
 from ...metrics import FamilyWriter
 from ...sharding import WHOLE, ClusterShare
 from ..health import first_attempts_done, render_health
@@ -16,7 +17,7 @@ from ..poll.render import RenderCache, render_snapshot
 from ..serve.collector import ExporterCollector
 from ..tap.render import render_tap
 from ..tap.source import TransactionLogTap
-from .published import ClusterDigest, digest_of
+from .published import ClusterDigest, digest_of, login_summary
 
 
 class ClusterRuntime:
@@ -76,7 +77,8 @@ class ClusterRuntime:
         """The page's data (every partition stays in spark_view: it is in memory anyway)."""
         return digest_of(self.poller.snapshot, self.cfg.name, self.poller.kip664_error,
                          self.tap.view() if self.tap is not None else None,
-                         canary_view=self.canary.view() if self.canary is not None else None)
+                         canary_view=self.canary.view() if self.canary is not None else None,
+                         login=login_summary(login_status(self.cfg.client_properties())))
 
     def spark_view(self):
         return self.poller.snapshot

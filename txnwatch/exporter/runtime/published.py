@@ -70,6 +70,25 @@ OFFSET_GROUP_TYPES = frozenset({"classic", "consumer"})
 
 
 @dataclass(frozen=True)
+class LoginSummary:
+    """How the cluster's clients log in, for the page: mechanism and source, principal, when the
+    token runs out, why the credentials cannot be had while so (never a secret)."""
+
+    describe: str
+    principal: str | None = None
+    expires_at: float | None = None
+    failure: str | None = None
+
+
+def login_summary(status) -> LoginSummary | None:
+    """The page's copy of a login's status (txnwatch.kafka.login.LoginStatus): the serving
+    process reads digests and never loads the Kafka room."""
+    if status is None:
+        return None
+    return LoginSummary(status.describe, status.principal, status.expires_at, status.failure)
+
+
+@dataclass(frozen=True)
 class ClusterDigest:
     """A cluster's page data as of its last poll (bounded: top-N rows, counts)."""
 
@@ -88,6 +107,7 @@ class ClusterDigest:
     spark_view: ClusterSnapshot | None = None
     # groups of types without committed offsets (share, ...): (type, count, the first names)
     other_groups: tuple[tuple[str, int, tuple[str, ...]], ...] = ()
+    login: LoginSummary | None = None
 
 
 def tap_summary(view) -> TapSummary:
@@ -106,14 +126,15 @@ def canary_summary(view) -> CanarySummary:
 
 
 def digest_of(snap: ClusterSnapshot | None, cluster: str, kip664_error: str | None, tap_view=None,
-              spark_topics: frozenset[str] | None = None, canary_view=None) -> ClusterDigest:
+              spark_topics: frozenset[str] | None = None, canary_view=None,
+              login: LoginSummary | None = None) -> ClusterDigest:
     """The page digest of a snapshot (pure). `spark_topics`: None keeps every partition in
     `spark_view` (in-process: the snapshot itself), a set keeps only those topics."""
 
     tap = None if tap_view is None else tap_summary(tap_view)
     canary = None if canary_view is None else canary_summary(canary_view)
     if snap is None:
-        return ClusterDigest(cluster, kip664_error=kip664_error, tap=tap, canary=canary)
+        return ClusterDigest(cluster, kip664_error=kip664_error, tap=tap, canary=canary, login=login)
     txns = None
     if snap.open_transactions is not None:
         txns = tuple(sorted(snap.open_transactions, key=lambda t: -(t.age_seconds or 0))[:TOP])
@@ -134,7 +155,8 @@ def digest_of(snap: ClusterSnapshot | None, cluster: str, kip664_error: str | No
     other = tuple((t, len(names), names[:TOP]) for t, names in sorted(snap.group_types.items())
                   if t not in OFFSET_GROUP_TYPES and names)
     return ClusterDigest(cluster, snap.taken_at, tuple(snap.findings[:TOP_FINDINGS]), txns, tuple(stalled),
-                         tuple(rows), caught_up, snap.hanging_method, kip664_error, tap, canary, spark_view, other)
+                         tuple(rows), caught_up, snap.hanging_method, kip664_error, tap, canary, spark_view, other,
+                         login)
 
 
 @dataclass(frozen=True)

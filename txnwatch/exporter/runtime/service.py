@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from ...config import Config
+from ...kafka.login import stop_logins
 from ...metrics import FamilyWriter
 from ...sharding import ALL, Shard, plan
 from ...spark_listener.state import SparkQueryState
@@ -142,6 +143,8 @@ class Exporter:
             rt.signal_stop()
         for rt in self.clusters.values():
             rt.stop()
+        if not self.workers:
+            stop_logins()               # the in-process clients' token refreshes
         if self._worker_dir is not None:
             shutil.rmtree(self._worker_dir, ignore_errors=True)
 

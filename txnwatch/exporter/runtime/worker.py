@@ -30,6 +30,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from ...kafka.login import status_of as login_status
+from ...kafka.login import stop_logins
 from ...logsetup import setup_logging
 from ...metrics import DEFAULT_CLUSTER_LABEL, FamilyWriter
 from ...sharding import WHOLE
@@ -38,7 +40,15 @@ from ..poll.scrape_clock import NOBODY, Cadence, ScrapeView
 from ..tap.render import render_tap
 from .cluster import ClusterRuntime
 from .gc_tuning import FullCollections, tune_gc
-from .published import ClusterDigest, WorkerStatus, canary_summary, digest_of, tap_summary, write_atomic
+from .published import (
+    ClusterDigest,
+    WorkerStatus,
+    canary_summary,
+    digest_of,
+    login_summary,
+    tap_summary,
+    write_atomic,
+)
 from .supervisor import SUPERVISE_INTERVAL
 
 log = logging.getLogger("txnwatch.worker")
@@ -113,7 +123,8 @@ class Worker:
         tap_view = self.rt.tap.view() if self.rt.tap is not None else None
         canary_view = self.rt.canary.view() if self.rt.canary is not None else None
         digest = digest_of(snap, self.cfg.name, self.rt.poller.kip664_error, tap_view,
-                           spark_topics=self._spark_topics, canary_view=canary_view)
+                           spark_topics=self._spark_topics, canary_view=canary_view,
+                           login=login_summary(login_status(self.cfg.client_properties())))
         with self._lock:
             self._digest = digest
             write_atomic(self.dir / "digest", digest)
@@ -259,6 +270,7 @@ class Worker:
         finally:
             self.rt.signal_stop()
             self.rt.stop()
+            stop_logins()                   # their token refreshes
             self._publish_tap()
             self._write_checkpoint()
         return 0

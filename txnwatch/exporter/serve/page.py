@@ -211,7 +211,8 @@ def render_page(exporter) -> str:
                         f"<td class=num>{sum(h.errors.values())}</td><td>{err}{stale}</td></tr>")
     out.append("<section><h2>Clusters</h2><table><tr><th>cluster</th><th>source</th><th>state</th>"
                "<th>last success</th><th>last poll</th><th>errors</th><th>last error</th></tr>"
-               + "".join(rows) + "</table>" + _schedule_paragraph(exporter) + "</section>")
+               + "".join(rows) + "</table>" + _logins_paragraph(views, now) + _schedule_paragraph(exporter)
+               + "</section>")
 
     findings, txns, stalled, notes, digests = [], [], [], [], []
     unobservable = False   # a cluster without KIP-664: its open transactions cannot be listed
@@ -274,6 +275,26 @@ def render_page(exporter) -> str:
     out.append(f"<p class=muted>Rendered {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(now))}. "
                "Scrapes never talk to Kafka: values are from each source's last poll.</p></main></body></html>")
     return "".join(out)
+
+
+def _logins_paragraph(views, now: float) -> str:
+    """How each cluster's clients log in: mechanism and source, principal, the token's time left,
+    and while the credentials cannot be had, why."""
+    lines = []
+    for name, _sources, digest in views:
+        login = getattr(digest, "login", None)
+        if login is None:
+            continue
+        line = f"{escape(name)}: {escape(login.describe)}"
+        if login.principal:
+            line += f"; principal {escape(login.principal)}"
+        if login.expires_at is not None:
+            left = login.expires_at - now
+            line += f"; token valid {_age(left)} more" if left > 0 else "; <span class=bad>token expired</span>"
+        if login.failure:
+            line += f"<br><span class=bad>login failing: {escape(login.failure)}</span>"
+        lines.append(line)
+    return "<p>Logins: " + "<br>".join(lines) + "</p>" if lines else ""
 
 
 def _schedule_paragraph(exporter) -> str:

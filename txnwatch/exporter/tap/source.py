@@ -49,6 +49,7 @@ from types import MappingProxyType
 from ...apps import AppResolver
 from ...kafka import clients
 from ...kafka.errors import AUTHENTICATION, auth_failure_message, tls_failure_message
+from ...kafka.login import explain as explain_failure
 from ..health import HealthTracker, SourceHealth
 from .decoder import TxnLogDecodeError, decode_key, decode_value
 from .malloc import release_free_memory
@@ -212,7 +213,11 @@ class TransactionLogTap:
             self._down = True
         if name == "all_brokers_down":
             self._mark_lost()
-        self._health.failure(name, message)
+        self._failure(name, message)
+
+    def _failure(self, cause: str, message: str) -> None:
+        """The tap is down for `cause`; the login says why when the cause is its credentials."""
+        self._health.failure(*explain_failure(self._client_config, cause, message))
 
     def _log_once(self, key: str, msg: str, *args) -> None:
         if key not in self._errors_logged:
@@ -293,9 +298,9 @@ class TransactionLogTap:
                             pass
                     if self._refusal is not None:
                         if self._poll_error not in ("auth", "tls"):   # not reported by error_cb just now
-                            self._health.failure(*self._refusal)
+                            self._failure(*self._refusal)
                     else:
-                        self._health.failure(cause, f"{type(exc).__name__}: {exc}")
+                        self._failure(cause, f"{type(exc).__name__}: {exc}")
                     if cause in LOST_CLUSTER_CAUSES:
                         self._mark_lost()
                     self._log_once(f"exc:{cause}", "%s (retrying; further occurrences are counted only)",
@@ -367,7 +372,7 @@ class TransactionLogTap:
             self._health.failure("topic_not_found", f"topic {self.topic} disappeared")
             return
         if err is not None:
-            self._health.failure(err.name().lstrip("_").lower(), f"metadata for {self.topic}: {err.str()}")
+            self._failure(err.name().lstrip("_").lower(), f"metadata for {self.topic}: {err.str()}")
             return
         if not t.partitions:
             return
@@ -438,7 +443,7 @@ class TransactionLogTap:
                     self._denied.add(m.partition())
                 log.debug("tap[%s]: consume error on partition %s: %s", self.cluster, m.partition(), err)
                 self._poll_error = name
-                self._health.failure(name, f"consume: {err.str()}")
+                self._failure(name, f"consume: {err.str()}")
                 continue
             p = m.partition()
             self._denied.discard(p)
