@@ -124,3 +124,26 @@ def test_pypis_confluent_kafka_says_it_has_no_gssapi(env, tmp_path):
         assert exp.proc.poll() is None
     finally:
         exp.stop()
+
+
+def test_a_kdc_out_past_the_tickets_end_is_cause_auth_in_words_and_heals(env):
+    """Tickets run out while no KDC answers: the poll fails with cause auth and says so in an
+    operator's words; the KDC back, the next tickets come from the keytab and polls resume."""
+    kdc, kafka, keytab = env
+    exp = ExporterProcess({"clusters": [cluster(kafka, keytab, "krb-out")]}, python=python(),
+                          env={"KRB5_CONFIG": str(kdc.krb5_conf)}).start()
+    try:
+        exp.wait_metric(lambda m: m.get_value("txnwatch_up", kafka_cluster="krb-out", source="poller") == 1, 90,
+                        what="the poller up", describe=lambda: exp.log()[-3000:])
+        with kdc.outage():
+            m = exp.wait_metric(lambda m: m.get_value("txnwatch_up", kafka_cluster="krb-out", source="poller") == 0,
+                                4 * TICKET_LIFE, what="the poller down once its tickets ran out")
+            assert m.select("txnwatch_poll_errors_total", kafka_cluster="krb-out", source="poller", cause="auth"), \
+                m.select("txnwatch_poll_errors_total", kafka_cluster="krb-out")
+            text = html.unescape(exp.get("/")[1])
+            assert f"Kerberos login of {USER}@{kdc.realm} failed: " in text, text[-3000:]
+        exp.wait_metric(lambda m: m.get_value("txnwatch_up", kafka_cluster="krb-out", source="poller") == 1,
+                        4 * TICKET_LIFE, what="the poller back once the KDC answers")
+        assert exp.proc.poll() is None
+    finally:
+        exp.stop()

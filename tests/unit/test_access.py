@@ -4,6 +4,8 @@ and principals and the messages for rejected credentials and TLS handshakes
 
 import shlex
 
+import pytest
+
 from txnwatch.exporter import access
 from txnwatch.exporter.access import Evidence, TapReadWatch
 from txnwatch.kafka import errors
@@ -128,6 +130,21 @@ def test_auth_failure_message_says_what_to_check_never_the_password():
     assert "hunter2-secret" not in msg
     plain = errors.auth_failure_message({**SCRAM, "sasl.mechanism": "PLAIN"}, "Invalid username or password")
     assert "JAAS" in plain and "hunter2-secret" not in plain
+
+
+@pytest.mark.parametrize("said, words", [
+    ("SASL authentication error: GSSAPI Error: Unspecified GSS failure (Clock skew too great)",
+     "clock skew against the KDC is more than it allows"),
+    ("GSSAPI Error: Miscellaneous failure (Cannot contact any KDC for realm 'EX.COM')", "no KDC answers"),
+    ("kinit: Preauthentication failed while getting initial credentials", "export a new keytab"),
+    ("Client 'txnwatch@EX.COM' not found in Kerberos database", "the KDC does not know the principal"),
+])
+def test_a_failed_kerberos_login_in_an_operators_words(said, words):
+    props = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "GSSAPI",
+             "sasl.kerberos.principal": "txnwatch@EX.COM", "sasl.kerberos.keytab": "/etc/t.keytab"}
+    msg = errors.auth_failure_message(props, said + " (after 12ms in state AUTH_REQ)")
+    assert msg.startswith("Kerberos login of txnwatch@EX.COM failed: ") and words in msg and said in msg
+    assert "after 12ms" not in msg
 
 
 def test_tls_failure_message_names_the_ca_setting():

@@ -104,6 +104,9 @@ def auth_failure_message(props: Mapping[str, str], detail: str) -> str:
     """What the page and the log say when the broker rejects the credentials. Never the
     password: only the mechanism, the user name and what the broker said."""
     mechanism = (props.get("sasl.mechanism") or props.get("sasl.mechanisms") or "GSSAPI").upper()
+    detail = _TIMING.sub("", detail).strip()
+    if mechanism == "GSSAPI":
+        return kerberos_failure_message(props, detail)
     user = props.get("sasl.username")
     who = f" of user {user!r}" if user else ""
     hint = {"PLAIN": "PLAIN users are those of the listener's JAAS configuration on the broker",
@@ -111,11 +114,36 @@ def auth_failure_message(props: Mapping[str, str], detail: str) -> str:
                              f"--entity-type users --entity-name {user or '<user>'} shows them",
             "SCRAM-SHA-512": "SCRAM users exist per mechanism: kafka-configs.sh --describe "
                              f"--entity-type users --entity-name {user or '<user>'} shows them"}.get(
-        mechanism, "check the mechanism's own settings (Kerberos keytab/principal, OAuth token)")
+        mechanism, "check the mechanism's own settings (the OAuth token endpoint and client)")
     return (f"authentication failed: the broker rejected the SASL/{mechanism} credentials{who} "
-            f"({_TIMING.sub('', detail).strip()}). Check sasl.username and sasl.password in this "
+            f"({detail}). Check sasl.username and sasl.password in this "
             f"cluster's client settings (a ${{file:}} or ${{env:}} secret may hold an old password) and "
             f"that sasl.mechanism is one the listener enables; {hint}")
+
+
+# What MIT Kerberos says, and what an operator does about it
+_KERBEROS_WORDS = (
+    ("clock skew too great", "clock skew against the KDC is more than it allows (its clockskew, 5 min by "
+                             "default): set the clocks right (NTP) on the exporter's host"),
+    ("cannot contact any kdc", "no KDC answers: check the realm's kdc entries in krb5.conf (KRB5_CONFIG) "
+                               "and that the KDC is up and reachable"),
+    ("preauthentication failed", "the KDC refused the keytab's key: the principal's key changed since the "
+                                 "keytab was made (a new kvno); export a new keytab"),
+    ("key version", "the keytab holds another version of the principal's key: export a new keytab"),
+    ("not found in kerberos database", "the KDC does not know the principal (sasl.kerberos.principal), or the "
+                                       "broker's service principal (sasl.kerberos.service.name/host)"),
+    ("ticket expired", "the ticket expired and none could be had from the keytab: is the KDC reachable?"),
+)
+
+
+def kerberos_failure_message(props: Mapping[str, str], detail: str) -> str:
+    """A refused or failed Kerberos login, in an operator's words where MIT's are known."""
+    principal = props.get("sasl.kerberos.principal") or "(the ticket cache's)"
+    lowered = detail.lower()
+    advice = next((words for phrase, words in _KERBEROS_WORDS if phrase in lowered),
+                  "check sasl.kerberos.principal, sasl.kerberos.keytab, krb5.conf (KRB5_CONFIG) and "
+                  "sasl.kerberos.service.name (the broker's service principal)")
+    return f"Kerberos login of {principal} failed: {advice} ({detail})"
 
 
 def tls_failure_message(props: Mapping[str, str], detail: str) -> str:
