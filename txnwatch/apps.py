@@ -103,17 +103,19 @@ class AppResolver:
         return out
 
 
-def fold_ids(items: Iterable[tuple[str, str, float]], cap: int) -> tuple[list[tuple[str, str, float]], int]:
+def fold_ids(items: Iterable[tuple[str, str, float]], cap: int,
+             highest: bool = False) -> tuple[list[tuple[str, str, float]], int]:
     """Per-transactional-id series under a cap: keep the `cap` lowest values (lowest headroom
     matters most); the rest fold into (app, "__other__", min value of that app's folded ids).
-    Returns (series, number of ids folded)."""
-    ordered = sorted(items, key=lambda t: t[2])
+    With `highest`, the other way round (the oldest age matters most: keep the highest, fold
+    into the max). Returns (series, number of ids folded)."""
+    ordered = sorted(items, key=lambda t: t[2], reverse=highest)
     if len(ordered) <= cap:
         return ordered, 0
     kept, rest = ordered[:cap], ordered[cap:]
+    worst = max if highest else min
     other: dict[str, float] = {}
     for app, _, value in rest:
-        if app not in other or value < other[app]:
-            other[app] = value
+        other[app] = worst(other.get(app, value), value)
     kept.extend((app, "__other__", v) for app, v in other.items())
     return kept, len(rest)

@@ -88,7 +88,8 @@ def summarize(snap: ClusterSnapshot) -> dict:
         "open_transactions": None if snap.open_transactions is None else [
             {"transactional_id": t.transactional_id, "app": t.app, "state": t.state,
              "age_seconds": t.age_seconds, "timeout_ms": t.timeout_ms, "headroom_seconds": t.headroom_seconds,
-             "two_phase_commit": t.two_phase}
+             "two_phase_commit": t.two_phase, "state_unchanged_seconds": t.state_unchanged_seconds,
+             "last_append_age_seconds": t.last_append_age_seconds, "producer": t.liveness()}
             for t in sorted(snap.open_transactions, key=lambda t: -(t.age_seconds or 0))],
         "hanging": [asdict(h) for h in snap.hanging],
         "stalled_partitions": [
@@ -99,6 +100,10 @@ def summarize(snap: ClusterSnapshot) -> dict:
                                 "lag_read_uncommitted": g.lag_read_uncommitted}
                                for g in groups_on.get((p.topic, p.partition), [])]}
             for p in stalled],
+        # read_committed lags read as 0: the committed offset is below the LSO by markers only
+        "marker_lags": [{"group": g.group, "topic": g.topic, "partition": g.partition, "committed": g.committed,
+                         "lso": g.committed + g.marker_offsets, "note": g.lag_note}
+                        for g in snap.groups if g.marker_offsets],
         "findings": findings,
     }
 
@@ -134,10 +139,10 @@ def format_text(results: list[dict]) -> str:
                 f"{u['topic']}-{u['partition']} ({u['cause']})" for u in r["unavailable_partitions"][:20]))
         if r["open_transactions"]:
             out.append("\nOpen transactions (oldest first)")
-            out.append(_table(["transactional id", "app", "state", "age", "timeout", "headroom"], [
+            out.append(_table(["transactional id", "app", "state", "age", "timeout", "headroom", "producer"], [
                 [t["transactional_id"], t["app"], t["state"], _fmt_s(t["age_seconds"]),
                  "none (2PC)" if t.get("two_phase_commit") else f"{t['timeout_ms'] / 1000:.0f}s",
-                 _fmt_s(t["headroom_seconds"])]
+                 _fmt_s(t["headroom_seconds"]), t.get("producer") or "-"]
                 for t in r["open_transactions"][:50]]))
         if r["hanging"]:
             out.append("\nHanging transactions")
@@ -153,6 +158,12 @@ def format_text(results: list[dict]) -> str:
                 rows.append([f"{p['topic']}-{p['partition']}", p["lso"], p["hwm"], p["lso_lag"],
                              _fmt_s(p["stalled_seconds"]), groups])
             out.append(_table(["partition", "LSO", "HWM", "LSO lag", "stalled", "read_committed groups"], rows))
+        if r.get("marker_lags"):
+            out.append("\nread_committed lags of 0 below the LSO")
+            out += [f"  {m['group']} on {m['topic']}-{m['partition']} (committed {m['committed']}, LSO {m['lso']}): "
+                    f"{m['note']}" for m in r["marker_lags"][:50]]
+            if len(r["marker_lags"]) > 50:
+                out.append(f"  ... and {len(r['marker_lags']) - 50} more")
         if r.get("canary"):
             c = r["canary"]
             vis = ", ".join(f"p{p} {v * 1000:.0f} ms" for p, v in c["visibility_seconds"].items()) or "-"

@@ -114,6 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--sample-seconds", type=float, default=1.0,
                        help="time between the two samples that show whether an LSO moves")
 
+    _abort_parser(sub)
+
     health = sub.add_parser("healthcheck", help="exit 0 when the exporter on this host answers /healthz "
                                                 "(container HEALTHCHECK): where `serve` says it listens, else "
                                                 "where the configuration says")
@@ -136,6 +138,60 @@ def build_parser() -> argparse.ArgumentParser:
     pipeline = sub.add_parser("pipeline", help="run the reference exactly-once Spark pipeline", add_help=False)
     pipeline.add_argument("args", nargs=argparse.REMAINDER)
     return parser
+
+
+ABORT_FLAGS = ("cluster", "hanging", "transactional_id", "partition", "app", "yes", "force_live", "force_2pc",
+               "accept_data_loss", "output", "audit_log", "wait_seconds")
+
+
+def _abort_parser(sub) -> None:
+    abort = sub.add_parser("abort", help="end the transactions that block read_committed readers: shows what it "
+                                         "will do and exits unless --yes; exit 0 done, 1 refused or partial, 2 bad "
+                                         "target", description="Abort open transactions by writing ABORT markers "
+                                         "to their partitions (WriteTxnMarkers, as kafka-transactions.sh abort). "
+                                         "A dry run by default; every action is recorded in the audit log.")
+    _cluster_flags(abort)
+    abort.add_argument("--cluster", metavar="NAME", help="the cluster to act on, when the configuration has several")
+    what = abort.add_mutually_exclusive_group(required=True)
+    what.add_argument("--hanging", action="store_true", help="the hanging transactions (the exporter's find-hanging)")
+    what.add_argument("--transactional-id", metavar="ID", help="the open transaction of one transactional id")
+    what.add_argument("--partition", metavar="TOPIC:N", help="the open transactions on one partition")
+    what.add_argument("--app", metavar="NAME", help="every open transaction of one app (the `app` label: a Flink "
+                                                    "sink's prefix, a Streams application.id, a Spark sink's name)")
+    abort.add_argument("--yes", action="store_true", help="act: write the abort markers the dry run showed")
+    abort.add_argument("--force-live", action="store_true",
+                       help="also abort live transactions (open within their timeout at their coordinator)")
+    abort.add_argument("--force-2pc", action="store_true",
+                       help="also abort two-phase-commit transactions (KIP-939), which their transaction manager ends")
+    abort.add_argument("--accept-data-loss", action="store_true",
+                       help="also abort Flink KafkaSink transactions, which may be pre-commits a checkpoint counted")
+    abort.add_argument("--output", choices=["text", "json"], default="text")
+    abort.add_argument("--audit-log", metavar="FILE",
+                       help="append the audit trail here (default $TXNWATCH_AUDIT_LOG, else "
+                            "$XDG_STATE_HOME/txnwatch/txnwatch-abort-audit.jsonl); also written to stderr")
+    abort.add_argument("--wait-seconds", type=float, default=30.0,
+                       help="after aborting, how long to wait for the LSOs and the blocked groups to move")
+
+
+def _abort(config, args) -> int:
+    from .remediation.command import AbortOptions, run_abort
+    from .remediation.plan import Flags
+    from .remediation.targets import TargetError, target_of
+
+    try:
+        target = target_of(args.hanging, args.transactional_id, args.partition, args.app)
+    except TargetError as exc:
+        print(f"txnwatch abort: {exc}", file=sys.stderr)
+        return 2
+    given = " ".join(f"{flag} {value}" for flag, value in (("--config", args.config), ("--cluster", args.cluster),
+                                                          ("--bootstrap-servers", args.bootstrap_servers))
+                     if value)
+    options = AbortOptions(target, args.cluster, args.yes, Flags(args.force_live, args.force_2pc, args.accept_data_loss),
+                           args.output, Path(args.audit_log) if args.audit_log else None, args.wait_seconds,
+                           f"txnwatch abort {given}".rstrip())
+    text, code = run_abort(config, options)
+    print(text, file=sys.stdout if code != 2 or text.startswith("{") else sys.stderr)
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -166,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(map(str, paths)))
         return 0
     flags = {k: v for k, v in vars(args).items()
-             if k not in ("command", "json", "sample_seconds", "shard", "total_shards", "check_config", "flag_names")}
+             if k not in ("command", "json", "sample_seconds", "shard", "total_shards", "check_config", "flag_names",
+                          *ABORT_FLAGS)}
     flag_names = getattr(args, "flag_names", None) or {}
     if args.command == "healthcheck":
         return _healthcheck(flags, flag_names)
@@ -194,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"txnwatch: {exc}", file=sys.stderr)
         return 2
-    if args.command in ("serve", "check"):
+    if args.command in ("serve", "check", "abort"):
         try:
             check_logins(config)
         except ConfigError as exc:
@@ -225,6 +282,9 @@ def main(argv: list[str] | None = None) -> int:
         text, code = run_check(config, args.json, args.sample_seconds, canary=args.canary)
         print(text)
         return code
+    if args.command == "abort":
+        setup_logging("ERROR", secrets)
+        return _abort(config, args)
     return 2
 
 

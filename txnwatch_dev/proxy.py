@@ -28,6 +28,13 @@ class KafkaProxy:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self.requests = 0                 # Kafka request frames seen client -> broker
+        self.requests_by_key: dict[int, int] = {}    # the same per API key
+        # (api key, n): at the n-th request of that API key, act as a broker gone: that request
+        # is not forwarded, every connection is closed and new ones are refused until reopen()
+        self.cut_at: tuple[int, int] | None = None
+        # (api key, n): at the n-th request of that API key, stall (that request is held)
+        self.stall_at: tuple[int, int] | None = None
+        self.refusing = threading.Event()
         self.held = 0                     # chunks that arrived while stalled
         self._conns: list[socket.socket] = []
         self._server: socket.socket | None = None
@@ -51,6 +58,10 @@ class KafkaProxy:
             n, self.requests = self.requests, 0
         return n
 
+    def reopen(self) -> None:
+        """Accept connections again after a cut (the broker is back)."""
+        self.refusing.clear()
+
     def close_connections(self) -> None:
         with self._lock:
             conns, self._conns = self._conns, []
@@ -73,6 +84,9 @@ class KafkaProxy:
                 client, _ = self._server.accept()
             except OSError:
                 return
+            if self.refusing.is_set():
+                client.close()
+                continue
             try:
                 upstream = socket.create_connection(self.target, timeout=5)
             except OSError:
@@ -93,6 +107,14 @@ class KafkaProxy:
                     data = s.recv(65536)
                     if not data:
                         return
+                    if s is client:
+                        pending, need, keys = self._count(pending + data, need)
+                        if self._triggered(keys, self.cut_at):
+                            self.refusing.set()
+                            self.close_connections()
+                            return
+                        if self._triggered(keys, self.stall_at):
+                            self.stall()
                     if not self._open.is_set():
                         with self._lock:
                             self.held += 1
@@ -101,7 +123,6 @@ class KafkaProxy:
                     if self.delay:
                         time.sleep(self.delay)
                     if s is client:
-                        pending, need = self._count(pending + data, need)
                         upstream.sendall(data)
                     else:
                         client.sendall(data)
@@ -114,20 +135,31 @@ class KafkaProxy:
                 except OSError:
                     pass
 
-    def _count(self, buf: bytes, need: int) -> tuple[bytes, int]:
-        n = 0
+    def _triggered(self, keys: list[int], at: tuple[int, int] | None) -> bool:
+        """Whether one of these requests (API keys, just counted) is the n-th of `at`'s key."""
+        if at is None or at[0] not in keys:
+            return False
+        with self._lock:
+            seen = self.requests_by_key.get(at[0], 0)
+        return seen - keys.count(at[0]) < at[1] <= seen
+
+    def _count(self, buf: bytes, need: int) -> tuple[bytes, int, list[int]]:
+        """Count the request frames in `buf` (their API keys, returned), keeping what is left."""
+        keys: list[int] = []
         while True:
             if need:
                 take = min(need, len(buf))
                 buf, need = buf[take:], need - take
                 if need:
                     break
-            if len(buf) < 4:
+            if len(buf) < 6:
                 break
-            (size,) = struct.unpack(">i", buf[:4])
+            size, key = struct.unpack(">ih", buf[:6])
             buf, need = buf[4:], size
-            n += 1
-        if n:
+            keys.append(key)
+        if keys:
             with self._lock:
-                self.requests += n
-        return buf, need
+                self.requests += len(keys)
+                for k in keys:
+                    self.requests_by_key[k] = self.requests_by_key.get(k, 0) + 1
+        return buf, need, keys

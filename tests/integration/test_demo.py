@@ -12,6 +12,7 @@ import signal
 import sqlite3
 import subprocess
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -64,11 +65,28 @@ def hanging_made(out: str) -> tuple[int, int] | None:
     return (int(found.group(1)), int(found.group(2))) if found else None
 
 
+def audit_lines(state: Path) -> list[dict]:
+    """The demo's `txnwatch abort` audit trail (none yet: [])."""
+    path = state / "abort-audit.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def audit_time(ts: str) -> float:
+    """An audit line's `ts` (UTC, ms) in unix seconds."""
+    return datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC).timestamp()
+
+
+HANGING_FIRING = "KafkaTransactionHanging firing in Prometheus"
+BLOCKED_FIRING = "KafkaReadCommittedConsumerBlocked firing in Prometheus for the outbox group"
+REMEDIATED = ("remediation, after both pages: txnwatch abort's dry run found the outbox's hanging transaction, "
+              "--yes aborted it (audit trail), the LSO and the outbox group moved")
+
+
 class DemoWatch:
     """What the test has seen of the running demo so far (each check latches once true)."""
 
-    def __init__(self, exporter: ExporterProcess, prom: PrometheusProcess, out_path: Path) -> None:
-        self.exporter, self.prom, self.out_path = exporter, prom, out_path
+    def __init__(self, exporter: ExporterProcess, prom: PrometheusProcess, out_path: Path, state: Path) -> None:
+        self.exporter, self.prom, self.out_path, self.state = exporter, prom, out_path, state
         self.seen: dict[str, float] = {}    # check -> seconds after the demo started when first seen
         self.headroom: list[float] = []
         self.flink_fault_commits: float | None = None   # the Flink app's commits when its fault reported
@@ -125,8 +143,13 @@ class DemoWatch:
                 and m.get_value("txnwatch_canary_visibility_violations_total") == 0
                 and "Transactional canary" in page
                 and re.search(r"canary: committed [1-9]\d* aborted [1-9]\d* failures \d+ aborted seen 0", out)),
-            "KafkaTransactionHanging firing in Prometheus": lambda: any(
+            HANGING_FIRING: lambda: any(
                 a["labels"].get("topic") == OUTBOX for a in self.prom.firing("KafkaTransactionHanging")),
+            BLOCKED_FIRING: lambda: any(
+                a["labels"].get("group") == GROUP for a in self.prom.firing("KafkaReadCommittedConsumerBlocked")),
+            # the step waits for both pages: the test has seen them before
+            REMEDIATED: lambda: (HANGING_FIRING in self.seen and BLOCKED_FIRING in self.seen
+                                 and hung is not None and self._remediated(m, out, *hung)),
             # the KafkaSink's ids <prefix>-<subtask>-<checkpoint> under the app <prefix>
             "Flink job: its sink's commits under its app in /metrics and the status line": lambda: (
                 s("kafka_transactions_total", app=FLINK_APP, outcome="committed") > 0
@@ -141,6 +164,36 @@ class DemoWatch:
                 self.seen[name] = time.monotonic() - self.t0
         self.missing = [n for n in checks if n not in self.seen]
         return not self.missing
+
+    def _remediated(self, m, out: str, partition: int, offset: int) -> bool:
+        """The demo's remediation lines (the dry run's command, what it found, who waits, what it
+        discards, then the acting command and its result), its audit trail, and the exporter's
+        view after it: nothing hanging on the partition, the outbox group past the offset."""
+        said = [
+            r"\$ \S+/txnwatch abort --bootstrap-servers \S+ --hanging +\(a dry run: nothing changes\)",
+            r"the dry run found \d+ hanging transaction\(s\); the demo's: transactional id outbox-late-writer-0 ",
+            rf"it holds {OUTBOX}-{partition} from offset {offset}: LSO {offset}, HWM \d+",
+            # at the offset, or a commit marker before it (a read_committed consumer's position stays
+            # behind a trailing marker until it reads the next record)
+            rf"who waits: read_committed group {GROUP} at offset \d+ \(lag \d+ vs LSO, [1-9]\d* vs HWM\)",
+            rf"the abort discards: {OUTBOX}-{partition}: this transaction's records from offset {offset} ",
+            r"verdict: will abort",
+            rf"\$ \S+/txnwatch abort --bootstrap-servers \S+ --hanging --yes --audit-log {re.escape(str(self.state))}"
+            r"/abort-audit.jsonl",
+        ]
+        if not all(re.search(r"\[remediation\] " + line, out) for line in said):
+            return False
+        ended = re.search(rf"\[remediation\] txnwatch abort ended the hanging transaction on {OUTBOX}-{partition} "
+                          rf"at offset {offset}: LSO now (\d+); outbox group {GROUP} moving again", out)
+        if not ended or int(ended.group(1)) <= offset:
+            return False
+        trail = [(x["phase"], x.get("outcome"), x["target"]["partition"], x["target"]["start_offset"])
+                 for x in audit_lines(self.state)]
+        if trail[:2] != [("intent", None, partition, offset), ("outcome", "aborted", partition, offset)]:
+            return False
+        committed = m.get_value("kafka_consumergroup_committed_offset", group=GROUP, topic=OUTBOX, partition=partition)
+        return (not m.get_value("kafka_transaction_hanging", topic=OUTBOX, partition=partition)
+                and committed is not None and committed > offset)
 
     def _flink_failure(self, m, out: str) -> bool:
         """The fault's report, then the tap's view: the killed run's open transaction aborted as
@@ -255,13 +308,15 @@ def test_make_demo_on_kafka_shows_everything_and_cleans_up(tmp_path):
                             preexec_fn=terminal_signals)   # Ctrl-C reaches it as at a terminal
     exporter = ExporterProcess({"clusters": []}, port=ex_port)  # a client for the demo's exporter
     prom = PrometheusProcess([], port=prom_port)
-    watch = DemoWatch(exporter, prom, out_path)
+    watch = DemoWatch(exporter, prom, out_path, state)
     try:
         wait_for(lambda: exporter.get("/healthz")[0] == 200 or proc.poll() is not None, 240,
                  what="the demo's exporter")
         assert proc.poll() is None, watch.out()[-3000:]
         try:
-            wait_for(watch.check, 300, interval=1, what="everything the demo shows")
+            # the remediation comes last: both of the outbox's pages fired 30 s, about 2 min after
+            # the hanging write
+            wait_for(watch.check, 420, interval=1, what="everything the demo shows")
         except TimeoutError:
             pytest.fail(f"not seen: {watch.missing}\n--- demo output ---\n{watch.out()[-6000:]}")
         for name, t in sorted(watch.seen.items(), key=lambda i: i[1]):
@@ -271,8 +326,12 @@ def test_make_demo_on_kafka_shows_everything_and_cleans_up(tmp_path):
         assert {"exporter page", "metrics", "alerts", "prometheus"} <= set(links), links
         assert {name: opens(url) for name, url in links.items()} == dict.fromkeys(links, 200), links
         print("".join(line[:160] + "\n" for line in watch.out().splitlines() if "[fault]" in line))
+        print("".join(line + "\n" for line in watch.out().splitlines() if "[remediation]" in line))
 
-        # Only the alerts its faults are meant to cause fired, on the workloads they hit.
+        # Only the alerts its faults are meant to cause fired, on the workloads they hit, and the
+        # abort pages nobody: what it would cause (the demo's rules wait at most 30 s) has had the
+        # time to fire first.
+        time.sleep(max(0.0, watch.seen[REMEDIATED] + 35 - (time.monotonic() - watch.t0)))
         fired = fired_during(prom, time.monotonic() - watch.t0)
         print("alerts fired during the demo:", sorted(fired))
         unexpected = {(name, what) for name, what in fired if what not in DEMO_ALERTS.get(name, set())}
@@ -296,12 +355,18 @@ def test_make_demo_on_kafka_shows_everything_and_cleans_up(tmp_path):
 
     log = watch.out()
     assert "stopped every process the demo started" in log, log[-3000:]
-    # The outbox sink applied alerts once each, and none from behind the hanging transaction.
+    # The outbox sink applied alerts once each; never the hanging transaction's own record (the
+    # abort discarded it), and the records above it only once the abort let them through (the
+    # audit trail's intent is written before the markers).
     hung_partition, hanging_at = hanging_made(log)
+    [intent] = [x for x in audit_lines(state) if x["phase"] == "intent"]
+    aborted_at = audit_time(intent["ts"])
     with sqlite3.connect(state / "outbox.sqlite") as db:
-        rows = db.execute("SELECT alert_id, partition, offset FROM alerts").fetchall()
+        rows = db.execute("SELECT alert_id, partition, offset, applied_at FROM alerts").fetchall()
     assert rows and len({r[0] for r in rows}) == len(rows)
-    assert all(off < hanging_at for _, part, off in rows if part == hung_partition), (hanging_at, rows)
+    assert not [r for r in rows if (r[1], r[2]) == (hung_partition, hanging_at) or r[0] == "late-write"], rows
+    above = [r for r in rows if r[1] == hung_partition and r[2] > hanging_at]
+    assert above and all(applied >= aborted_at for _, _, _, applied in above), (aborted_at, above)
 
     pids = json.loads((state / "pids.json").read_text())
     assert set(pids) >= {"kafka", "exporter", "pipeline", "prometheus", "streams", "fault-producers", "flink"}, pids

@@ -1,7 +1,8 @@
 """A PyFlink job with Flink's exactly-once KafkaSink (flink-connector-kafka 5.0, kafka-clients
 4.2) against the session broker (Kafka 4.x, transaction.version 2): every record of IN
 reaches OUT exactly once, also across a SIGKILL of the job with a sink transaction open and
-a restart from the last retained checkpoint.
+a restart from the last retained checkpoint; and the transaction a restore at a lower
+parallelism leaves open (an orphan, until its timeout), which `txnwatch abort` ends.
 
 The job runs in .venv-flink (scripts/bootstrap-flink.sh); without it the test fails, it
 does not skip.
@@ -10,7 +11,10 @@ does not skip.
 from __future__ import annotations
 
 import collections
+import json
 import re
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -18,7 +22,9 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
+from tests import compat
 from tests.integration.helpers import cluster_config
+from txnwatch.kafka.kip664 import TransactionAPI
 from txnwatch_dev.kafka import kafka_tool
 from txnwatch_dev.net import wait_for
 from txnwatch_dev.transactions.workload import TopicEnds, aborted_records, create_topics, watermarks
@@ -59,11 +65,12 @@ def _consumer(bootstrap: str, isolation: str = "read_committed", group: str | No
                      "isolation.level": isolation, "enable.auto.commit": False, "auto.offset.reset": "earliest"})
 
 
-def _read(bootstrap: str, topic: str, timeout: float = 30.0) -> list[tuple[int, int, str]]:
-    """(partition, offset, value) of every record a read_committed consumer sees, until it
-    reaches the end (its LSO) of every partition."""
+def _read(bootstrap: str, topic: str, timeout: float = 30.0,
+          isolation: str = "read_committed") -> list[tuple[int, int, str]]:
+    """(partition, offset, value) of every record a consumer sees, until it reaches the end
+    (read_committed: the LSO; read_uncommitted: the HWM) of every partition."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"flink-test-{uuid.uuid4().hex[:8]}",
-                  "isolation.level": "read_committed", "enable.partition.eof": True, "enable.auto.commit": False})
+                  "isolation.level": isolation, "enable.partition.eof": True, "enable.auto.commit": False})
     c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
     records: list[tuple[int, int, str]] = []
     at_end: set[int] = set()
@@ -352,3 +359,183 @@ def _assert_sink_ids(listed: str, prefix: str, starts: int, parallelism: int = 2
     assert len(states) == len(rows), f"ids not named <prefix>-<subtask>-<n>: {[r[0] for r in rows]}"
     assert {sub for (sub, _n), state in states.items() if state != "Empty"} <= {0, 1}, states
     assert max(sub for sub, _n in states) < parallelism * starts, (starts, states)
+
+
+# Long enough that nothing but an abort ends the orphan during the test, and within the session
+# broker's transaction.max.timeout.ms (Kafka's default, 15 min).
+ORPHAN_TIMEOUT_MS = 600_000
+ORPHAN_COLUMN = "txnwatch abort of a Flink KafkaSink orphan (POOLING, downscaled)"
+ORPHAN_SHOWN = "refused, aborted when accepted, exactly once"
+
+
+def checkpoint_in_flight(job) -> tuple[int, set[int]] | None:
+    """(id, the sink writer's subtasks that have acknowledged it) of the checkpoint the running
+    job has triggered and not completed, from the mini-cluster's REST API; None when none is."""
+    [jid] = [j["jid"] for j in job.rest("/jobs/overview")["jobs"] if j["state"] == "RUNNING"]
+    pending = [c["id"] for c in job.rest(f"/jobs/{jid}/checkpoints")["history"] if c["status"] == "IN_PROGRESS"]
+    if not pending:
+        return None
+    [writer] = [v["id"] for v in job.rest(f"/jobs/{jid}")["vertices"] if "Writer" in v["name"]]
+    subtasks = job.rest(f"/jobs/{jid}/checkpoints/details/{pending[0]}/subtasks/{writer}")["subtasks"]
+    return pending[0], {s["index"] for s in subtasks if s["status"] == "completed"}
+
+
+def open_transactions_on(api: TransactionAPI, topic: str) -> dict[int, dict[int, int]]:
+    """producer id -> {partition: first offset} of the transactions open on the topic's partitions."""
+    out: dict[int, dict[int, int]] = {}
+    for p in api.describe_producers([(topic, n) for n in range(PARTITIONS)]):
+        if p.txn_start_offset >= 0:
+            out.setdefault(p.producer_id, {})[p.partition] = p.txn_start_offset
+    return out
+
+
+def txnwatch_abort(bootstrap: str, *args: str, audit) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "txnwatch.cli", "abort", "--bootstrap-servers", bootstrap,
+                           "--audit-log", str(audit), *args], capture_output=True, text=True, timeout=120)
+
+
+def report(out: subprocess.CompletedProcess) -> dict:
+    assert out.stdout.startswith("{"), (out.returncode, out.stdout, out.stderr)
+    return json.loads(out.stdout)
+
+
+def test_a_downscaled_pooling_sink_leaves_an_orphan_that_txnwatch_abort_ends(broker, flink_job, unique, tmp_path,
+                                                                                feeders, request):
+    """POOLING reuses a transactional id once its transaction has committed. Here subtask 0 is
+    held (its checkpoint barrier with it) while subtask 1's sink pre-commits for that checkpoint
+    and writes on under the id that the last completed checkpoint lists as pre-committed; the
+    job is SIGKILLed and restored from that checkpoint with parallelism 1. The restore aborts
+    the open transactions it finds except that id (pre-committed: the committer's to end, whose
+    re-commit is fenced by the newer epoch), and the one subtask left never takes subtask 1's
+    ids again: the transaction stays open until its timeout, holding OUT's LSO while the
+    restored job commits behind it. `txnwatch abort` names it and refuses it as a Flink sink's
+    live transaction, aborts it when both risks are accepted, and the output is exactly once:
+    the orphan held only records written after the restored checkpoint, which the restored job
+    wrote again."""
+    bootstrap = broker.bootstrap
+    topic_in, topic_out = unique("orphan-in"), unique("orphan-out")
+    group, prefix = unique("orphan-group"), unique("orphan-txn")
+    create_topics(bootstrap, [topic_in, topic_out], partitions=PARTITIONS)
+    held = tmp_path / "hold-subtask-0"
+    job_args = dict(checkpoint_ms=1000, timeout_ms=ORPHAN_TIMEOUT_MS, group=group, naming="pooling")
+    api = TransactionAPI({"bootstrap.servers": bootstrap}, 10)
+    audit = tmp_path / "audit.jsonl"
+    try:
+        feeder = feeders(bootstrap, topic_in, 0)
+        flink_job.start(bootstrap, topic_in, topic_out, prefix, parallelism=2, stall_while=held, **job_args)
+        # a checkpoint has completed with both subtasks reading (the source commits its offsets then)
+        wait_job(flink_job, lambda: all(o > 0 for o in group_offsets(bootstrap, group, topic_in).values()), 120,
+                 what="a completed checkpoint of both subtasks")
+
+        # 1. subtask 0 held: the next checkpoint cannot complete, but subtask 1's sink pre-commits
+        # for it and writes on under its reused id: two of its ids open, both with records
+        held.touch()
+        wait_job(flink_job, lambda: held.with_name(held.name + ".waiting").exists(), 60, what="subtask 0 held")
+
+        def subtask_1_past_the_barrier() -> tuple[int, dict[str, tuple[int, int]]] | None:
+            flight = checkpoint_in_flight(flink_job)
+            if flight is None or flight[1] != {1}:
+                return None
+            ids = [t.transactional_id for t in api.list_transactions() if t.transactional_id.startswith(f"{prefix}-1-")]
+            writing = {d.transactional_id: (d.producer_id, d.producer_epoch)
+                       for d in api.describe_transactions(ids).values() if d.state == "Ongoing" and d.partitions}
+            return (flight[0], writing) if len(writing) >= 2 else None
+        pending, writing = wait_job(flink_job, subtask_1_past_the_barrier, 60,
+                                    what="subtask 1's sink past a checkpoint barrier that subtask 0 holds back")
+        flink_job.kill()
+        sent = feeder.stop()
+        restored = flink_job.latest_checkpoint()
+        assert restored is not None and int(restored.name.split("-")[1]) < pending, (restored, pending)
+        hwm_at_kill = {p: hwm for p, (_lso, hwm) in watermarks(bootstrap, topic_out, PARTITIONS).items()}
+
+        # 2. restored from the last completed checkpoint with parallelism 1: it reads IN to its end
+        # and commits, and the only transaction left open on OUT is one of the old subtask 1's
+        held.unlink()
+        flink_job.start(bootstrap, topic_in, topic_out, prefix, parallelism=1, restore=restored, **job_args)
+
+        def settled_but_for_old_ids() -> tuple[dict[int, dict[int, int]]] | None:
+            if group_offsets(bootstrap, group, topic_in) != next_offsets(bootstrap, topic_in):
+                return None
+            held_open = open_transactions_on(api, topic_out)
+            ids = api.pids_to_ids(held_open)
+            return None if any(not ids.get(pid, "").startswith(f"{prefix}-1-") for pid in held_open) else (held_open,)
+        [held_open] = wait_job(flink_job, settled_but_for_old_ids, 180,
+                               what="the restored job to read IN to its end with none of its own transactions open")
+        found = re.findall(r"Found \d+ open transactions for subtask 0: .*", flink_job.flink_log())
+        assert len(held_open) == 1, (f"open on {topic_out}: {held_open}; subtask 1 wrote under {writing} when "
+                                     f"killed; the restore: {found}")
+        [(orphan_pid, first_offsets)] = held_open.items()
+        orphan = api.pids_to_ids([orphan_pid])[orphan_pid]
+        # an id the restored job never touched: its producer id and epoch are the killed job's
+        now = api.describe_transactions([orphan])[orphan]
+        assert (now.producer_id, now.producer_epoch) == writing.get(orphan), (orphan, now, writing)
+        ends = watermarks(bootstrap, topic_out, PARTITIONS)
+        assert all(ends[p][0] == first < ends[p][1] for p, first in first_offsets.items()), (first_offsets, ends)
+        assert any(ends[p][1] > hwm_at_kill[p] for p in ends), (hwm_at_kill, ends)     # the restored job wrote
+        # the restore listed it among the open transactions, and left it: its checkpoint names it pre-committed
+        assert found and orphan in found[-1], found
+        print(f"orphan {orphan}; the restore: {found[-1]}")
+
+        # what txnwatch check shows meanwhile: the open transaction, the stalled LSO
+        check = subprocess.run([sys.executable, "-m", "txnwatch.cli", "check", "--bootstrap-servers", bootstrap,
+                                "--json"], capture_output=True, text=True, timeout=120)
+        [cluster] = json.loads(check.stdout)["clusters"]
+        [seen] = [t for t in cluster["open_transactions"] if t["transactional_id"] == orphan]
+        stalled = [p for p in cluster["stalled_partitions"] if p["topic"] == topic_out]
+        print(f"txnwatch check: {seen}; stalled: {stalled}")
+        assert (seen["app"], seen["state"], seen["timeout_ms"]) == (prefix, "Ongoing", ORPHAN_TIMEOUT_MS)
+        assert {(p["partition"], p["lso"]) for p in stalled} == set(first_offsets.items())
+
+        # 3. the dry run names it, refused as a live transaction of a Flink sink
+        plan = report(txnwatch_abort(bootstrap, "--app", prefix, "--output", "json", audit=audit))
+        [t] = plan["transactions"]
+        assert (t["transactional_id"], t["app"], t["producer_id"], t["verdict"]) == (orphan, prefix, orphan_pid,
+                                                                                      "refused")
+        assert [(r["kind"], r["accepted_by"]) for r in t["refused"]] == [("live", "--force-live"),
+                                                                          ("flink", "--accept-data-loss")]
+        assert t["coordinator"]["state"] == "Ongoing" and t["hanging_reason"] is None
+        assert {(p["partition"], p["start_offset"]) for p in t["partitions"]} == set(first_offsets.items())
+        assert all(p["holds_lso"] for p in t["partitions"])
+        text = txnwatch_abort(bootstrap, "--app", prefix, audit=audit)
+        assert text.returncode == 0 and "REFUSED: a Flink KafkaSink transaction" in text.stdout, text.stdout
+        assert "(accept with --accept-data-loss)" in text.stdout and "(accept with --force-live)" in text.stdout
+        print(text.stdout)
+        assert not audit.exists()
+
+        # 4. --yes alone refuses it: nothing changes
+        refused = txnwatch_abort(bootstrap, "--app", prefix, "--yes", "--output", "json", audit=audit)
+        assert refused.returncode == 1, (refused.stdout, refused.stderr)
+        assert {r["outcome"] for r in report(refused)["transactions"][0]["results"]} == {"refused"}
+        assert {p: lso for p, (lso, _hwm) in watermarks(bootstrap, topic_out, PARTITIONS).items()} == \
+            {p: lso for p, (lso, _hwm) in ends.items()}
+
+        # 5. both risks accepted: aborted, and the LSO moves
+        forced = txnwatch_abort(bootstrap, "--transactional-id", orphan, "--yes", "--accept-data-loss",
+                                "--force-live", "--output", "json", audit=audit)
+        assert forced.returncode == 0, (forced.stdout, forced.stderr)
+        results = report(forced)["transactions"][0]["results"]
+        assert {(r["partition"], r["outcome"]) for r in results} == {(p, "aborted") for p in first_offsets}
+        assert all(r["lso_after"] > first_offsets[r["partition"]] for r in results), results
+        wait_for(lambda: all(lso == hwm for lso, hwm in watermarks(bootstrap, topic_out, PARTITIONS).values()), 30,
+                 what=f"no transaction open on {topic_out}")
+        # the markers went to the partitions only: its coordinator ends it at its timeout
+        assert api.describe_transactions([orphan])[orphan].state == "Ongoing"
+
+        # 6. exactly once. The orphan's records, and all others from its first offset to the kill's
+        # HWM (the killed job's), were aborted; each of them was written again by the restored job
+        # (after the kill's HWM): the orphan held nothing a completed checkpoint had counted.
+        committed = _read(bootstrap, topic_out)
+        problem = exactly_once([v for _p, _o, v in committed], sent)
+        assert not problem, problem
+        kept = {(p, o): v for p, o, v in committed}
+        where = {v: (p, o) for (p, o), v in kept.items()}
+        from_orphan_to_kill = [(p, o, v) for p, o, v in _read(bootstrap, topic_out, isolation="read_uncommitted")
+                               if p in first_offsets and first_offsets[p] <= o < hwm_at_kill[p]]
+        assert from_orphan_to_kill and not [r for r in from_orphan_to_kill if r[:2] in kept], "committed there"
+        not_again = [v for _p, _o, v in from_orphan_to_kill if where[v][1] < hwm_at_kill[where[v][0]]]
+        assert not not_again, f"aborted, and committed before the kill only: {not_again[:5]}"
+        print(f"{len(from_orphan_to_kill)} records from the orphan's first offsets {first_offsets} to the kill's HWM "
+              f"{hwm_at_kill}: all aborted, all written again by the restored job; {len(sent)} sent, exactly once")
+        compat.record(request.config, "features", "4.x", ORPHAN_COLUMN, ORPHAN_SHOWN)
+    finally:
+        api.close()

@@ -142,6 +142,71 @@ def test_open_transaction_with_headroom_lso_and_read_committed_lag(broker, produ
     assert tid in text.stdout and f"{topic}-1" in text.stdout and group in text.stdout
 
 
+def page_row(page: str, transactional_id: str) -> str:
+    """The row of the page's open-transaction table naming `transactional_id` ("" if none)."""
+    m = re.search(rf"<tr><td>[^<]*</td><td>[^<]*</td><td>{re.escape(transactional_id)}</td>.*?</tr>", page)
+    return m.group(0) if m else ""
+
+
+def test_a_producer_still_appending_is_alive_and_one_gone_quiet_shows_no_sign_of_life(
+        broker, producers, unique, exporter_factory):
+    """Two transactions left open: one whose producer keeps appending to the partition already in
+    it (no coordinator state changes, so only the partition leader's last append says it lives),
+    one whose producer wrote its record and went quiet. Once both have gone longer than
+    ALIVE_WITHIN_SECONDS without a coordinator change, the page and `txnwatch check` call the
+    first alive, slow and the second without a sign of life: from the poller alone, and with
+    the tap beside it (the tap's coordinator clock, the poller's appends)."""
+    from confluent_kafka import Producer
+
+    from txnwatch.metrics import ALIVE_WITHIN_SECONDS
+
+    topic, streaming_id, quiet_id = unique("sign-of-life"), unique("streaming-writer"), unique("quiet-writer")
+    create_topics(broker.bootstrap, [topic], partitions=2)
+    quiet = producers(broker.bootstrap, topic, quiet_id, action="hang", partition=1, timeout_ms=600_000)
+    quiet.wait_line("open")
+    streaming = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": streaming_id,
+                          "transaction.timeout.ms": 600_000, "linger.ms": 0})
+    streaming.init_transactions(30)
+    streaming.begin_transaction()
+
+    def append() -> None:
+        streaming.produce(topic, value=b"still writing", partition=0)
+        assert streaming.flush(10) == 0
+
+    append()
+    poller_only = exporter_factory(cluster_config(broker.bootstrap, [topic]))
+    with_tap = exporter_factory(cluster_config(broker.bootstrap, [topic], transaction_log_tap=True))
+    shown: dict = {}
+
+    def both_worded() -> bool:
+        append()      # the producer keeps streaming into the same open transaction
+        for name, exp in (("poller", poller_only), ("tap", with_tap)):
+            m, (_, page) = exp.metrics(), exp.get("/")
+            shown[name] = (m, page_row(page, streaming_id), page_row(page, quiet_id))
+        return all("alive, slow (last sign of life" in alive and "no sign of life for" in quiet_row
+                   and (m.get_value("kafka_transaction_state_unchanged_seconds", transactional_id=streaming_id)
+                        or 0) > ALIVE_WITHIN_SECONDS
+                   for m, alive, quiet_row in shown.values())
+
+    try:
+        wait_for(both_worded, ALIVE_WITHIN_SECONDS + 120, interval=0.5,
+                 what="the page to call the streaming producer alive and the quiet one without a sign of life")
+    except TimeoutError as exc:
+        raise TimeoutError(f"{exc}; rows shown: {[(n, a, q) for n, (_, a, q) in shown.items()]}") from None
+    for name, (m, _, _) in shown.items():
+        def gauge(metric: str, tid: str, m=m) -> float | None:
+            return m.get_value(metric, transactional_id=tid)
+        # the coordinator's clock alone would call both dead; the appends tell them apart
+        assert gauge("kafka_transaction_state_unchanged_seconds", quiet_id) > ALIVE_WITHIN_SECONDS, name
+        assert gauge("kafka_transaction_last_append_age_seconds", streaming_id) <= ALIVE_WITHIN_SECONDS, name
+        assert gauge("kafka_transaction_last_append_age_seconds", quiet_id) > ALIVE_WITHIN_SECONDS, name
+    out = check(broker.bootstrap, "--json")
+    words = {t["transactional_id"]: t["producer"] for t in json.loads(out.stdout)["clusters"][0]["open_transactions"]}
+    assert words[streaming_id].startswith("alive, slow (last sign of life"), words
+    assert words[quiet_id].startswith("no sign of life for"), words
+    streaming.abort_transaction(30)
+
+
 def test_coordinator_timeout_and_fence_show_as_epoch_bumps(broker, producers, unique, exporter_factory):
     """A killed producer's transaction is aborted by the coordinator at its timeout (the LSO
     moves on: not hanging), and a second instance fences the first: both bump the epoch."""
@@ -203,14 +268,25 @@ def test_hanging_transaction_found_like_find_hanging_and_cleared_by_the_runbook_
     assert [(r["Topic"], r["Partition"], r["ProducerId"], r["StartOffset"]) for r in found] == \
         [(topic, "1", str(made.producer_id), str(made.offset))]
 
-    # The finding carries the command that ends it; run it as the runbook says.
+    # The finding carries the command that ends it: a dry run, then the same with --yes.
     finding = [f["message"] for f in cluster["findings"] if f["kind"] == "hanging"][0]
-    cmd = re.search(r"kafka-transactions\.sh (.*)$", finding).group(1).split()
-    kafka_tool("kafka-transactions", *cmd, log_dir=exp.log_path.parent / "tools")
+    cmd = re.search(r"txnwatch (abort .*)$", finding).group(1).split()
+    dry = subprocess.run([sys.executable, "-m", "txnwatch.cli", *cmd], capture_output=True, text=True, timeout=90)
+    assert dry.returncode == 0 and "DRY RUN" in dry.stdout, (dry.stdout, dry.stderr)
+    assert exp.metrics().get_value("kafka_transaction_hanging", topic=topic, partition=1) == 1
+    done = subprocess.run([sys.executable, "-m", "txnwatch.cli", *cmd, "--yes", "--audit-log",
+                           str(exp.log_path.parent / "audit.jsonl")], capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0 and "aborted" in done.stdout, (done.stdout, done.stderr)
     m = exp.wait_metric(lambda m: m.get_value("kafka_transaction_hanging", topic=topic, partition=1) == 0
                         and m.get_value("kafka_partition_lso_lag_offsets", topic=topic, partition=1) == 0,
                         what="the abort to clear the hanging transaction")
     assert check(b.bootstrap).returncode == 0
+    # seen from the exporter: ended by markers written straight to the partition, and said so
+    m = exp.wait_metric(lambda m: m.get_value("kafka_transaction_hanging_ended_total", how="markers") == 1,
+                        what="the end counted as an operator's abort")
+    assert [lbl["how"] for lbl, _ in m.select("kafka_transaction_hanging_ended_total")] == ["markers"]
+    page = exp.get("/")[1]
+    assert "Hanging transactions that ended" in page and "an operator&#x27;s abort" in page
 
 
 def test_check_exits_2_when_cluster_unreachable():

@@ -371,3 +371,42 @@ def test_missing_read_on_topics_and_cluster_configs(secure, tmp_path):
     (r,) = result["clusters"]
     assert not [f for f in r["findings"] if f["kind"].startswith("acl_")], text
     assert r["configs"]["transaction_max_timeout_ms"] == 900_000, text
+
+
+# ------------------------------------------------------------------ txnwatch abort's ACL
+def test_abort_without_alter_on_the_cluster_is_refused_and_names_the_acl(secure, tmp_path):
+    """The exporter's ACLs read everything but write nothing: `txnwatch abort` as that
+    principal refuses, whatever flags it is given, and prints the kafka-acls.sh line; run as
+    printed, the dry run then says it will abort."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    def lso() -> int:
+        c = Consumer({"bootstrap.servers": secure.kafka.bootstrap, "group.id": "sec-lso-probe",
+                      "isolation.level": "read_committed"})
+        try:
+            return c.get_watermark_offsets(TopicPartition(TOPIC, 1), timeout=10)[1]
+        finally:
+            c.close()
+
+    path = tmp_path / "abort.yaml"
+    path.write_text(yaml.safe_dump({"clusters": [cluster(secure.kafka, "sec", "SASL", scram(secure))]}))
+    before = lso()
+    cmd = [sys.executable, "-m", "txnwatch.cli", "abort", "--config", str(path), "--transactional-id", "sec-open",
+           "--force-live", "--force-2pc", "--accept-data-loss", "--output", "json",
+           "--audit-log", str(tmp_path / "audit.jsonl")]
+    out = subprocess.run([*cmd, "--yes"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1, (out.stdout, out.stderr)
+    [t] = json.loads(out.stdout)["transactions"]
+    assert [(r["kind"], r["accepted_by"]) for r in t["refused"]] == [("acl", None)]
+    line = t["refused"][0]["words"]
+    assert (f"kafka-acls.sh --bootstrap-server {secure.kafka.bootstrap_of('SASL')} --command-config "
+            "admin.properties --add --allow-principal User:txnwatch --operation Alter --cluster") in line
+    assert [r["outcome"] for r in t["results"]] == ["refused"]
+    assert lso() == before
+    assert SCRAM_PW not in out.stdout + out.stderr + (tmp_path / "audit.jsonl").read_text()
+
+    grant_as_printed(secure, line, tmp_path / "tools")
+    dry = wait_for(lambda: (o := subprocess.run(cmd, capture_output=True, text=True, timeout=120)).returncode == 0
+                   and json.loads(o.stdout)["transactions"][0]["verdict"] == "abort" and json.loads(o.stdout),
+                   60, interval=1, what="the dry run to see the ACL granted")
+    assert dry["may_write_markers"] is True and lso() == before

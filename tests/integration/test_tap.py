@@ -47,8 +47,10 @@ from txnwatch.exporter.tap.decoder import decode_key, decode_value
 from txnwatch.exporter.tap.render import render_tap
 from txnwatch.exporter.tap.source import TransactionLogTap
 from txnwatch.metrics import FamilyWriter
-from txnwatch_dev.kafka import SINGLE_NODE_DEFAULTS
+from txnwatch_dev.kafka import SINGLE_NODE_DEFAULTS, kafka_release
 from txnwatch_dev.net import wait_for
+from txnwatch_dev.transactions.scenario import FENCED
+from txnwatch_dev.transactions.txn_client import TxnClient, TxnClientError
 from txnwatch_dev.transactions.txnlog_dump import read_records
 from txnwatch_dev.transactions.workload import create_topics
 
@@ -592,6 +594,64 @@ def test_real_fence_by_a_new_instance(broker, unique, taps):
     third = txn_producer(broker.bootstrap, tid)      # takes the idle id over
     wait_tally(tap, app, committed=2, aborted=1, fenced_new_instance=1, reinit=1)
     third.flush(1)
+
+
+@pytest.mark.parametrize("line", ["4.x", "3.9"])
+def test_real_restart_after_the_clients_own_abort_is_a_reinit_and_only_the_cut_is_a_fence(
+        line, broker, own_broker, unique, taps, tmp_path):
+    """The Java client of the broker's release (TV2 on 4.x, TV0 on 3.9) commits 3 times,
+    aborts 2 of its own transactions and exits; a new process starts at once: a re-init, also
+    under TV2, where its own abort bumped the epoch as a fence's does. A second instance then
+    cuts the restarted one's open transaction off: the one new_instance fence."""
+    b = broker if line == "4.x" else own_broker(release=kafka_release("3.9"))
+    topic = unique("tap-data")
+    create_topics(b.bootstrap, [topic])
+    app = app_name("crashloop")
+    tid = f"{app}-1"
+    tap = taps(b.bootstrap)
+    wait_until_following(tap)
+    started: list[TxnClient] = []
+
+    def instance() -> TxnClient:
+        c = TxnClient("java", b.bootstrap, tid, workdir=tmp_path, release=b.release, transaction_timeout_ms=20_000)
+        started.append(c)
+        return c.start()
+
+    try:
+        first = instance()
+        first.init()
+        for outcome in ("commit", "commit", "abort", "commit", "abort"):
+            first.begin()
+            first.send(topic, 0, outcome)
+            (first.commit if outcome == "commit" else first.abort)()
+        first.close()
+        restarted = instance()
+        restarted.init()
+        wait_tally(tap, app, committed=3, aborted=2, reinit=1)
+        restarted.begin()
+        restarted.send(topic, 0, "zombie")
+        wait_for(lambda: [t for t in tap.view().open_txns if t.transactional_id == tid], 30,
+                 what="the open transaction in the tap")
+        second = instance()
+        second.init()
+        with pytest.raises(TxnClientError) as err:
+            restarted.commit()
+        assert err.value.error in FENCED
+        second.begin()
+        second.send(topic, 0, "second")
+        second.commit()
+        wait_tally(tap, app, committed=4, aborted=3, fenced_new_instance=1, reinit=1)
+    finally:
+        for c in started:
+            c.kill()
+    # the client's own aborts bump the epoch only under TV2; the fence's abort does on every line
+    tv2 = b.release.major >= 4
+    epochs = [(s, e) for s, e, _v in history(b.bootstrap, tid)]
+    own_abort, restart, fence = epochs[13:16], epochs[16], epochs[17:21]
+    e = 5 if tv2 else 0
+    assert own_abort == [("ONGOING", e - 1 if tv2 else e), ("PREPARE_ABORT", e), ("COMPLETE_ABORT", e)], epochs
+    assert restart == ("EMPTY", e + 1), epochs
+    assert fence == [("ONGOING", e + 1), ("PREPARE_ABORT", e + 2), ("COMPLETE_ABORT", e + 2), ("EMPTY", e + 3)], epochs
 
 
 def test_real_timeout_of_a_killed_producer(broker, unique, taps, producers):

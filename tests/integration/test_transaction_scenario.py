@@ -51,6 +51,7 @@ def test_the_scenario_counts_equal_the_brokers_view(tmp_path, request):
                               ("Client", client), ("Commits, client aborts", "counted"),
                               ("New instance cuts an open transaction off", "fence (new_instance)"),
                               ("New instance takes an idle id over", "re-init, no fence"),
+                              ("Restart after its own abort", "re-init, no fence"),
                               ("Coordinator timeout", "counted"), ("Idle id expiry", "counted"),
                               ("forceTerminateTransaction",
                                "counted as operator" if "operator" in result.steps else "not in the release"),

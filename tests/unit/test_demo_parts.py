@@ -1,11 +1,15 @@
 """The demo's pure parts: payments, the outbox sink's parsing and idempotent apply, the
 Streams launcher's output parsing and compile stamp, the fault schedule, the status line,
-and the page's "blocked by" for consumer groups."""
+the page's "blocked by" for consumer groups, and the remediation step's timing, commands and
+words."""
 
 from __future__ import annotations
 
+import json
 import random
 import sqlite3
+import subprocess
+import time
 
 import pytest
 
@@ -19,6 +23,21 @@ from txnwatch.exporter.model import (
 from txnwatch.exporter.serve.page import blocked_by, group_rows
 from txnwatch_dev.demo.fault_plan import Fault, fault_schedule, next_payment
 from txnwatch_dev.demo.outbox import SCHEMA, Alert, apply_alerts, parse_alert
+from txnwatch_dev.demo.remediation import (
+    HeldFor,
+    abort_argv,
+    dry_run_lines,
+    ended_line,
+    exporter_shows,
+    failure,
+    find_made,
+    group_past,
+    others_than,
+    pages_firing,
+    parse_report,
+    result_on,
+    shown,
+)
 from txnwatch_dev.demo.status import outbox_status, status_line
 from txnwatch_dev.demo.streams_output import process_id_from_output, restores_from_output
 from txnwatch_dev.kafka.release import KafkaRelease, source_digest
@@ -61,6 +80,9 @@ def test_apply_alerts_is_idempotent_by_alert_id():
     assert apply_alerts(db, [(a1, "alert-outbox", 0, 10), (a2, "alert-outbox", 1, 4)]) == (0, 2)
     assert db.execute("SELECT alert_id, partition, offset FROM alerts ORDER BY alert_id").fetchall() == [
         ("account-1:7", 0, 10), ("account-2:3", 1, 4)]
+    # stamped when applied, once: the re-read did not move the stamp
+    [(first, last)] = db.execute("SELECT min(applied_at), max(applied_at) FROM alerts").fetchall()
+    assert first == last and abs(first - time.time()) < 60
 
 
 # ------------------------------------------------------------------ Streams launcher
@@ -224,3 +246,136 @@ def test_restores_from_the_apps_output():
     assert restores_from_output(out) == [("balance-app-balances-changelog-0", 1, 0),
                                          ("balance-app-balances-changelog-1", 1142, -1)]
     assert restores_from_output("state RUNNING from REBALANCING\n") == []
+
+
+# ------------------------------------------------------------------ remediation
+def test_held_for_counts_from_the_first_sight_and_restarts_after_a_break():
+    held = HeldFor()
+    assert held.update(False, 100.0) == 0
+    assert held.update(True, 102.0) == 0
+    assert held.update(True, 131.5) == 29.5
+    assert held.update(False, 133.0) == 0          # a break: counted again from the next sight
+    assert held.update(True, 140.0) == 0 and held.update(True, 150.0) == 10
+
+
+def _alert(name: str, state: str = "firing", **labels: str) -> dict:
+    return {"labels": {"alertname": name, **labels}, "state": state}
+
+
+def test_pages_firing_needs_both_pages_on_the_outbox_partition():
+    hanging = _alert("KafkaTransactionHanging", topic="alert-outbox", partition="1", signal="hanging")
+    blocked = _alert("KafkaReadCommittedConsumerBlocked", group="alert-outbox-sink", topic="alert-outbox",
+                     partition="1")
+    assert pages_firing([hanging, blocked], "alert-outbox", 1, "alert-outbox-sink")
+    assert not pages_firing([hanging], "alert-outbox", 1, "alert-outbox-sink")
+    assert pages_firing([hanging], "alert-outbox", 1, None)            # no group reads it: one page
+    assert not pages_firing([hanging, blocked], "alert-outbox", 0, "alert-outbox-sink")
+    assert not pages_firing([{**hanging, "state": "pending"}, blocked], "alert-outbox", 1, "alert-outbox-sink")
+    other_app = _alert("KafkaTransactionHanging", app="invoice-writer", signal="past_timeout")
+    assert not pages_firing([other_app, blocked], "alert-outbox", 1, "alert-outbox-sink")
+
+
+def test_exporter_shows_the_hanging_transaction_and_the_group_behind_it():
+    m = Metrics(parse_metrics(METRICS))
+    assert exporter_shows(m, "alert-outbox", 0, "alert-outbox-sink")
+    assert exporter_shows(m, "alert-outbox", 0, None)
+    assert not exporter_shows(m, "alert-outbox", 1, None)              # not hanging there
+    assert not exporter_shows(m, "alert-outbox", 0, "another-group")   # no such group on it
+    caught_up = METRICS.replace('partition="0"} 57', 'partition="0"} 0')
+    assert not exporter_shows(Metrics(parse_metrics(caught_up)), "alert-outbox", 0, "alert-outbox-sink")
+
+
+def test_group_past_reads_the_committed_offset():
+    m = Metrics(parse_metrics('# TYPE kafka_consumergroup_committed_offset gauge\n'
+                              'kafka_consumergroup_committed_offset{kafka_cluster="demo",group="g",topic="t",'
+                              'partition="1"} 41\n'))
+    assert group_past(m, "g", "t", 1, 40) and not group_past(m, "g", "t", 1, 41)
+    assert not group_past(m, "g", "t", 0, 0) and not group_past(m, "h", "t", 1, 0)
+
+
+def test_abort_argv_is_the_dry_run_then_the_same_with_yes():
+    dry = abort_argv("/v/bin/txnwatch", "b:9092", ["--hanging"])
+    assert dry == ["/v/bin/txnwatch", "abort", "--bootstrap-servers", "b:9092", "--hanging", "--output", "json"]
+    act = abort_argv("/v/bin/txnwatch", "b:9092", ["--hanging"], audit_log="/s/abort-audit.jsonl")
+    assert act == dry[:-2] + ["--yes", "--audit-log", "/s/abort-audit.jsonl", "--output", "json"]
+    assert shown(act) == "/v/bin/txnwatch abort --bootstrap-servers b:9092 --hanging --yes --audit-log " \
+                         "/s/abort-audit.jsonl"
+    assert abort_argv("t", "b", ["--transactional-id", "x"], audit_log="a", wait_seconds=5)[-4:] == [
+        "--wait-seconds", "5", "--output", "json"]
+
+
+# `txnwatch abort --hanging --output json` as a real run printed it (Kafka 4.4), plus one more
+def _report(results: list[dict] | None = None, other: bool = False) -> dict:
+    demo = {
+        "transactional_id": "outbox-late-writer-0", "app": "outbox-late-writer", "producer_id": 7,
+        "producer_epoch": 0, "hanging_reason": "coordinator_not_open", "age_seconds": 95.2,
+        "liveness": "its coordinator holds no open transaction for it (outbox-late-writer-0 is Empty); its last "
+                    "write 95s ago",
+        "partitions": [{"topic": "alert-outbox", "partition": 1, "start_offset": 40, "last_stable_offset": 40,
+                        "high_watermark": 97, "holds_lso": True, "stalled_seconds": 95.2,
+                        "read_committed_groups": [{"group": "alert-outbox-sink", "committed": 40, "lag_lso": 0,
+                                                   "lag_hwm": 57}]}],
+        "discards": ["alert-outbox-1: this transaction's records from offset 40 (at most 57 offsets, up to the "
+                     "HWM 97)"],
+        "producer_next": "nothing: the producer that opened it is gone", "verdict": "abort", "risks": [],
+        "refused": []}
+    if results is not None:
+        demo["results"] = results
+    txns = [demo]
+    if other:
+        txns.insert(0, {**demo, "transactional_id": "someone-else", "producer_id": 3,
+                        "partitions": [{**demo["partitions"][0], "topic": "orders"}]})
+    return {"cluster": "default", "dry_run": results is None, "transactions": txns}
+
+
+def test_find_made_picks_the_demos_transaction_by_producer_id_and_partition():
+    report = _report(other=True)
+    assert find_made(report, 7, "alert-outbox", 1) is report["transactions"][1]
+    assert find_made(report, 7, "alert-outbox", 0) is None and find_made(report, 8, "alert-outbox", 1) is None
+    assert others_than(report, report["transactions"][1]) == ["someone-else"]
+    alone = _report()
+    assert others_than(alone, alone["transactions"][0]) == []
+
+
+def test_dry_run_lines_say_what_it_found_who_waits_and_what_it_discards():
+    report = _report()
+    assert dry_run_lines(report, report["transactions"][0]) == [
+        "the dry run found 1 hanging transaction(s); the demo's: transactional id outbox-late-writer-0 (app "
+        "outbox-late-writer), producer id 7, epoch 0, hanging (coordinator_not_open); its coordinator holds no open "
+        "transaction for it (outbox-late-writer-0 is Empty); its last write 95s ago",
+        "it holds alert-outbox-1 from offset 40: LSO 40, HWM 97, stalled 95s",
+        "who waits: read_committed group alert-outbox-sink at offset 40 (lag 0 vs LSO, 57 vs HWM)",
+        "the abort discards: alert-outbox-1: this transaction's records from offset 40 (at most 57 offsets, up to "
+        "the HWM 97)",
+        "verdict: will abort"]
+    refused = {**report["transactions"][0], "verdict": "refused", "refused": [{"words": "a live transaction"}],
+               "partitions": [{**report["transactions"][0]["partitions"][0], "read_committed_groups": [],
+                               "stalled_seconds": None}]}
+    lines = dry_run_lines(report, refused)
+    assert lines[1] == "it holds alert-outbox-1 from offset 40: LSO 40, HWM 97"
+    assert lines[2] == "who waits: no read_committed group" and lines[-1] == "verdict: REFUSED: a live transaction"
+
+
+def test_the_acting_runs_result_and_the_line_the_demo_says():
+    result = {"topic": "alert-outbox", "partition": 1, "outcome": "aborted", "error": None, "lso_after": 98,
+              "groups_moving": ["alert-outbox-sink"], "groups_still": []}
+    txn = find_made(_report([result]), 7, "alert-outbox", 1)
+    assert result_on(txn, "alert-outbox", 1) == result
+    assert result_on(txn, "alert-outbox", 0) is None and result_on(None, "alert-outbox", 1) is None
+    assert ended_line("alert-outbox", 1, 40, 98, "alert-outbox-sink", True) == (
+        "txnwatch abort ended the hanging transaction on alert-outbox-1 at offset 40: LSO now 98; outbox group "
+        "alert-outbox-sink moving again")
+    assert ended_line("alert-outbox", 1, 40, None, "alert-outbox-sink", False).endswith(
+        "LSO now -; outbox group alert-outbox-sink has not moved yet")
+    assert ended_line("demo.settlements", 0, 5, 9, None, False).endswith("at offset 5: LSO now 9")
+
+
+def test_parse_report_and_the_commands_last_words():
+    ok = subprocess.CompletedProcess([], 0, json.dumps(_report()), "audit: {}\n")
+    assert parse_report(ok) == _report()
+    bad = subprocess.CompletedProcess([], 2, "", "txnwatch abort: cannot read cluster default (unreachable): "
+                                                 "no broker\naudit: {}\n")
+    assert parse_report(bad) is None
+    assert failure(bad) == "exit 2: txnwatch abort: cannot read cluster default (unreachable): no broker"
+    assert failure(subprocess.CompletedProcess([], -15, "{not json", "")) == "exit -15"
+    assert parse_report(subprocess.CompletedProcess([], -15, "{not json", "")) is None

@@ -49,6 +49,64 @@ def test_group_lag_against_lso_and_hwm():
     assert derive.blocked_groups(lags, parts) == lags
 
 
+def ps(t, p, hwm, lso):
+    return PartitionState(t, p, hwm, lso)
+
+
+def test_only_small_gaps_that_did_not_move_are_read_for_markers():
+    before = {("t", 0): ps("t", 0, 10, 10), ("t", 1): ps("t", 1, 20, 20), ("u", 0): ps("u", 0, 7, 7)}
+    now = {("t", 0): ps("t", 0, 10, 10), ("t", 1): ps("t", 1, 21, 21), ("u", 0): ps("u", 0, 7, 7)}
+    previous = derive.group_lags([("steady", "t", 0, 9), ("widest", "t", 0, 5), ("wide", "t", 0, 4),
+                                  ("moved", "t", 0, 8), ("lso-moved", "t", 1, 19), ("done", "u", 0, 7)], before)
+    groups = derive.group_lags([("steady", "t", 0, 9), ("widest", "t", 0, 5), ("wide", "t", 0, 4),
+                                ("moved", "t", 0, 9), ("lso-moved", "t", 1, 19), ("done", "u", 0, 7),
+                                ("new", "u", 0, 6)], now)
+    # "wide" is 6 offsets below the LSO, "moved" committed since, "lso-moved" has a new LSO,
+    # "done" is at the LSO and "new" was not seen at the last poll
+    assert derive.steady_marker_gaps(groups, now, previous, before) == {("t", 0, 9, 10), ("t", 0, 5, 10)}
+    assert derive.steady_marker_gaps(groups, now, [], {}) == set()
+    assert derive.MARKER_GAP_MAX_OFFSETS == 5
+
+
+def test_gaps_without_a_verdict_are_read_from_a_bounded_number_of_partitions():
+    steady = {("t", 0, 9, 10), ("t", 0, 8, 10), ("t", 1, 3, 4), ("t", 2, 1, 2), ("a", 0, 5, 6)}
+    assert derive.marker_gaps_to_read(steady, {}, 100) == sorted(steady)
+    # both gaps of t-0 come from one read, so they count as one partition
+    assert derive.marker_gaps_to_read(steady, {}, 2) == [("a", 0, 5, 6), ("t", 0, 8, 10), ("t", 0, 9, 10)]
+    known = {("a", 0, 5, 6): True, ("t", 0, 8, 10): False}
+    assert derive.marker_gaps_to_read(steady, known, 2) == [("t", 0, 9, 10), ("t", 1, 3, 4)]
+
+
+def test_a_gap_of_markers_is_a_read_committed_lag_of_zero_with_its_reason():
+    parts = {("t", 0): ps("t", 0, 12, 10)}
+    groups = derive.group_lags([("markers", "t", 0, 9), ("record", "t", 0, 8), ("unread", "t", 0, 5)], parts)
+    verdicts = {("t", 0, 9, 10): True, ("t", 0, 8, 10): False}
+    markers, record, unread = derive.with_marker_gaps(groups, verdicts)
+    assert markers == GroupLag("markers", "t", 0, 9, 0, 3, marker_offsets=1)
+    assert markers.lag_note == "lag 0: only transaction markers between the committed offset and the LSO"
+    assert (record, unread) == (groups[1], groups[2])
+    assert record.lag_note == "" and record.marker_offsets == 0
+    assert derive.with_marker_gaps(groups, {("t", 0, 8, 10): False}) is groups
+
+
+def test_a_gap_is_read_once_and_again_only_after_an_offset_moved():
+    """The poller's use of the three: verdicts are kept while the gap stays, one read each."""
+    reads = []
+    verdicts: dict = {}
+    previous_groups, previous_parts = [], {}
+    for committed, lso in [(9, 10), (9, 10), (9, 10), (9, 11), (9, 11), (11, 11)]:
+        parts = {("t", 0): ps("t", 0, lso, lso)}
+        groups = derive.group_lags([("g", "t", 0, committed)], parts)
+        steady = derive.steady_marker_gaps(groups, parts, previous_groups, previous_parts)
+        verdicts = {k: v for k, v in verdicts.items() if k in steady}
+        wanted = derive.marker_gaps_to_read(steady, verdicts, 100)
+        reads.append(wanted)
+        verdicts.update(dict.fromkeys(wanted, True))
+        previous_groups, previous_parts = derive.with_marker_gaps(groups, verdicts), parts
+    assert reads == [[], [("t", 0, 9, 10)], [], [], [("t", 0, 9, 11)], []]
+    assert previous_groups[0].lag_read_committed == 0 and previous_groups[0].marker_offsets == 0
+
+
 def desc(tid, state="Ongoing", pid=1, epoch=0, timeout=60000, start=1_000, parts=(("t", 0),)):
     return TxnDescription(tid, state, pid, epoch, timeout, start, frozenset(parts))
 
@@ -137,15 +195,13 @@ def test_a_hanging_finding_gives_the_abort_command():
     f = derive.config_findings(derive.PollReading(ClusterFacts(), stall_warning_seconds=60, open_transactions=[],
                                                   hanging=[h], bootstrap="k1:9092"))
     assert f[0].kind == "hanging" and f[0].severity == "critical"
-    assert f[0].message.endswith("kafka-transactions.sh --bootstrap-server k1:9092 abort --topic orders "
-                                 "--partition 3 --start-offset 1234")
+    assert f[0].message.endswith("abort it (a dry run until --yes is added): "
+                                 "txnwatch abort --bootstrap-servers k1:9092 --partition orders:3")
 
 
 def test_the_abort_command_on_a_secured_cluster_names_the_admin_settings():
     h = HangingTransaction("orders", 0, 7, 0, 5, 950.0, None, "no_transactional_id")
-    assert derive.abort_command(h, "k1:9093", secured=True) == (
-        "kafka-transactions.sh --bootstrap-server k1:9093 --command-config admin.properties abort "
-        "--topic orders --partition 0 --start-offset 5")
+    assert derive.abort_command(h, "k1:9093", secured=True) == "txnwatch abort --config admin.yaml --partition orders:0"
 
 
 def test_two_phase_commit_transactions_have_no_headroom_and_their_own_finding():
@@ -274,3 +330,157 @@ def test_groups_whose_coordinator_did_not_answer_keep_their_last_lags_and_are_na
     (f,) = [f for f in derive.config_findings(reading) if f.kind == "group_unavailable"]
     assert f.message == ("1 consumer group(s) not read (timeout: their coordinator did not answer): g2; "
                          "their lags are as last read")
+
+
+# ------------------------------------------------------------------ every condition and boundary, pinned
+# (scripts/mutate_rules.py: each test fails when the condition it names is deleted or its boundary moved)
+def test_a_caught_up_partition_reports_this_polls_offsets():
+    """The LSO is read apart from the HWM, so a write between the two reads shows an LSO past
+    the HWM: still caught up, and each poll reports the offsets it read."""
+    s1 = derive.partition_states([po("a", 0, 10, 10)], {}, now=100.0)
+    s2 = derive.partition_states([po("a", 0, 10, 11)], s1, now=110.0)
+    assert (s2[("a", 0)].high_watermark, s2[("a", 0)].last_stable_offset) == (10, 11)
+    s3 = derive.partition_states([po("a", 0, 11, 11)], s2, now=120.0)
+    assert (s3[("a", 0)].high_watermark, s3[("a", 0)].last_stable_offset) == (11, 11)
+    assert s3[("a", 0)].stalled_since is None
+
+
+def test_the_stall_clock_starts_when_a_caught_up_partition_falls_behind():
+    s1 = derive.partition_states([po("a", 0, 10, 10)], {}, now=100.0)
+    s2 = derive.partition_states([po("a", 0, 12, 10)], s1, now=130.0)
+    assert s2[("a", 0)].stalled_since == 130.0 and s2[("a", 0)].stalled_seconds == 0.0
+
+
+@pytest.mark.parametrize("ts", [0.0, -0.001])
+def test_a_record_timestamp_not_after_the_epoch_is_unknown(ts):
+    """Kafka's "no timestamp" is -1 ms: the clock starts at the poll instead."""
+    s = derive.partition_states([po("a", 1, 10, 4)], {}, now=100.0, lso_record_ts={("a", 1, 4): ts})
+    assert s[("a", 1)].stalled_since == 100.0
+
+
+def test_the_stall_clock_never_moves_forward():
+    """A record timestamp later than the stall already seen (a producer's clock ahead) keeps it."""
+    s1 = derive.partition_states([po("a", 1, 10, 4)], {}, now=100.0)
+    s2 = derive.partition_states([po("a", 1, 12, 4)], s1, now=130.0, lso_record_ts={("a", 1, 4): 120.0})
+    assert s2[("a", 1)].stalled_since == 100.0 and s2[("a", 1)].stalled_seconds == 30.0
+
+
+def test_group_lag_at_offset_zero_and_past_the_hwm():
+    """A committed offset of 0 is a real position; one past the HWM (a truncated log) lags by 0."""
+    parts = derive.partition_states([po("t", 0, 100, 60)], {}, now=1.0)
+    lags = derive.group_lags([("g", "t", 0, 0), ("h", "t", 0, 120)], parts)
+    assert [(g.group, g.lag_read_committed, g.lag_read_uncommitted) for g in lags] == [("g", 60, 100), ("h", 0, 0)]
+
+
+def test_a_group_is_blocked_only_behind_a_stall_at_least_as_old_as_asked():
+    parts = {("t", 0): PartitionState("t", 0, 10, 4, 70.0, 30.0), ("t", 1): PartitionState("t", 1, 10, 10)}
+    groups = [GroupLag("g", "t", 0, 4, 0, 6), GroupLag("g", "t", 1, 10, 0, 0), GroupLag("g", "t", 9, 1, 0, 0)]
+    assert derive.blocked_groups(groups, parts) == groups[:1]      # t-1 caught up, t-9 unknown
+    assert derive.blocked_groups(groups, parts, min_stall_seconds=30.0) == groups[:1]
+    assert derive.blocked_groups(groups, parts, min_stall_seconds=30.5) == []
+
+
+@pytest.mark.parametrize("idle_ms, candidate", [(900_000, False), (900_001, True)])
+def test_a_hanging_candidate_is_idle_strictly_longer_than_the_max_timeout(idle_ms, candidate):
+    now = 2_000_000
+    cands = derive.hanging_candidates([prod("t", 0, 1, now - idle_ms)], max_timeout_ms=900_000, now_ms=now)
+    assert bool(cands) is candidate
+
+
+def test_a_transaction_starting_at_offset_zero_can_hang():
+    cands = derive.hanging_candidates([prod("t", 0, 1, 0, start_offset=0)], max_timeout_ms=900_000, now_ms=2_000_000)
+    assert [c.txn_start_offset for c in cands] == [0]
+
+
+def test_the_lso_fallback_names_stalls_from_the_threshold_on_and_only_stalls():
+    parts = {("t", 0): PartitionState("t", 0, 10, 4, 0.0, 1200.0), ("t", 1): PartitionState("t", 1, 10, 10)}
+    assert [(h.topic, h.partition) for h in derive.lso_hanging(parts, 1200)] == [("t", 0)]
+    assert [(h.topic, h.partition) for h in derive.lso_hanging(parts, 0)] == [("t", 0)]
+
+
+def test_a_configured_hanging_threshold_of_zero_is_used():
+    assert derive.hanging_threshold_seconds(ClusterFacts(transaction_max_timeout_ms=60_000), 0, 900_000) == 0
+
+
+def test_remember_epochs_below_the_limit_forgets_nothing():
+    epochs: dict = {}
+    derive.remember_epochs(epochs, [desc("a", pid=1), desc("b", pid=2)], limit=10)
+    assert epochs == {"a": (1, 0), "b": (2, 0)}
+
+
+def test_a_partition_without_listed_replicas_needs_the_configured_minimum():
+    assert derive.effective_min_isr(2, 0) == 2
+
+
+def test_this_polls_read_wins_over_the_last_known_state():
+    prev = {("t", 0): PartitionState("t", 0, 10, 10)}
+    now = {("t", 0): PartitionState("t", 0, 12, 12)}
+    assert derive.with_unavailable(now, prev, [("t", 0)]) == now
+
+
+@pytest.mark.parametrize("n, more", [(5, ""), (6, " and 1 more")])
+def test_findings_name_five_and_count_the_rest(n, more):
+    reading = derive.PollReading(ClusterFacts(), stall_warning_seconds=60,
+                                 unavailable={("t", p): "offline" for p in range(n)})
+    (f,) = derive.config_findings(reading)
+    named = ", ".join(f"t-{p}" for p in range(5))
+    assert f.message.startswith(f"{n} partition(s) offline (no leader): {named}{more};")
+
+
+@pytest.mark.parametrize("stalled_seconds, named", [(60.0, True), (59.9, False)])
+def test_a_stalled_lso_and_its_blocked_groups_are_named_from_the_warning_age_on(stalled_seconds, named):
+    parts = {("t", 0): PartitionState("t", 0, 10, 4, 0.0, stalled_seconds)}
+    reading = derive.PollReading(ClusterFacts(), stall_warning_seconds=60, partitions=parts,
+                                 blocked_groups=[GroupLag("g", "t", 0, 4, 0, 6)])
+    kinds = {f.kind for f in derive.config_findings(reading)}
+    assert kinds == ({"lso_stalled", "group_blocked"} if named else set())
+
+
+def test_without_a_warning_age_only_stalled_partitions_are_named():
+    parts = {("t", 0): PartitionState("t", 0, 10, 10), ("t", 1): PartitionState("t", 1, 10, 4, 5.0, 0.0)}
+    reading = derive.PollReading(ClusterFacts(), stall_warning_seconds=0, partitions=parts)
+    assert [f.message.split(" stalled")[0] for f in derive.config_findings(reading)] == ["LSO of t-1"]
+
+
+def test_a_hanging_transactions_partition_is_not_named_again_as_a_stalled_lso():
+    parts = {("t", 0): PartitionState("t", 0, 10, 4, 0.0, 1300.0)}
+    hanging = derive.lso_hanging(parts, 1200)
+    reading = derive.PollReading(ClusterFacts(), stall_warning_seconds=60, partitions=parts, hanging=hanging)
+    assert [f.kind for f in derive.config_findings(reading)] == ["hanging"]
+
+
+@pytest.mark.parametrize("start, named", [(40_000, False), (39_999, True)])
+def test_a_two_phase_transaction_is_named_once_older_than_the_max_age(start, named):
+    txns = derive.open_transactions([desc("xa-1", timeout=2_147_483_647, start=start)], AppResolver(), now_ms=100_000)
+    reading = derive.PollReading(ClusterFacts(), stall_warning_seconds=60, open_transactions=txns,
+                                 two_phase_max_age_seconds=60)
+    assert [f.kind for f in derive.config_findings(reading)] == (["two_phase_open_too_long"] if named else [])
+
+
+def test_open_transactions_of_unknown_start_raise_no_finding():
+    txns = derive.open_transactions([desc("xa-1", timeout=2_147_483_647, start=-1), desc("std", start=-1)],
+                                    AppResolver(), now_ms=100_000)
+    reading = derive.PollReading(ClusterFacts(transaction_max_timeout_ms=900_000), stall_warning_seconds=60,
+                                 open_transactions=txns, two_phase_max_age_seconds=0)
+    assert derive.config_findings(reading) == []
+
+
+@pytest.mark.parametrize("timeout, above", [(900_000, False), (900_001, True)])
+def test_a_timeout_above_the_cap_is_strictly_above(timeout, above):
+    txns = derive.open_transactions([desc("t", timeout=timeout, start=90_000)], AppResolver(), now_ms=100_000)
+    reading = derive.PollReading(ClusterFacts(transaction_max_timeout_ms=900_000), stall_warning_seconds=60,
+                                 open_transactions=txns)
+    assert [f.kind for f in derive.config_findings(reading)] == (["timeout_above_cap"] if above else [])
+
+
+def test_only_stalled_partitions_whose_leader_answered_are_asked_for_hanging_producers():
+    parts = {("t", 1): PartitionState("t", 1, 10, 4, 0.0, 5.0), ("t", 0): PartitionState("t", 0, 10, 4, 0.0, 5.0),
+             ("t", 2): PartitionState("t", 2, 10, 10), ("t", 3): PartitionState("t", 3, 10, 4, 0.0, 5.0)}
+    assert derive.hanging_may_hold(parts, {("t", 3): "timeout"}) == [("t", 0), ("t", 1)]
+
+
+def test_an_unknown_minimum_isr_asks_only_for_a_leader():
+    """Neither the topic's nor the broker's min ISR reported: one replica in sync (the leader)
+    takes the coordinator's writes as far as we can tell."""
+    p = log(0, replicas=(1, 2, 3), isr=(1,))
+    assert derive.txn_log_below_min_isr([p], None) == []

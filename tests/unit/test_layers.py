@@ -29,7 +29,7 @@ TIERS = (
     ("txnwatch.producer", "txnwatch.canary", "txnwatch.spark_connector"),
     ("txnwatch.spark_listener",),
     (EXPORTER,),
-    ("txnwatch.check", "txnwatch.pipeline"),
+    ("txnwatch.check", "txnwatch.pipeline", "txnwatch.remediation"),
     ("txnwatch.cli",),
 )
 TIER = {r: n for n, tier in enumerate(TIERS) for r in tier}
@@ -58,8 +58,13 @@ LEAVES = {
 # modules or packages -> packages they must never import: the producer wrapper serves any
 # service's Kafka client and knows nothing of the rules and dashboards built on its series;
 # the Kafka room serves the exporter, the canary and the Spark side and knows none of them
-NEVER = {"txnwatch.producer": ("txnwatch.alerts", "txnwatch.dashboards"),
-         KAFKA: (EXPORTER, "txnwatch.canary", "txnwatch.spark_listener")}
+# The one module that writes to a cluster (abort markers) is `txnwatch abort`'s alone: the
+# exporter, check and the rest stay read-only.
+WRITES = ("txnwatch.kafka.abort_markers", "txnwatch.remediation")
+NEVER = {"txnwatch.producer": ("txnwatch.alerts", "txnwatch.dashboards", *WRITES),
+         KAFKA: (EXPORTER, "txnwatch.canary", "txnwatch.spark_listener"),
+         **{owner: WRITES for owner in (EXPORTER, "txnwatch.check", "txnwatch.canary", "txnwatch.spark_listener",
+                                         "txnwatch.pipeline")}}
 # The Kafka client libraries: librdkafka's binding, and kafka-python (`kafka`). Their clients
 # are made in the Kafka room only, kafka-python is used there only, and the serving side
 # imports neither.
@@ -282,7 +287,10 @@ BASE = {"txnwatch/__init__.py": "", "txnwatch/kafka/__init__.py": "", "txnwatch/
      "txnwatch.exporter.tap.source:1 imports kafka.structs: kafka-python is used in txnwatch.kafka only"),
     ({"txnwatch/cli.py": "import txnwatch_dev.demo\n"},
      "txnwatch.cli:1 imports the harness (txnwatch_dev.demo): nothing shipped may"),
-    ({"txnwatch/remediation.py": ""}, "txnwatch.remediation is in no room of TIERS: give its room a tier"),
+    ({"txnwatch/exporter/poll/aborts.py": "from ...kafka.abort_markers import MarkerWriter\n"},
+     "txnwatch.exporter.poll.aborts:1 imports txnwatch.kafka.abort_markers: txnwatch.exporter must not import "
+     "txnwatch.kafka.abort_markers"),
+    ({"txnwatch/playbooks.py": ""}, "txnwatch.playbooks is in no room of TIERS: give its room a tier"),
     ({"txnwatch/exporter/model.py": "def f():\n    from . import health\n",
       "txnwatch/exporter/health.py": "from .model import X\n"},
      "import circle: txnwatch.exporter.health -> txnwatch.exporter.model -> txnwatch.exporter.health"),

@@ -245,3 +245,49 @@ def test_value_round_trip(version, pid, epoch, timeout, status, partitions, last
                        previous_producer_id=prev, next_producer_id=nxt, client_transaction_version=ctv)
     assert decode_value(raw) == TxnLogValue(version, pid, epoch, timeout, TxnStatus(status), partitions,
                                             last, start, prev, nxt, ctv)
+
+
+# --- every check of the decoder, pinned (scripts/mutate_rules.py deletes or moves each)
+
+def test_a_negative_status_is_unknown():
+    """int8 on the wire: 0xff is -1, not the last status counted from the end."""
+    raw = encode_value(producer_id=1, producer_epoch=0, timeout_ms=1, status=-1,
+                       partitions=None, last_update_ms=1, start_ms=1)
+    with pytest.raises(TxnLogDecodeError) as ei:
+        decode_value(raw)
+    assert ei.value.reason == "unknown_status"
+
+
+@pytest.mark.parametrize("at, field, what", [
+    (21, "ffff", "topic length -1"),               # v0: topic is not nullable
+    (24, "ffffffff", "partition ids count -1"),     # v0: nor are the partition ids
+])
+def test_v0_null_topics_and_partition_ids_are_malformed(at, field, what):
+    raw = VALUE_V0[:at] + bytes.fromhex(field) + VALUE_V0[at + len(field) // 2:]
+    with pytest.raises(TxnLogDecodeError) as ei:
+        decode_value(raw)
+    assert ei.value.reason == "malformed" and what in str(ei.value)
+
+
+@pytest.mark.parametrize("at, what", [(18, "null topic"), (20, "null partition ids")])
+def test_v1_null_topics_and_partition_ids_are_malformed(at, what):
+    raw = VALUE_V1[:at] + b"\x00" + VALUE_V1[at + 1:]     # compact length 0: null
+    with pytest.raises(TxnLogDecodeError) as ei:
+        decode_value(raw)
+    assert ei.value.reason == "malformed" and what in str(ei.value)
+
+
+@pytest.mark.parametrize("tag", [0, 1])
+def test_v1_producer_id_tags_of_another_size_are_malformed(tag):
+    raw = encode_value(version=1, producer_id=1, producer_epoch=0, timeout_ms=1, status=1,
+                       partitions=None, last_update_ms=1, start_ms=1)[:-1] + bytes([1, tag, 4]) + bytes(4)
+    with pytest.raises(TxnLogDecodeError) as ei:
+        decode_value(raw)
+    assert ei.value.reason == "malformed"
+
+
+def test_a_varint_longer_than_five_bytes_is_malformed_even_when_it_ends():
+    """Kafka's unsigned varints hold 32 bits: five bytes at most, whatever follows."""
+    with pytest.raises(TxnLogDecodeError) as ei:
+        decode_value(VALUE_V1[:17] + b"\xff" * 5 + b"\x01" + VALUE_V1[18:])
+    assert ei.value.reason == "malformed"

@@ -500,7 +500,7 @@ def test_a_user_rule_can_name_the_flink_scheme():
 
 # ------------------------------------------------------------------ every condition of the rules, pinned
 # Each case fails when one condition of its rule in state.py is deleted or its boundary moved
-# (scripts/mutate_tap_rules.py applies those one-line mutations and runs these tests).
+# (scripts/mutate_rules.py applies those one-line mutations and runs these tests).
 def counts(st, app="p"):
     view = st.view()
     return {"timeout": view.fencing.get((app, "timeout"), 0), "new_instance": view.fencing.get((app, "new_instance"), 0),
@@ -586,15 +586,77 @@ def test_an_operator_fence_of_an_idle_id_is_an_operator_fence():
     assert counts(st) == {**NONE, "operator": 1}
 
 
-@pytest.mark.parametrize("gap, fence", [(10_000, True), (10_001, False)])
-def test_new_instance_window_after_the_aborts_completion(gap, fence):
+@pytest.mark.parametrize("ongoing_tv, gap, fence", [(0, 10_000, True), (0, 10_001, False), (1, 10_000, True),
+                                                      (2, 500, True), (2, 501, False)])
+def test_new_instance_window_after_the_aborts_completion(ongoing_tv, gap, fence):
     """The new instance's retry lands within FENCE_RETRY_WINDOW_MS of the abort it caused; a
-    later init is a restart after that abort (under TV2 the client's own abort bumps too)."""
+    later init is a restart after that abort. Below TV2 only the coordinator bumps at an abort
+    (with CTV 2 on a 4.x cluster); a TV2 client's own abort bumps too, and a restart after it
+    writes the same records: there the retry must land within TV2_FENCE_RETRY_WINDOW_MS."""
     st = new_state()
-    play(st, "p-1", [v(E, 0, last=T0, tv=2), v(ON, 0, start=T0, last=T0, tv=2),
+    play(st, "p-1", [v(E, 0, last=T0, tv=ongoing_tv), v(ON, 0, start=T0, last=T0, tv=ongoing_tv),
                      v(PA, 1, start=T0, last=T0 + 500, tv=2), v(CA, 1, start=T0, last=T0 + 501, tv=2),
                      v(E, 2, last=T0 + 501 + gap, tv=2)])
     assert counts(st) == ({**NONE, "new_instance": 1} if fence else {**NONE, "reinit": 1})
+
+
+def own_aborts_then(tv, restart_after, *, t=T0):
+    """An id commits 3 times and aborts 2 of its own transactions (the last one last), its
+    process exits and starts again `restart_after` ms after that abort completed, then a second
+    instance cuts the restarted one's open transaction off: the shape and times captured from
+    Kafka 4.4 (tests/fixtures/txnlog/, scenario step `restart`)."""
+    bump = 1 if tv >= 2 else 0
+    out, e = [v(E, 0, last=t, tv=tv)], 0
+    for i, outcome in enumerate(("commit", "commit", "abort", "commit", "abort")):
+        s = t + 100 + i * 50
+        prepare, complete = (PC, CC) if outcome == "commit" else (PA, CA)
+        out += [v(ON, e, start=s, last=s, tv=tv), v(prepare, e + bump, start=s, last=s + 11, tv=tv),
+                v(complete, e + bump, start=s, last=s + 13, tv=tv)]
+        e += bump
+    aborted = out[-1].last_update_ms
+    s = aborted + restart_after + 100
+    out += [v(E, e + 1, last=aborted + restart_after, tv=tv), v(ON, e + 1, start=s, last=s, tv=tv),
+            # the second instance's InitProducerId, 1.4 s later: the coordinator's abort (CTV 2 on
+            # a 4.x cluster, one bump on every line), then that instance's retry
+            v(PA, e + 2, start=s, last=s + 1425, tv=2), v(CA, e + 2, start=s, last=s + 1426, tv=2),
+            v(E, e + 3, last=s + 1426 + (118 if tv >= 2 else 502), tv=2)]
+    return out
+
+
+@pytest.mark.parametrize("tv", [0, 2])
+def test_a_restart_after_the_clients_own_abort_is_a_reinit_and_the_second_instance_the_fence(tv):
+    """The restart came 1.49 s after the client's own abort: a re-init on every line, also
+    under TV2, where that abort bumped the epoch as a fence's does; the second instance, whose
+    retry lands 0.12 s (Java) or 0.5 s (librdkafka) after the abort it caused, is the fence."""
+    st = new_state()
+    play(st, "p-1", own_aborts_then(tv, restart_after=1490))
+    assert counts(st) == {**NONE, "new_instance": 1, "reinit": 1}
+    assert st.view().transactions == {("p", "committed"): 3, ("p", "aborted"): 3}
+
+
+@pytest.mark.parametrize("tv", [0, 2])
+def test_a_crash_loop_after_its_own_aborts_is_no_fence_storm(tv):
+    """A process that aborts its transaction, exits and is restarted, over and over (each
+    restart 0.6 s to 10 s after the abort): re-inits only, on every line."""
+    st = new_state()
+    bump = 1 if tv >= 2 else 0
+    history, e, t = [v(E, 0, last=T0, tv=tv)], 0, T0
+    for restart_after in (600, 1000, 3000, 10_000, 10_001):
+        history += [v(ON, e, start=t + 10, last=t + 10, tv=tv), v(PA, e + bump, start=t + 10, last=t + 20, tv=tv),
+                    v(CA, e + bump, start=t + 10, last=t + 22, tv=tv),
+                    v(E, e + bump + 1, last=t + 22 + restart_after, tv=tv)]
+        e, t = e + bump + 1, t + 22 + restart_after
+    play(st, "p-1", history)
+    assert counts(st) == {**NONE, "reinit": 5}
+
+
+def test_a_tv2_reinit_within_the_retry_window_of_its_own_abort_reads_as_a_fence():
+    """The one case the log cannot tell apart (state.py's docstring): a TV2 client's own abort
+    and an InitProducerId for its id 0.1 s later (a producer re-created in the same process)
+    write exactly a fence's records, and count as one."""
+    st = new_state()
+    play(st, "p-1", own_aborts_then(2, restart_after=118)[:-4])     # up to the re-init
+    assert counts(st) == {**NONE, "new_instance": 1}
 
 
 def test_new_instance_needs_the_abort_to_have_bumped_the_epoch():
@@ -631,3 +693,134 @@ def test_a_new_producer_id_at_the_same_epoch_is_an_init():
     play(st, "p-1", [v(E, 0, last=T0), v(ON, 0, start=T0, last=T0), v(PC, 0, start=T0, last=T0 + 20),
                      v(CC, 0, start=T0, last=T0 + 21), v(E, 0, pid=2000, last=T0 + 500)])
     assert counts(st) == {**NONE, "reinit": 1}
+
+
+# ------------------------------------------------------------------ the rest of the tap's rules, pinned
+# (scripts/mutate_rules.py: each test fails when the rule it names is deleted or moved)
+def test_a_reused_slot_does_not_carry_the_previous_ids_bumped_abort():
+    """A's transaction is cut off by an epoch-bumping abort, then A expires and B takes its
+    freed slot: B's second InitProducerId cut nothing off (B never had a transaction open),
+    so it is a re-init, not a new_instance fence inherited from A."""
+    st = new_state()
+    play(st, "a-1", [v(E, 0, last=T0), v(ON, 0, start=T0, last=T0),
+                     v(PA, 1, start=T0, last=T0 + 500), v(CA, 1, start=T0, last=T0 + 501), None])
+    assert len(st) == 0
+    play(st, "b-1", [v(E, 0, pid=2000, last=T0 + 1000), v(E, 1, pid=2000, last=T0 + 1500)])
+    assert counts(st, "a") == NONE
+    assert counts(st, "b") == {**NONE, "reinit": 1}
+
+
+def test_a_completion_with_an_unknown_start_has_no_duration():
+    """start -1: no duration to observe (from -1 it would be 54 years); it is still counted,
+    with its completion latency."""
+    st = new_state()
+    play(st, "p-1", [v(E, 3, last=T0), v(ON, 3, start=-1, last=T0),
+                     v(PA, 3, start=-1, last=T0 + 200), v(CA, 3, start=-1, last=T0 + 210)])
+    view = st.view()
+    assert view.transactions[("p", "aborted")] == 1
+    assert view.completion[("p", "aborted")].count == 1
+    assert ("p", "aborted") not in view.duration
+
+
+def test_a_second_completion_with_another_start_is_another_transaction():
+    """A tap lagging behind the log cleaner reads a compacted stretch: the next transaction's
+    completion follows the last one's without its Ongoing and Prepare. It is counted, with its
+    duration, but with no completion latency (its Prepare is gone)."""
+    st = new_state()
+    play(st, "p-1", commit_history(start=T0) + [v(CC, 0, start=T0 + 5000, last=T0 + 5300)])
+    view = st.view()
+    assert view.transactions[("p", "committed")] == 2
+    assert view.duration[("p", "committed")].count == 2
+    assert view.completion[("p", "committed")].count == 1
+
+
+def test_durations_and_latencies_never_go_negative():
+    """A coordinator that moved to a broker whose clock is behind stamps the completion before
+    its start and its Prepare: both observe 0, never a negative sum."""
+    st = new_state()
+    play(st, "p-1", [v(E, 0, last=T0 - 200), v(ON, 0, start=T0, last=T0), v(PC, 0, start=T0, last=T0 + 500),
+                     v(CC, 0, start=T0, last=T0 - 100)])
+    view = st.view()
+    assert view.duration[("p", "committed")].count == 1 and view.duration[("p", "committed")].sum == 0.0
+    assert view.completion[("p", "committed")].count == 1 and view.completion[("p", "committed")].sum == 0.0
+
+
+def test_a_prepare_epoch_fence_is_open_and_a_prepare_of_its_completion():
+    st = new_state()
+    play(st, "p-1", [v(E, 3, last=T0), v(ON, 3, start=T0, last=T0), v(PEF, 4, start=T0, last=T0 + 100)])
+    assert [t.status for t in st.open_transactions()] == [TxnStatus.PREPARE_EPOCH_FENCE]
+    play(st, "p-1", [v(CA, 4, start=T0, last=T0 + 130)])
+    assert st.open_count == 0
+    assert st.view().completion[("p", "aborted")].sum == pytest.approx(0.03)
+
+
+def test_an_expired_id_leaves_the_open_transactions():
+    """A tombstone (or Dead) frees the id whatever its state: nothing stays open for it."""
+    st = new_state()
+    play(st, "p-1", [v(E, 0, last=T0), v(ON, 0, start=T0, last=T0), None])
+    assert st.open_count == 0 and st.open_transactions() == ()
+
+
+def test_restored_counters_continue_and_the_earlier_view_stays_as_it_was():
+    """A restarted worker starts from the last view's counters (none goes backwards); the
+    histograms are copies: counting on does not change the view they came from."""
+    st = new_state()
+    play(st, "p-1", commit_history())
+    play(st, "p-1", [v(ON, 0, start=T0 + 2000, last=T0 + 2000), v(PA, 1, start=T0 + 2000, last=T0 + 4000),
+                     v(CA, 1, start=T0 + 2000, last=T0 + 4010), v(E, 2, last=T0 + 4100)])   # new_instance
+    play(st, "p-2", [v(E, 0, last=T0), v(ON, 0, start=T0, last=T0, timeout=1000),
+                     v(PA, 1, start=T0, last=T0 + 5000, timeout=1000), v(CA, 1, start=T0, last=T0 + 5010, timeout=1000),
+                     v(E, 2, last=T0 + 60_000, timeout=1000), None])
+    st.skip("truncated")
+    before = st.view()
+    assert before.fencing == {("p", "new_instance"): 1, ("p", "timeout"): 1}
+    assert before.reinits == {"p": 1} and before.timeouts == {"p": 1} and before.expirations == {"p": 1}
+
+    restored = new_state()
+    restored.restore_counters(before)
+    after = restored.view()
+    for name in ("transactions", "fencing", "reinits", "timeouts", "expirations", "skipped", "applied"):
+        assert getattr(after, name) == getattr(before, name), name
+    for name in ("duration", "completion"):
+        assert {k: (h.counts, h.sum) for k, h in getattr(after, name).items()} == \
+            {k: (h.counts, h.sum) for k, h in getattr(before, name).items()}, name
+    play(restored, "p-1", commit_history(start=T0 + 100_000))
+    assert restored.view().transactions[("p", "committed")] == 2
+    assert before.duration[("p", "committed")].count == 1
+    assert before.completion[("p", "committed")].count == 1
+
+
+def test_the_client_transaction_version_is_clamped_not_fatal():
+    """ClientTransactionVersion is an int16 on the wire, held in a byte: any value applies."""
+    st = new_state()
+    play(st, "p-1", [v(E, 0, last=T0, tv=32767), v(ON, 0, start=T0, last=T0, tv=-32768)])
+    assert st.status_of("p-1") == TxnStatus.ONGOING
+
+
+def test_a_record_without_a_timestamp_keeps_the_last_one():
+    st = new_state()
+    st.apply("p-1", v(E, 0, last=T0), T0, T0, True)
+    st.apply("p-1", v(ON, 0, start=T0, last=T0 + 5), None, T0 + 5, True)
+    assert st.view().last_record_timestamp_ms == T0
+
+
+def test_idle_scan_folds_each_apps_oldest_last_update_whatever_the_order():
+    st = new_state()
+    for tid, last in [("x-0", T0 + 50), ("x-1", T0 + 30), ("x-2", T0 + 10), ("x-3", T0 + 40)]:
+        play(st, tid, [v(E, 0, last=last)])
+    idle = st.idle_scan(1, T0 + 100)
+    assert [k[0] for k in idle.kept] == ["x-2"]
+    assert idle.folded == 3 and dict(idle.folded_min) == {"x": T0 + 30}
+
+
+def test_apps_without_ids_leave_the_view_and_only_flink_apps_reinitialise():
+    """An app whose every id expired drops out of the per-app gauges (its counters stay);
+    only apps of a re-initialising scheme get the startup_abort reason."""
+    st = new_state()
+    play(st, "gone-1", [v(E, 0, last=T0), None])
+    play(st, "orders-producer-1", [v(E, 0, last=T0)])
+    play(st, "orders-sink-0-1", [v(E, 0, last=T0, tv=2)])
+    view = st.view()
+    assert dict(view.ids_per_app) == {"orders-producer": 1, "orders-sink": 1}
+    assert view.expirations == {"gone": 1}
+    assert view.reinit_apps == frozenset({"orders-sink"})

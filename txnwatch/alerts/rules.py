@@ -40,6 +40,7 @@ from txnwatch.alerts.promql import ABORTED, COMMITTED, FENCED, abort_ratio, matc
 from txnwatch.apps import CANARY_APP
 from txnwatch.dashboards import ids
 from txnwatch.dashboards.ids import DashboardRef
+from txnwatch.metrics import ALIVE_WITHIN_SECONDS
 from txnwatch.trigger_modes import LONG_BATCH_MODES
 
 INVALID_TIMEOUT = 'error="INVALID_TRANSACTION_TIMEOUT"'
@@ -67,6 +68,23 @@ def _new_or_increased(metric: str, by: str, window: str) -> str:
     return (f"(sum by ({by}) (increase({metric}[{window}])) > 0)\n"
             f"or\n"
             f"((sum by ({by}) ({metric}) > 0) unless sum by ({by}) ({metric} offset {window}))")
+
+
+def _sign_of_life(cfg: AlertConfig) -> str:
+    """A template sentence on the producer of the alert's transactional id: alive while its last
+    sign of life (the newer of the coordinator's last change and its last append, the two series
+    of the id) is at most ALIVE_WITHIN_SECONDS old, as the page and `txnwatch check` word it. A
+    producer streaming into a long transaction changes no coordinator state: its appends say it
+    lives. Nothing is said when neither series is there (an id folded into __other__)."""
+    query = (f'min({{__name__=~"kafka_transaction_state_unchanged_seconds|kafka_transaction_last_append_age_seconds",'
+             f'{cfg.cluster_label}=%q,app=%q,transactional_id=%q}})')
+    return ("{{ with printf `" + query + "` $labels.cluster $labels.app $labels.transactional_id | query }}"
+            "{{ $s := . | first | value }}"
+            f"{{{{ if le $s {ALIVE_WITHIN_SECONDS:.1f} }}}}"
+            " Its producer is alive, slow (last sign of life {{ $s | humanizeDuration }} ago)."
+            "{{ else }}"
+            " No sign of life from its producer for {{ $s | humanizeDuration }}."
+            "{{ end }}{{ end }}")
 
 
 RUNBOOK_DIR = "docs/runbooks"      # in the txnwatch repository
@@ -172,6 +190,7 @@ def transaction_alerts(cfg: AlertConfig) -> list[Alert]:
         '{{ if eq $labels.signal "past_timeout" }}'
         "Transaction {{ $labels.transactional_id }} (app {{ $labels.app }}) has been open "
         "{{ $value | humanizeDuration }} past its transaction.timeout.ms and the coordinator has not aborted it."
+        + _sign_of_life(cfg) +
         '{{ else if eq $labels.signal "hanging" }}'
         "{{ $value }} hanging transaction(s) on {{ $labels.topic }}-{{ $labels.partition }} (open past "
         "transaction.max.timeout.ms + 5 min with no live coordinator state, or, without KIP-664, a last stable "

@@ -6,7 +6,8 @@ confluent-kafka's in clients.py, kafka-python's in kafka_python.py and kip664.py
     clients.py        confluent-kafka's admin clients, consumers and producers, from the
                       caller's client properties
     admin.py          KafkaIO, the poller's calls: metadata, ListOffsets in both isolation
-                      levels, consumer-group offsets, DescribeConfigs, LSO record timestamps
+                      levels, consumer-group offsets, DescribeConfigs, LSO record timestamps,
+                      gaps to the LSO holding only transaction markers
     kip664.py         TransactionAPI: KIP-664's ListTransactions, DescribeTransactions and
                       DescribeProducers, group types and finalized features (kafka-python)
     group_offsets.py  committed offsets of many groups in few requests (batched

@@ -1,6 +1,7 @@
 """confluent-kafka I/O for the poller: metadata, ListOffsets in both isolation levels,
-consumer-group offsets, DescribeConfigs and LSO record timestamps. Everything is
-issued as batched futures and bounded by a timeout; errors raise PollError with a cause.
+consumer-group offsets, DescribeConfigs, LSO record timestamps and the gaps to the LSO that
+hold only transaction markers. Everything is issued as batched futures and bounded by a
+timeout; errors raise PollError with a cause.
 
 Partition offsets go through list_offsets.py (one ListOffsets per leader and isolation
 level, sent over kafka-python's connections) where kafka-python can connect, else through
@@ -39,6 +40,7 @@ from .answers import (
 )
 from .errors import (
     AUTHENTICATION,
+    TIMEOUT,
     BatchedUnsupported,
     PollError,
     auth_failure_message,
@@ -91,6 +93,7 @@ class KafkaIO:
         self._connect_errors: dict[int, KafkaError] = {}   # since the last answered request
         self._admin: AdminClient | None = None
         self._consumer: Consumer | None = None
+        self._marker_consumer: Consumer | None = None
         self._broker_ids: set[int] | None = None   # of the last metadata(): coordinator cache upkeep
         # kafka-python's connections, shared by batched ListOffsets and batched OffsetFetch
         self._kp: KafkaPythonTransport | None = None
@@ -602,10 +605,71 @@ class KafkaIO:
             c.unassign()
         return out
 
+    def read_marker_gaps(self, gaps: list[tuple[str, int, int, int]], timeout: float,
+                         ) -> tuple[dict[tuple[str, int, int, int], bool], dict[tuple[str, int, int, int], str]]:
+        """Whether each gap (topic, partition, committed offset, LSO) holds only transaction
+        markers and aborted records: a read_committed consumer assigned at the partition's
+        lowest committed offset reaches the end (the LSO, for read_committed) with no record
+        delivered inside the gap. Returns (verdict per gap, cause per gap whose partition
+        failed, "timeout" where it was not read to the end within `timeout`)."""
+        if not gaps:
+            return {}, {}
+        start: dict[tuple[str, int], int] = {}
+        lso: dict[tuple[str, int], int] = {}
+        for t, p, committed, end in gaps:
+            start[(t, p)] = min(committed, start.get((t, p), committed))
+            lso[(t, p)] = end
+        delivered: dict[tuple[str, int], list[int]] = {tp: [] for tp in start}
+        failed: dict[tuple[str, int], str] = {}
+        pending = set(start)
+        reader = self._marker_reader()
+        reader.assign([TopicPartition(t, p, o) for (t, p), o in start.items()])
+        deadline = time.monotonic() + timeout
+        try:
+            while pending and (left := deadline - time.monotonic()) > 0:
+                for msg in reader.consume(num_messages=100, timeout=min(left, 0.05)):
+                    tp = (msg.topic(), msg.partition())
+                    if tp not in pending:
+                        continue
+                    err = msg.error()
+                    if err is not None and err.code() != KafkaError._PARTITION_EOF:
+                        failed[tp] = classify(KafkaException(err))
+                    elif msg.offset() < lso[tp]:
+                        if err is None:
+                            delivered[tp].append(msg.offset())
+                        continue     # inside the gaps: a record, or an end below the LSO the poll read
+                    pending.discard(tp)
+                    reader.incremental_unassign([TopicPartition(*tp)])
+        finally:
+            reader.unassign()
+        verdicts, causes = {}, {}
+        for gap in gaps:
+            tp = gap[:2]
+            if tp in failed or tp in pending:
+                causes[gap] = failed.get(tp, TIMEOUT)
+            else:
+                verdicts[gap] = not any(gap[2] <= o < gap[3] for o in delivered[tp])
+        return verdicts, causes
+
+    def _marker_reader(self) -> Consumer:
+        """The read_committed consumer of read_marker_gaps, made at its first use. It never
+        commits; auto.offset.reset=error, so a committed offset the log no longer holds fails
+        instead of jumping to the end (which would read as a gap of markers)."""
+        if self._marker_consumer is None:
+            self._marker_consumer = clients.consumer({
+                **self._props, "group.id": "txnwatch-marker-probe", "enable.auto.commit": False,
+                "isolation.level": "read_committed", "enable.partition.eof": True,
+                "auto.offset.reset": "error", "fetch.wait.max.ms": 50,
+                "logger": logging.getLogger("txnwatch.librdkafka")})
+        return self._marker_consumer
+
     def close(self) -> None:
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
+        if self._marker_consumer is not None:
+            self._marker_consumer.close()
+            self._marker_consumer = None
         self._drop_kafka_python()
 
 

@@ -51,6 +51,13 @@ class MetricSpec:
 # scrape time: their HELP says so, and where to read how old that is.
 AS_OF_LAST_POLL = "As of the last poll (see txnwatch_data_age_seconds)."
 
+# An open transaction reads as alive while its last sign of life, the later of the coordinator's
+# last change (kafka_transaction_state_unchanged_seconds) and its producer's last append
+# (kafka_transaction_last_append_age_seconds), is at most this old. One number for the page,
+# `txnwatch check` and KafkaTransactionHanging's description, so all three word a transaction
+# alike; the alert rules cannot know the poll interval, so it is not derived from it.
+ALIVE_WITHIN_SECONDS = 60.0
+
 
 def _m(name, kind, help_, labels, buckets=(), source="exporter") -> MetricSpec:
     if source == "exporter":
@@ -90,6 +97,19 @@ CATALOG: dict[str, MetricSpec] = {s.name: s for s in [
        "start + transaction.timeout.ms - now for open transactions; the minimum per series. "
        "Negative means the transaction is past its timeout. Not for two-phase-commit transactions "
        "(they never time out).", CA + ("transactional_id",)),
+    _m("kafka_transaction_state_unchanged_seconds", "gauge",
+       "now - the coordinator's last change of an open transaction's state (status, producer id and "
+       "epoch, partitions); the maximum per series. With the transaction-log tap, from the id's last "
+       "record (TransactionLastUpdateTimestampMs); with the poller alone, from the poll that first saw "
+       "that state (a transaction first seen counts from its start). A producer appending records to "
+       "partitions already in its transaction changes no coordinator state: its appends are "
+       "kafka_transaction_last_append_age_seconds.", CA + ("transactional_id",)),
+    _m("kafka_transaction_last_append_age_seconds", "gauge",
+       "now - the last append of an open transaction's producer on any of its partitions, as their "
+       "leaders report it (DescribeProducers' last timestamp: the record time of its last batch, the "
+       "producer's clock unless the topic uses LogAppendTime); the maximum per series. Read for the "
+       "watched partitions whose LSO the transaction holds; absent where none was described (no KIP-664, "
+       "no READ on the topic). Comes from the poller also when the tap runs.", CA + ("transactional_id",)),
     _m("kafka_transactions", "counter", "Completed transactions by outcome (committed|aborted).",
        CA + ("outcome",), source="tap"),
     _m("kafka_transaction_duration_seconds", "histogram",
@@ -121,6 +141,13 @@ CATALOG: dict[str, MetricSpec] = {s.name: s for s in [
        CA + ("transactional_id",), source="tap"),
     _m("kafka_transaction_epoch_bumps", "counter",
        "Producer epoch changes seen between polls of DescribeTransactions (KIP-664 poller).", CA),
+    _m("kafka_transaction_hanging_ended", "counter",
+       "Hanging transactions the poller saw end (their partition's LSO moved past them), by how: markers "
+       "(abort markers written straight to the partition, an operator's abort: txnwatch abort or "
+       "kafka-transactions.sh abort; the coordinator's state of the producer did not change), producer (a later "
+       "transaction of the same producer ended and its markers closed the partition too), coordinator (that "
+       "later transaction was aborted past its timeout), unknown (found by a stalled LSO, without KIP-664).",
+       CA + ("how",)),
     _m("kafka_transaction_hanging", "gauge",
        "Hanging transactions per partition: open longer than transaction.max.timeout.ms (+5 min) "
        "with no live coordinator state (KIP-664), or, without KIP-664, an LSO stalled below the HWM "
@@ -140,7 +167,9 @@ CATALOG: dict[str, MetricSpec] = {s.name: s for s in [
        "read; every other partition's are current.", CTP + ("cause",)),
     _m("kafka_consumergroup_read_committed_lag_offsets", "gauge",
        "Last stable offset - committed offset: what a read_committed consumer of the group can still "
-       "read (offsets, transaction markers included).", ("cluster", "group", "topic", "partition")),
+       "read (offsets, transaction markers included); 0 where only transaction markers (and aborted "
+       "records) lie between them: a gap of at most 5 offsets that has not moved since the last poll is "
+       "read once to tell.", ("cluster", "group", "topic", "partition")),
     _m("kafka_consumergroup_read_uncommitted_lag_offsets", "gauge",
        "High watermark - committed offset: the lag a read_uncommitted consumer (and kafka_exporter's "
        "kafka_consumergroup_lag) sees; above the read_committed lag while transactions are open.",

@@ -239,8 +239,9 @@ def hanging_transaction(bootstrap: str, topic: str, partition: int, record: Hang
     return (f"hanging transaction on {topic}-{partition} at offset {made.offset} (producer id "
             f"{made.producer_id}, a late write the coordinator never saw): read_committed readers stop "
             "there; "
-            f"ends only with kafka-transactions.sh --bootstrap-server {bootstrap} abort --topic {topic} "
-            f"--partition {partition} --start-offset {made.offset}")
+            f"ends only with an abort from outside: txnwatch abort --bootstrap-servers {bootstrap} --hanging "
+            f"(or kafka-transactions.sh --bootstrap-server {bootstrap} abort --topic {topic} "
+            f"--partition {partition} --start-offset {made.offset})")
 
 
 def coordinator_timeout(bootstrap: str, topic: str, timeout_ms: int = 5000, tid: str = "invoice-writer-0",

@@ -19,13 +19,16 @@ import json
 import logging
 import sqlite3
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
 
+# applied_at (unix seconds): when the sink applied the row (the demo's test tells rows read
+# before `txnwatch abort` from rows it let through)
 SCHEMA = ("CREATE TABLE IF NOT EXISTS alerts (alert_id TEXT PRIMARY KEY, account TEXT, balance REAL, "
-          "kind TEXT, topic TEXT, partition INTEGER, offset INTEGER)")
+          "kind TEXT, topic TEXT, partition INTEGER, offset INTEGER, applied_at REAL)")
 
 
 @dataclass(frozen=True)
@@ -52,13 +55,14 @@ def parse_alert(value: bytes | None) -> Alert | None:
 
 
 def apply_alerts(db: sqlite3.Connection, rows: Iterable[tuple[Alert, str, int, int]]) -> tuple[int, int]:
-    """Apply (alert, topic, partition, offset) rows in one SQLite transaction; an alert id
-    already in the table is ignored. Returns (inserted, ignored)."""
+    """Apply (alert, topic, partition, offset) rows in one SQLite transaction, stamped with the
+    time; an alert id already in the table is ignored. Returns (inserted, ignored)."""
     inserted = ignored = 0
+    now = time.time()
     with db:
         for a, topic, partition, offset in rows:
-            cur = db.execute("INSERT OR IGNORE INTO alerts VALUES (?, ?, ?, ?, ?, ?, ?)",
-                             (a.alert_id, a.account, a.balance, a.kind, topic, partition, offset))
+            cur = db.execute("INSERT OR IGNORE INTO alerts VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                             (a.alert_id, a.account, a.balance, a.kind, topic, partition, offset, now))
             if cur.rowcount:
                 inserted += 1
             else:

@@ -2,6 +2,7 @@
 
     python -m txnwatch_dev.demo [--bootstrap-servers LIST] [--kafka-version 4.x]
         [--no-spark] [--no-streams] [--no-flink] [--no-prometheus] [--fault-interval 10] [--duration S]
+        [--abort-hanging-after 30]
         [--broker-port N] [--exporter-port N] [--prometheus-port N] [--state-dir DIR]
 
 By default it starts a real Apache Kafka (the newest 4.x release from Maven Central, or
@@ -29,7 +30,11 @@ transactions are found within the first minute), and on it:
   transaction that eats into its timeout headroom and a Flink job failure: the job SIGKILLed
   with a sink transaction open and restarted from its latest retained checkpoint (the same
   prefix and group: its start-up aborts the killed run's transaction, counted as
-  `startup_abort`, and its commits resume; the output holds each record once).
+  `startup_abort`, and its commits resume; the output holds each record once);
+- the fix (remediation_step.py, its pure parts in remediation.py): once the hanging transaction's pages (KafkaTransactionHanging and
+  KafkaReadCommittedConsumerBlocked for the outbox group) have fired for --abort-hanging-after
+  seconds, `txnwatch abort --hanging` finds it in a dry run, the same with --yes aborts it
+  (audit trail in the state directory), and the outbox group moves again.
 
 `--bootstrap-servers` points everything at a user's cluster (faults only with
 --faults-on-real-cluster). `--no-spark`, `--no-streams`, `--no-flink` leave those out (without
@@ -69,6 +74,7 @@ from .faults import (
     restart_streams,
     slow_transaction,
 )
+from .remediation_step import Remediation
 from .status import status_line
 
 ROOT = Path(__file__).resolve().parents[2]   # demo/run.py -> the checkout
@@ -108,6 +114,7 @@ class Demo:
         self.outbox = None
         self.loadgen: LoadGenerator | None = None
         self.faults: FaultInjector | None = None
+        self.remediation: Remediation | None = None
         self.sink: RecordSink | None = None
         self.hanging_made = HangingMade()
         self.pids: dict[str, list[int]] = {}
@@ -449,6 +456,27 @@ class Demo:
         self.faults = injector
         injector.start()
         say(f"fault injector: every {self.args.fault_interval:g}s: " + ", ".join(f.name for f in faults))
+        if self.args.abort_hanging_after > 0:
+            self._start_remediation()
+
+    def _start_remediation(self) -> None:
+        after = self.args.abort_hanging_after
+        reader = (OUTBOX, OUTBOX_GROUP) if self.outbox is not None else None
+        self.remediation = Remediation(
+            self.txnwatch(), self.bootstrap, self.hanging_made, reader, after, self.state / "abort-audit.jsonl",
+            self.say, self.exporter.metrics, self.prometheus.alerts if self.prometheus else None,
+            own_cluster=self.kind != "external", record_pid=partial(self._record_pid, "remediation"))
+        self.remediation.start()
+        pages = "KafkaTransactionHanging" + (" and KafkaReadCommittedConsumerBlocked" if reader else "")
+        self.say(f"remediation: once {pages} for the hanging transaction "
+                 + ("have" if reader else "has") + f" fired for {after:g} s"
+                 + ("" if self.prometheus else " (without Prometheus: the exporter has shown it that long)")
+                 + ", `txnwatch abort --hanging` ends it: a dry run, then --yes")
+
+    @staticmethod
+    def txnwatch() -> str:
+        """The txnwatch command of this venv (the demo runs on .venv's python)."""
+        return str(Path(sys.executable).with_name("txnwatch"))
 
     def _track(self, proc) -> None:
         """A fault's child producer: recorded, and killed at exit should the fault not have."""
@@ -535,7 +563,7 @@ class Demo:
         """Stop everything, in dependency order; a step that fails is reported and the rest
         still runs (a process left behind is the one thing the demo must not do)."""
         self.stopping.set()
-        threads = [t for t in (self.faults, self.loadgen, self.outbox) if t is not None]
+        threads = [t for t in (self.faults, self.loadgen, self.outbox, self.remediation) if t is not None]
         for t in threads:
             t.stopping.set()
         problems: list[str] = []
@@ -561,6 +589,8 @@ class Demo:
             step("pipeline", lambda: stop_group(pipeline, 20, sig=None))
         if flink is not None:
             step("flink", lambda: stop_group(flink, 20, sig=None))
+        if self.remediation is not None:
+            step("remediation", self.remediation.stop)
         for t in threads:
             t.join(15)
         step("fault producers", self._kill_fault_children)
@@ -582,14 +612,20 @@ class Demo:
             proc.kill()
 
     def _abort_hanging(self) -> None:
-        """On a user's cluster, end the hanging transactions the demo made (as the runbook does)."""
+        """On a user's cluster, end the hanging transactions the demo made (as the runbook does):
+        `txnwatch abort` by the demo's transactional id, which nothing else uses; what it does not
+        see yet (the broker counts a transaction hanging only past its transaction.max.timeout.ms,
+        15 min by default) by its exact producer id and epoch through kafka-python."""
+        left = [h for h in self.hanging_made.made if not self._abort_with_txnwatch(h)]
+        if not left:
+            return
         from kafka import KafkaAdminClient
         from kafka.admin._transactions import AbortTransactionSpec
         from kafka.structs import TopicPartition
 
         admin = KafkaAdminClient(bootstrap_servers=self.bootstrap.split(","), client_id="txnwatch-demo")
         try:
-            for h in self.hanging_made.made:
+            for h in left:
                 try:
                     admin.abort_transaction(AbortTransactionSpec(TopicPartition(h.topic, h.partition),
                                                                  h.producer_id, h.producer_epoch))
@@ -600,6 +636,25 @@ class Demo:
                              f"{h.topic} --partition {h.partition} --start-offset {h.offset}")
         finally:
             admin.close()
+
+    def _abort_with_txnwatch(self, h) -> bool:
+        """End one hanging transaction the demo made with `txnwatch abort`; False when the
+        command did not (nothing reads the outbox any more: it waits 5 s, not 30)."""
+        from .remediation import abort_argv, find_made, parse_report, result_on
+
+        argv = abort_argv(self.txnwatch(), self.bootstrap, ["--transactional-id", h.transactional_id],
+                          audit_log=str(self.state / "abort-audit.jsonl"), wait_seconds=5)
+        try:
+            out = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        except subprocess.TimeoutExpired:
+            return False
+        report = parse_report(out)
+        result = result_on(report and find_made(report, h.producer_id, h.topic, h.partition), h.topic, h.partition)
+        if result is None or result["outcome"] not in ("aborted", "already_ended"):
+            return False
+        self.say(f"txnwatch abort ended the demo's hanging transaction on {h.topic}-{h.partition} "
+                 f"({result['outcome']}; audit trail: {self.state}/abort-audit.jsonl)")
+        return True
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -621,6 +676,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help=f"skip the PyFlink job with the exactly-once KafkaSink ({FLINK_APP}, in .venv-flink)")
     p.add_argument("--no-prometheus", action="store_true", help="skip Prometheus")
     p.add_argument("--fault-interval", type=float, default=10.0, help="seconds between faults (0: none)")
+    p.add_argument("--abort-hanging-after", type=float, default=30.0,
+                   help="end the hanging transaction with `txnwatch abort` once its alerts (KafkaTransactionHanging "
+                        "and, for the outbox, KafkaReadCommittedConsumerBlocked) have fired this many seconds; "
+                        "without Prometheus, once the exporter has shown it that long (0: never)")
     p.add_argument("--poll-interval", type=float, default=5.0)
     p.add_argument("--hanging-threshold", type=float, default=20.0,
                    help="seconds an LSO may stall before a read_committed group counts as blocked")

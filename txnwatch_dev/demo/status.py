@@ -19,8 +19,10 @@ def outbox_status(m: Metrics, group: str) -> str:
         return f"outbox {group}: no committed offsets yet"
     ru = {(lbl["topic"], lbl["partition"]): v for lbl, v in
           m.select("kafka_consumergroup_read_uncommitted_lag_offsets", group=group)}
+    # where the LSO is at the HWM, a lag vs HWM above the lag vs LSO is transaction markers
     behind = sorted((lbl["topic"], lbl["partition"]) for lbl, v in rc
-                    if ru.get((lbl["topic"], lbl["partition"]), 0) > v)
+                    if ru.get((lbl["topic"], lbl["partition"]), 0) > v
+                    and m.get_value("kafka_partition_lso_lag_offsets", topic=lbl["topic"], partition=lbl["partition"]) != 0)
     hanging = [f"{t}-{p}" for t, p in behind
                if (m.get_value("kafka_transaction_hanging", topic=t, partition=p) or 0) > 0]
     if hanging:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -40,6 +41,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "two naming strategies in one job share its start-up and its checkpoints")
     p.add_argument("--checkpoint-dir", help="a directory for retained checkpoints (default: Flink's, in memory)")
     p.add_argument("--restore", help="a retained checkpoint (chk-N directory) to resume from")
+    p.add_argument("--stall-while", metavar="FILE",
+                   help="subtask 0's map waits at its next record while FILE exists (and creates FILE.waiting "
+                        "then): its checkpoint barrier waits behind it, the other subtasks go on")
     p.add_argument("--jars", default=os.environ.get("TXNWATCH_FLINK_JARS", ""),
                    help="the connector's jars, os.pathsep-separated (default: $TXNWATCH_FLINK_JARS)")
     args = p.parse_args(argv)
@@ -104,7 +108,8 @@ def build(env, args: argparse.Namespace) -> None:
               .set_property("isolation.level", "read_committed")
               .build())
     upper = (env.from_source(source, WatermarkStrategy.no_watermarks(), "kafka-in")
-             .map(lambda v: v.upper(), output_type=Types.STRING())
+             .map(_stallable_upper()(args.stall_while) if args.stall_while else lambda v: v.upper(),
+                  output_type=Types.STRING())
              .name("upper"))
     # PyFlink's builder has no setter for the naming strategy: the Java builder's, via py4j.
     strategy = get_gateway().jvm.org.apache.flink.connector.kafka.sink.TransactionNamingStrategy
@@ -121,6 +126,31 @@ def build(env, args: argparse.Namespace) -> None:
                    .set_property("transaction.timeout.ms", str(args.timeout_ms)))
         builder._j_builder.setTransactionNamingStrategy(strategy.valueOf(naming.upper()))
         upper.sink_to(builder.build()).name(f"kafka-out-{prefix}")
+
+
+def _stallable_upper():
+    """The map of --stall-while (a class made here: pyflink is imported only once the job is built)."""
+    from pyflink.datastream.functions import MapFunction
+
+    class StallableUpper(MapFunction):
+        """Upper-case; subtask 0 waits while `held` exists. A checkpoint triggered meanwhile
+        cannot complete, while the other subtasks' sinks pre-commit for it and go on writing."""
+
+        def __init__(self, held: str) -> None:
+            self.held = held
+            self.subtask = -1
+
+        def open(self, runtime_context) -> None:
+            self.subtask = runtime_context.get_index_of_this_subtask()
+
+        def map(self, value):
+            if self.subtask == 0 and os.path.exists(self.held):
+                open(self.held + ".waiting", "a").close()
+                while os.path.exists(self.held):
+                    time.sleep(0.05)
+            return value.upper()
+
+    return StallableUpper
 
 
 def main(argv: list[str] | None = None) -> int:

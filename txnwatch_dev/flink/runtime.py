@@ -3,6 +3,7 @@
     jars = connector_jars()          # flink-connector-kafka + kafka-clients, PyFlink's lib removed
     job = FlinkJob(workdir).start(bootstrap, "in", "out", "prefix", checkpoint_ms=2000)
     job.latest_checkpoint()          # the newest retained chk-N directory (for --restore)
+    job.rest("/jobs/overview")       # the mini-cluster's REST API (checkpoints in flight, ...)
     job.kill(); job.start(..., restore=...); job.stop()
 
 PyFlink pins clash with PySpark's, so PyFlink lives in its own venv, `.venv-flink`
@@ -27,6 +28,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 import zipfile
 from pathlib import Path
 
@@ -144,11 +146,13 @@ class FlinkJob:
         self.log_path: Path | None = None
         self.started_in: float | None = None   # seconds from spawn to "running"
         self.launched_at: float | None = None  # time.monotonic() of the last spawn
+        self._rest_address: str | None = None  # host:port of the last start's REST API
 
     def command(self, bootstrap: str, input: str, output: str, prefix: str, checkpoint_ms: int = 2000,
                 timeout_ms: int = 60000, parallelism: int = 2, *, group: str | None = None,
                 naming: str = "incrementing", restore: str | os.PathLike | None = None,
-                extra_sinks: tuple[tuple[str, str, str], ...] = ()) -> list[str]:
+                extra_sinks: tuple[tuple[str, str, str], ...] = (),
+                stall_while: str | os.PathLike | None = None) -> list[str]:
         cmd = [str(python()), "-m", "txnwatch_dev.flink.job", "--bootstrap", bootstrap, "--input", input,
                "--output", output, "--prefix", prefix, "--checkpoint-ms", str(checkpoint_ms),
                "--timeout-ms", str(timeout_ms), "--parallelism", str(parallelism), "--naming", naming,
@@ -158,6 +162,8 @@ class FlinkJob:
             cmd += ["--group", group]
         if restore:
             cmd += ["--restore", str(restore)]
+        if stall_while:
+            cmd += ["--stall-while", str(stall_while)]
         for sink in extra_sinks:            # (output, prefix, naming)
             cmd += ["--extra-sink", ":".join(sink)]
         return cmd
@@ -181,6 +187,7 @@ class FlinkJob:
         self.log_path = self.workdir / f"job-{self.starts}.log"
         self.started_in = None
         self.launched_at = time.monotonic()
+        self._rest_address = None
         with open(self.log_path, "ab") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          env=env, cwd=self.workdir, start_new_session=True)
@@ -209,6 +216,17 @@ class FlinkJob:
     def flink_log(self) -> str:
         """Flink's own log (the gateway JVM's log4j file) of every start."""
         return "".join(p.read_text(errors="replace") for p in sorted((self.workdir / "flink-log").glob("*.log")))
+
+    def rest(self, path: str) -> dict:
+        """GET `path` of the mini-cluster's REST API (jobs, checkpoints, ...: Flink's docs), at the
+        address the running start logged."""
+        if self._rest_address is None:
+            found = re.findall(r"Rest endpoint listening at (\S+)", self.flink_log())
+            if not found or not self.running():
+                raise RuntimeError(f"no REST endpoint of a running job in {self.workdir / 'flink-log'}")
+            self._rest_address = found[-1]
+        with urllib.request.urlopen(f"http://{self._rest_address}{path}", timeout=10) as answer:
+            return json.loads(answer.read())
 
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

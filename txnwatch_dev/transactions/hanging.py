@@ -99,7 +99,8 @@ def make_hanging_transaction(bootstrap: str, topic: str, partition: int = 0,
     """Open a transaction on `topic`-`partition` that the coordinator never added (see the
     module doc). `verification`: 'off-for-the-write' turns the leader's transaction
     verification off around the write (brokers 3.6+), 'keep' leaves it as it is."""
-    tid = transactional_id or f"txnwatch-hanging-{topic}-{partition}"
+    # not of the form <prefix>-<n>-<n>, which reads as a Flink sink's id (app rules)
+    tid = transactional_id or f"txnwatch-hanging.{topic}.{partition}"
     with Connection(*split(bootstrap.split(",")[0])) as first:
         meta = first.call(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
                                           allow_auto_topic_creation=False), MetadataResponse, 4)

@@ -14,6 +14,10 @@ step, each app's ids writing one record per transaction to a partition of its ow
               first's commit fails (fenced), the second commits
   fence-idle  the first commits, a second instance initialises while it is idle: the first's
               next transaction fails, the second commits
+  restart     3 commits, 2 client aborts (the last one just before the exit), the process
+              exits and a new one starts at once (a re-init: under TV2 the client's own abort
+              bumps the epoch as a fence's does); then a second instance initialises while the
+              restarted one has a transaction open (the one fence)
   timeout     a producer (transaction.timeout.ms 3 s) SIGKILLed mid-transaction: the
               coordinator aborts it
   operator    (4.1+) kafka-transactions.sh forceTerminateTransaction on an open transaction
@@ -246,6 +250,21 @@ class Scenario:
         self.expect_fenced("fence-idle: the first instance's next transaction fails",
                            lambda: self.txn(first, "fence-idle"))
         self.txn(second, "fence-idle")
+
+    def restart(self) -> None:
+        first = self.new_client("restart")
+        first.init()
+        for outcome in ("commit", "commit", "abort", "commit", "abort"):
+            self.txn(first, "restart", outcome)
+        first.close()
+        restarted = self.new_client("restart")    # a new process, started once the first exited
+        self.take_over(restarted, "restart")
+        restarted.begin()
+        restarted.send(TOPIC, self.partition("restart"), "zombie")
+        second = self.new_client("restart")
+        self.take_over(second, "restart")         # fences the restarted one: its transaction is aborted
+        self.expect_fenced("restart: the restarted instance's commit fails", restarted.commit)
+        self.txn(second, "restart")
 
     def take_over(self, client: TxnClient, step: str) -> None:
         """Another instance's init_transactions, with the coordinator's state of the id right

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-STEPS = ("commits", "fence-open", "fence-idle", "timeout", "operator", "hanging")
+STEPS = ("commits", "fence-open", "fence-idle", "restart", "timeout", "operator", "hanging")
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,9 @@ EXPECTED = {
     "commits": Counts(committed=3, aborted=2, expired=1),
     "fence-open": Counts(committed=1, aborted=1, new_instance=1, expired=1),
     "fence-idle": Counts(committed=2, reinit=1, expired=1),
+    # the client's own abort (under TV2 an epoch bump like a fence's), its process's restart (a
+    # re-init), then a second instance cutting the restarted one's transaction off (the fence)
+    "restart": Counts(committed=4, aborted=3, new_instance=1, reinit=1, expired=1),
     "timeout": Counts(aborted=1, timeout=1, expired=1),
     "operator": Counts(aborted=1, operator=1, expired=1),
     # the hanging transaction never reaches the coordinator's log: nothing to count there

@@ -5,8 +5,10 @@ epoch bumps and config risks. No I/O; time is always an argument."""
 from __future__ import annotations
 
 import itertools
+import shlex
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ...kafka.answers import (
     ActiveProducer,
@@ -88,6 +90,69 @@ def group_lags(committed: Iterable[tuple[str, str, int, int]],
     return out
 
 
+# ------------------------------------------------------------------ lag that is only markers
+# A commit or abort marker takes an offset of its own, which no consumer ever receives: a
+# read_committed consumer that commits the offset after its last record sits one marker below
+# the LSO for good. Small gaps that have not moved since the last poll are read once (by a
+# read_committed consumer: it reaches the LSO without a record) and their verdict applied.
+# "Small": one marker per transaction end, so a few back-to-back ends, read in one small fetch.
+# (The help of kafka_consumergroup_read_committed_lag_offsets and docs/exporter.md name it.)
+MARKER_GAP_MAX_OFFSETS = 5
+
+MarkerGap = tuple[str, int, int, int]    # (topic, partition, committed offset, LSO)
+
+
+def steady_marker_gaps(groups: Iterable[GroupLag], partitions: Mapping[TP, PartitionState],
+                       previous_groups: Iterable[GroupLag], previous_partitions: Mapping[TP, PartitionState],
+                       max_offsets: int = MARKER_GAP_MAX_OFFSETS) -> set[MarkerGap]:
+    """The gaps between a group's committed offset and the LSO that may hold only markers:
+    `groups` as group_lags made them (lag against the LSO), at most `max_offsets` wide, with
+    the same committed offset and the same LSO as at the last poll (a consumer still reading
+    moves on by itself)."""
+    small = [g for g in groups if 0 < g.lag_read_committed <= max_offsets]
+    if not small:
+        return set()
+    before = {(g.group, g.topic, g.partition): g.committed for g in previous_groups}
+    out = set()
+    for g in small:
+        tp = (g.topic, g.partition)
+        now, then = partitions.get(tp), previous_partitions.get(tp)
+        if now is None or then is None or now.last_stable_offset != then.last_stable_offset:
+            continue
+        if before.get((g.group, g.topic, g.partition)) == g.committed:
+            out.add((g.topic, g.partition, g.committed, now.last_stable_offset))
+    return out
+
+
+def marker_gaps_to_read(steady: Iterable[MarkerGap], verdicts: Mapping[MarkerGap, bool],
+                        max_partitions: int) -> list[MarkerGap]:
+    """The steady gaps without a verdict yet, sorted, from at most `max_partitions` partitions
+    (one read per partition answers all of its gaps)."""
+    out: list[MarkerGap] = []
+    seen: set[TP] = set()
+    for gap in sorted(k for k in steady if k not in verdicts):
+        tp = gap[:2]
+        if tp not in seen and len(seen) >= max_partitions:
+            continue
+        seen.add(tp)
+        out.append(gap)
+    return out
+
+
+def with_marker_gaps(groups: list[GroupLag], verdicts: Mapping[MarkerGap, bool]) -> list[GroupLag]:
+    """`groups` (as group_lags made them) with a read_committed lag of 0 where the gap to the
+    LSO was found to hold only markers; the gap's width is kept as marker_offsets."""
+    if not any(verdicts.values()):
+        return groups
+    out = []
+    for g in groups:
+        gap = (g.topic, g.partition, g.committed, g.committed + g.lag_read_committed)
+        if g.lag_read_committed > 0 and verdicts.get(gap):
+            g = g._replace(lag_read_committed=0, marker_offsets=g.lag_read_committed)
+        out.append(g)
+    return out
+
+
 def blocked_groups(groups: Iterable[GroupLag], partitions: Mapping[TP, PartitionState],
                    min_stall_seconds: float = 0.0) -> list[GroupLag]:
     """read_committed groups sitting on a partition whose LSO is stalled: they cannot read
@@ -102,9 +167,12 @@ def blocked_groups(groups: Iterable[GroupLag], partitions: Mapping[TP, Partition
 
 # ------------------------------------------------------------------ KIP-664 derived
 def open_transactions(descriptions: Iterable[TxnDescription], app_of: Callable[[str], str],
-                      now_ms: int) -> list[OpenTransaction]:
+                      now_ms: int, states: Mapping[str, StateSeen] | None = None,
+                      last_append_ms: Mapping[str, int] | None = None) -> list[OpenTransaction]:
     """Open transactions with age and timeout headroom (start + timeout - now), oldest first.
-    Two-phase-commit transactions (KIP-939) have no headroom: their timeout is never applied."""
+    Two-phase-commit transactions (KIP-939) have no headroom: their timeout is never applied.
+    `states` (state_since) and `last_append_ms` (last_appends) give each its signs of life."""
+    states, last_append_ms = states or {}, last_append_ms or {}
     out = []
     for d in descriptions:
         if d.state not in OPEN_STATES:
@@ -112,10 +180,61 @@ def open_transactions(descriptions: Iterable[TxnDescription], app_of: Callable[[
         known = d.start_ms >= 0
         age = (now_ms - d.start_ms) / 1000 if known else None
         headroom = (d.start_ms + d.timeout_ms - now_ms) / 1000 if known and not is_two_phase(d.timeout_ms) else None
+        seen = states.get(d.transactional_id)
+        appended = last_append_ms.get(d.transactional_id)
         out.append(OpenTransaction(d.transactional_id, app_of(d.transactional_id), d.producer_id,
                                    d.producer_epoch, d.state, d.start_ms, d.timeout_ms,
-                                   tuple(sorted(d.partitions)), age, headroom))
+                                   tuple(sorted(d.partitions)), age, headroom,
+                                   None if seen is None else max(0.0, (now_ms - seen.since_ms) / 1000),
+                                   None if appended is None else max(0.0, (now_ms - appended) / 1000)))
     out.sort(key=lambda t: (t.start_ms < 0, t.start_ms))
+    return out
+
+
+class StateSeen(NamedTuple):
+    """An open transaction's coordinator state as the polls saw it, and since when."""
+
+    state: tuple[str, int, int, frozenset[TP]]    # status, producer id, epoch, partitions
+    start_ms: int
+    since_ms: int
+
+
+def state_since(previous: Mapping[str, StateSeen], descriptions: Iterable[TxnDescription],
+                now_ms: int) -> dict[str, StateSeen]:
+    """When each open transaction's coordinator state last changed, as far as polls can tell
+    (DescribeTransactions has no last-update time): the time a poll first saw that state. A
+    transaction no earlier poll saw counts from its start, the earliest its state can date from
+    (so an exporter restart does not make a stuck transaction look alive). Only this poll's
+    open ids are kept: ids no longer open are forgotten."""
+    out = {}
+    for d in descriptions:
+        if d.state not in OPEN_STATES:
+            continue
+        state = (d.state, d.producer_id, d.producer_epoch, d.partitions)
+        prev = previous.get(d.transactional_id)
+        if prev is not None and prev.start_ms == d.start_ms:
+            since = prev.since_ms if prev.state == state else now_ms
+        else:
+            since = min(d.start_ms, now_ms) if d.start_ms >= 0 else now_ms
+        out[d.transactional_id] = StateSeen(state, d.start_ms, since)
+    return out
+
+
+def last_appends(descriptions: Iterable[TxnDescription], producers: Iterable[ActiveProducer]) -> dict[str, int]:
+    """Each open transaction's producer's latest append (DescribeProducers' last timestamp, ms)
+    on any of its partitions that a leader described with a transaction of it open there."""
+    latest: dict[tuple[str, int, int], int] = {}
+    for p in producers:
+        if p.txn_start_offset >= 0 and p.last_timestamp_ms >= 0:
+            key = (p.topic, p.partition, p.producer_id)
+            latest[key] = max(latest.get(key, p.last_timestamp_ms), p.last_timestamp_ms)
+    out = {}
+    for d in descriptions:
+        if d.state not in OPEN_STATES:
+            continue
+        seen = [latest[k] for k in ((t, p, d.producer_id) for t, p in d.partitions) if k in latest]
+        if seen:
+            out[d.transactional_id] = max(seen)
     return out
 
 
@@ -158,6 +277,60 @@ def find_hanging(candidates: Iterable[ActiveProducer], txn_id_of_pid: Mapping[in
                                       c.txn_start_offset, (now_ms - c.last_timestamp_ms) / 1000, tid,
                                       reason))
     return out
+
+
+# How a hanging transaction ended, as far as the coordinator's state of its id says.
+ENDED_BY_PRODUCER, ENDED_BY_COORDINATOR, ENDED_BY_MARKERS, ENDED_UNKNOWN = "producer", "coordinator", "markers", "unknown"
+HANGING_ENDED_KEPT = 20     # the latest ends the page lists
+
+
+@dataclass(frozen=True, slots=True)
+class HangingSeen:
+    """A hanging transaction as the last poll saw it, with what its id's coordinator held then."""
+
+    hanging: HangingTransaction
+    coordinator: TxnDescription | None
+
+
+def hanging_key(h: HangingTransaction) -> tuple[str, int, int, int]:
+    return h.topic, h.partition, h.producer_id, h.start_offset
+
+
+def hanging_gone(previous: Mapping[tuple, HangingSeen], current: Iterable[HangingTransaction],
+                 partitions: Mapping[TP, PartitionState], unavailable: Mapping[TP, str]) -> list[HangingSeen]:
+    """The last poll's hanging transactions that ended since: not hanging any more, their
+    partition read this poll and its LSO past their first offset (not merely unread)."""
+    now = {hanging_key(h) for h in current}
+    out = []
+    for key, seen in previous.items():
+        tp = key[:2]
+        p = partitions.get(tp)
+        if key in now or tp in unavailable or p is None or p.last_stable_offset <= seen.hanging.start_offset:
+            continue
+        out.append(seen)
+    return out
+
+
+def how_hanging_ended(seen: HangingSeen, after: TxnDescription | None, now_ms: int) -> str:
+    """Who wrote the marker that ended a hanging transaction. The coordinator writes markers
+    for its id's current producer only, when a transaction of it ends: if its state for that
+    producer did not change while the hanging one ended, the markers were written straight to
+    the partition (an operator's abort: `txnwatch abort`, `kafka-transactions.sh abort`).
+    If a later transaction of the same producer ended, its markers closed the partition too:
+    the coordinator's, when that one was aborted past its timeout, else the producer's."""
+    h, before = seen.hanging, seen.coordinator
+    if h.producer_id < 0:
+        return ENDED_UNKNOWN                  # found by a stalled LSO: no producer to ask about
+    if after is None or after.producer_id != h.producer_id or _same_state(before, after):
+        return ENDED_BY_MARKERS
+    timed_out = after.state in ("PrepareAbort", "CompleteAbort") and after.start_ms >= 0 \
+        and after.start_ms + after.timeout_ms < now_ms
+    return ENDED_BY_COORDINATOR if timed_out else ENDED_BY_PRODUCER
+
+
+def _same_state(before: TxnDescription | None, after: TxnDescription) -> bool:
+    return before is not None and (before.producer_id, before.producer_epoch, before.state, before.start_ms) == \
+        (after.producer_id, after.producer_epoch, after.state, after.start_ms)
 
 
 def lso_hanging(partitions: Mapping[TP, PartitionState], threshold_seconds: float) -> list[HangingTransaction]:
@@ -285,11 +458,20 @@ def txn_log_partition_of(transactional_id: str, partitions: int) -> int:
 
 # ------------------------------------------------------------------ config risks
 def abort_command(h: HangingTransaction, bootstrap: str = "<bootstrap>", secured: bool = False) -> str:
-    """The runbook's command that ends a hanging transaction (writes the abort marker). On a
-    secured cluster the tool needs an admin's client settings: `--command-config` names them."""
-    return (f"kafka-transactions.sh --bootstrap-server {bootstrap}"
-            f"{' --command-config admin.properties' if secured else ''} abort --topic {h.topic} "
-            f"--partition {h.partition} --start-offset {h.start_offset}")
+    """The command that ends a hanging transaction: `txnwatch abort` on its partition, a dry
+    run (what it pins, who waits behind it, what the abort discards) until `--yes` is added.
+    On a secured cluster it needs an admin's client settings: a configuration file of its own."""
+    return f"txnwatch abort {_abort_where(bootstrap, secured)} --partition {h.topic}:{h.partition}"
+
+
+def abort_app_command(app: str, bootstrap: str = "<bootstrap>", secured: bool = False) -> str:
+    """The dry run of `txnwatch abort` on every open transaction of one app (quoted for a shell:
+    app names come from transactional ids, which may hold anything)."""
+    return f"txnwatch abort {_abort_where(bootstrap, secured)} --app {shlex.quote(app)}"
+
+
+def _abort_where(bootstrap: str, secured: bool) -> str:
+    return "--config admin.yaml" if secured else f"--bootstrap-servers {bootstrap}"
 
 
 @dataclass(frozen=True)
@@ -390,7 +572,8 @@ def _hanging_findings(r: PollReading) -> list[Finding]:
         out.append(Finding("critical", "hanging",
                            f"hanging transaction on {h.topic}-{h.partition} at offset {h.start_offset} "
                            f"({age}, {h.reason}){who}: read_committed consumers are blocked; once sure no "
-                           f"producer will end it, abort it: {abort_command(h, r.bootstrap, r.secured)}"))
+                           f"producer will end it, abort it (a dry run until --yes is added): "
+                           f"{abort_command(h, r.bootstrap, r.secured)}"))
     return out
 
 

@@ -16,12 +16,20 @@ from ...apps import AppResolver
 from ...config import IN_PROCESS_POLL_INTERVAL, ClusterConfig
 from ...kafka.admin import KafkaIO
 from ...kafka.answers import ActiveProducer, ClusterFacts, TxnDescription, TxnListing
-from ...kafka.errors import PollError, classify, one_line
+from ...kafka.errors import TIMEOUT, PollError, classify, one_line
 from ...kafka.kip664 import TransactionAPI
 from ...kafka.login import explain as explain_failure
 from ...sharding import WHOLE, ClusterShare
 from ..health import HealthTracker
-from ..model import TP, ClusterSnapshot, HangingTransaction, OpenTransaction, PartitionState
+from ..model import (
+    TP,
+    ClusterSnapshot,
+    GroupLag,
+    HangingEnded,
+    HangingTransaction,
+    OpenTransaction,
+    PartitionState,
+)
 from . import derive
 from .access_probe import AccessProbe
 from .schedule import poll_period, wait_before_next_poll
@@ -33,6 +41,8 @@ CAPABILITY_RECHECK_POLLS = 40
 REPLAN_SECONDS = 1.0          # a poll timed to the scrapes re-plans at least this often while it waits
 DURATIONS_KEPT = 5            # polls whose median duration plans the next one
 PREV_EPOCHS_LIMIT = 100_000   # ids whose last (producer id, epoch) the poller keeps for epoch bumps
+MARKER_READS_PER_POLL = 100   # partitions read per poll for gaps of markers below the LSO (the rest next poll)
+MARKER_READ_SECONDS = 2.0     # at most this (and poll_timeout_seconds) per poll for those reads
 
 
 class ClusterPoller:
@@ -66,9 +76,17 @@ class ClusterPoller:
         self._prev_partitions: dict = {}
         self._prev_groups: list = []
         self._lso_ts: dict[tuple[str, int, int], float] = {}
+        self._marker_verdicts: dict[derive.MarkerGap, bool] = {}   # steady gaps read: only markers?
         self._prev_epochs: dict[str, tuple[int, int]] = {}
         self._prev_open: set[str] = set()
+        self._states: dict[str, derive.StateSeen] = {}   # open id -> its coordinator state, since when
         self._epoch_bumps: dict[str, int] = {}
+        # hanging transactions as last seen (with their ids' coordinator state then), and how
+        # those that ended did: (app, how) -> count, and the latest ends
+        self._hanging_seen: dict[tuple, derive.HangingSeen] = {}
+        self._coordinators_of_hanging: dict[str, TxnDescription] = {}
+        self._hanging_ended: dict[tuple[str, str], int] = {}
+        self._hanging_ended_recent: deque[HangingEnded] = deque(maxlen=derive.HANGING_ENDED_KEPT)
         self._capabilities: dict[str, bool] = {}
         self._group_types: dict[str, tuple[str, ...]] = {}
         self._features: dict[str, int] = {}
@@ -99,8 +117,8 @@ class ClusterPoller:
             committed = [c for c in committed if owns(c[1], c[2])]
         # groups whose coordinator did not answer keep their last lags, named as such
         groups_unavailable = dict(self.io.groups_left_out)
-        groups = derive.with_groups_unavailable(derive.group_lags(committed, partitions), self._prev_groups,
-                                                groups_unavailable)
+        lags = self._without_marker_gaps(derive.group_lags(committed, partitions), partitions)
+        groups = derive.with_groups_unavailable(lags, self._prev_groups, groups_unavailable)
 
         if self.polls % max(cfg.describe_configs_every, 1) == 0:
             try:
@@ -120,6 +138,7 @@ class ClusterPoller:
                                                      cfg.default_transaction_max_timeout_ms)
         if method == "lso_stall":
             hanging = derive.lso_hanging(partitions, threshold)
+        self._note_hanging_ends(hanging, partitions, unavailable, now)
         blocked = derive.blocked_groups(groups, partitions, min_stall_seconds=min(threshold, 60))
         findings = derive.config_findings(derive.PollReading(
             facts, stall_warning_seconds=min(threshold, 60), open_transactions=open_txns, hanging=hanging,
@@ -142,7 +161,9 @@ class ClusterPoller:
             findings=tuple(findings), group_types=MappingProxyType(dict(self._group_types)),
             features=MappingProxyType(dict(self._features)), txn_log=md.txn_log, degraded=md.degraded,
             unavailable=MappingProxyType(unavailable), missing_brokers=MappingProxyType(missing),
-            groups_unavailable=MappingProxyType(groups_unavailable))
+            groups_unavailable=MappingProxyType(groups_unavailable),
+            hanging_ended=MappingProxyType(dict(self._hanging_ended)),
+            hanging_ended_recent=tuple(self._hanging_ended_recent))
 
     def _refresh_group_facts(self) -> None:
         """Groups by type and the finalized features, with the broker configs' cadence: share
@@ -170,6 +191,30 @@ class ClusterPoller:
         self._lso_ts.update(got)
         for k in wanted[:1000]:
             self._lso_ts.setdefault(k, now)  # no record readable: remember first observation
+
+    def _without_marker_gaps(self, groups: list[GroupLag], partitions: Mapping[TP, PartitionState]) -> list[GroupLag]:
+        """Group lags with a read_committed lag of 0 where only transaction markers lie between
+        the committed offset and the LSO. Each small gap that has not moved since the last
+        poll is read once; its verdict is kept until either offset moves."""
+        steady = derive.steady_marker_gaps(groups, partitions, self._prev_groups, self._prev_partitions)
+        self._marker_verdicts = {k: v for k, v in self._marker_verdicts.items() if k in steady}
+        wanted = derive.marker_gaps_to_read(steady, self._marker_verdicts, MARKER_READS_PER_POLL)
+        if wanted:
+            self._read_marker_gaps(wanted)
+        return derive.with_marker_gaps(groups, self._marker_verdicts)
+
+    def _read_marker_gaps(self, wanted: list[derive.MarkerGap]) -> None:
+        timeout = min(MARKER_READ_SECONDS, self.cfg.poll_timeout_seconds)
+        try:
+            verdicts, failed = self.io.read_marker_gaps(wanted, timeout)
+        except Exception as exc:  # noqa: BLE001 - the lags stay as ListOffsets gave them
+            self.health.count_error("marker_gaps_" + classify(exc))
+            return
+        self._marker_verdicts.update(verdicts)
+        # a refused read (an ACL) is not tried again every poll, one that ran out of time is
+        self._marker_verdicts.update({gap: False for gap, cause in failed.items() if cause != TIMEOUT})
+        for cause in sorted(set(failed.values())):
+            self.health.count_error("marker_gaps_" + cause)
 
     def _transactions(self, partitions: Mapping[TP, PartitionState], facts: ClusterFacts, now: float,
                       unavailable: Mapping[TP, str],
@@ -221,10 +266,13 @@ class ClusterPoller:
         descriptions = self.txn_api.describe_transactions(sorted(open_ids | ended))
         self._count_epoch_bumps(descriptions.values())
         self._prev_open = open_ids
+        # (an open transaction's partitions hold their LSO: its producer's appends are among these)
         producers = self.txn_api.describe_producers(derive.hanging_may_hold(partitions, unavailable))
         self.access.observe_kip664(listings, producers)
+        self._states = derive.state_since(self._states, descriptions.values(), now_ms)
         max_ms = facts.transaction_max_timeout_ms or self.cfg.default_transaction_max_timeout_ms
-        return (derive.open_transactions(descriptions.values(), self.resolver, now_ms),
+        return (derive.open_transactions(descriptions.values(), self.resolver, now_ms, self._states,
+                                         derive.last_appends(descriptions.values(), producers)),
                 self._hanging(derive.hanging_candidates(producers, max_ms, now_ms), now_ms))
 
     def _open_listings(self) -> list[TxnListing]:
@@ -244,10 +292,44 @@ class ClusterPoller:
         """Which of the candidates hang: their transactional ids and what the coordinators
         say of them (kafka-transactions.sh find-hanging)."""
         if not candidates:
+            self._coordinators_of_hanging = {}
             return []
         pid_map = self.txn_api.pids_to_ids(c.producer_id for c in candidates)
         described = self.txn_api.describe_transactions(set(pid_map.values()))
+        self._coordinators_of_hanging = described   # what their coordinators held: how they end tells
         return derive.find_hanging(candidates, pid_map, described, now_ms)
+
+    def _note_hanging_ends(self, hanging: list[HangingTransaction], partitions: Mapping[TP, PartitionState],
+                           unavailable: Mapping[TP, str], now: float) -> None:
+        """Count the hanging transactions of the last poll that ended since, by how (one
+        DescribeTransactions of their ids, only when some ended); remember this poll's."""
+        gone = derive.hanging_gone(self._hanging_seen, hanging, partitions, unavailable)
+        undecided = self._count_hanging_ends(gone, now) if gone else []
+        held = self._coordinators_of_hanging
+        self._hanging_seen = {derive.hanging_key(h): derive.HangingSeen(h, held.get(h.transactional_id or ""))
+                              for h in hanging}
+        self._hanging_seen.update({derive.hanging_key(g.hanging): g for g in undecided})
+
+    def _count_hanging_ends(self, gone: list[derive.HangingSeen], now: float) -> list[derive.HangingSeen]:
+        """Count each end; those whose ids could not be described are decided at the next poll."""
+        ids = sorted({g.hanging.transactional_id for g in gone if g.hanging.transactional_id})
+        try:
+            after = self.txn_api.describe_transactions(ids) if ids else {}
+        except PollError as exc:
+            self.health.count_error(exc.cause)
+            return gone
+        for g in gone:
+            tid = g.hanging.transactional_id
+            how = derive.how_hanging_ended(g, after.get(tid) if tid else None, int(now * 1000))
+            app = self.resolver(tid) if tid else "unknown"
+            self._hanging_ended[(app, how)] = self._hanging_ended.get((app, how), 0) + 1
+            self._hanging_ended_recent.append(HangingEnded(g.hanging, app, how, now))
+        return []
+
+    def restore_hanging_ended(self, counts) -> None:
+        """Continue the counts of an earlier poller of this cluster (a restarted worker)."""
+        for key, n in dict(counts).items():
+            self._hanging_ended[key] = max(self._hanging_ended.get(key, 0), int(n))
 
     def _count_epoch_bumps(self, described: Collection[TxnDescription]) -> None:
         """Count, per app, the ids whose epoch moved since the last poll; remember each

@@ -104,8 +104,9 @@ def _group_bodies(prefix: str, rows: list[GroupLag]) -> tuple[bytes, ...]:
 
 def render_snapshot(w: FamilyWriter, snap: ClusterSnapshot, granularity: str, id_cap: int,
                     render_open_transactions: bool = True, cluster_level: bool = True,
-                    cache: RenderCache | None = None) -> int:
-    """Write one cluster's poller snapshot. Returns how many id series were folded.
+                    cache: RenderCache | None = None) -> dict[str, int]:
+    """Write one cluster's poller snapshot. Returns {metric name: ids folded into
+    transactional_id="__other__"}.
     `cluster_level=False` (a shard other than 0 of a split cluster) leaves out the facts
     about the whole cluster, which shard 0 exports. `cache` (the worker keeps one per
     cluster) carries unchanged sample lines over from the last render."""
@@ -156,7 +157,7 @@ def _render_txn_log(w: FamilyWriter, snap: ClusterSnapshot) -> None:
 
 
 def _render_partitions_and_transactions(w: FamilyWriter, snap: ClusterSnapshot, granularity: str, id_cap: int,
-                                        render_open_transactions: bool, cache: RenderCache) -> int:
+                                        render_open_transactions: bool, cache: RenderCache) -> dict[str, int]:
     c = snap.cluster
     hanging = defaultdict(int)
     for h in snap.hanging:
@@ -172,8 +173,15 @@ def _render_partitions_and_transactions(w: FamilyWriter, snap: ClusterSnapshot, 
     cache.group_lines(w, c, snap.groups)
     for app, n in snap.epoch_bumps.items():
         w.add("kafka_transaction_epoch_bumps", {"cluster": c, "app": app}, n)
+    for (app, how), n in snap.hanging_ended.items():
+        w.add("kafka_transaction_hanging_ended", {"cluster": c, "app": app, "how": how}, n)
 
-    folded = 0
+    folded: dict[str, int] = {}
+    if snap.open_transactions is not None:
+        # the partition leaders' word on the producers: the tap cannot tell, so also beside it
+        folded["kafka_transaction_last_append_age_seconds"] = _per_id(
+            w, c, "kafka_transaction_last_append_age_seconds", id_cap,
+            ((t.app, t.transactional_id, t.last_append_age_seconds) for t in snap.open_transactions), highest=True)
     if snap.open_transactions is not None and render_open_transactions:
         per_app: dict[str, list] = defaultdict(list)
         for t in snap.open_transactions:
@@ -189,14 +197,26 @@ def _render_partitions_and_transactions(w: FamilyWriter, snap: ClusterSnapshot, 
             two_phase = sum(1 for t in txns if t.two_phase)
             if two_phase:
                 w.add("kafka_transaction_two_phase_open", lbl, two_phase)
-        series, folded = fold_ids(((t.app, t.transactional_id, t.headroom_seconds)
-                                   for t in snap.open_transactions if t.headroom_seconds is not None), id_cap)
-        best: dict[tuple[str, str], float] = {}
-        for app, tid, v in series:
-            best[(app, tid)] = min(v, best.get((app, tid), v))
-        for (app, tid), v in best.items():
-            w.add("kafka_transaction_timeout_headroom_seconds",
-                  {"cluster": c, "app": app, "transactional_id": tid}, v)
+        folded["kafka_transaction_timeout_headroom_seconds"] = _per_id(
+            w, c, "kafka_transaction_timeout_headroom_seconds", id_cap,
+            ((t.app, t.transactional_id, t.headroom_seconds) for t in snap.open_transactions))
+        folded["kafka_transaction_state_unchanged_seconds"] = _per_id(
+            w, c, "kafka_transaction_state_unchanged_seconds", id_cap,
+            ((t.app, t.transactional_id, t.state_unchanged_seconds) for t in snap.open_transactions), highest=True)
+    return folded
+
+
+def _per_id(w: FamilyWriter, cluster: str, name: str, id_cap: int, values, highest: bool = False) -> int:
+    """One series per (app, transactional id) of the (app, id, value)s whose value is known, at
+    most `id_cap`: the lowest (with `highest`, the highest) are kept, the rest fold into their
+    app's "__other__" with its lowest (highest). Returns how many ids were folded."""
+    worst = max if highest else min
+    series, folded = fold_ids((v for v in values if v[2] is not None), id_cap, highest=highest)
+    best: dict[tuple[str, str], float] = {}
+    for app, tid, v in series:
+        best[(app, tid)] = worst(v, best.get((app, tid), v))
+    for (app, tid), v in best.items():
+        w.add(name, {"cluster": cluster, "app": app, "transactional_id": tid}, v)
     return folded
 
 

@@ -3,7 +3,9 @@ canary, as one unit a worker process (or the exporter process itself) starts and
 
 from __future__ import annotations
 
+import threading
 import time
+from functools import partial
 
 from ...canary.probe import CanaryProbe, default_instance
 from ...canary.stats import render_canary
@@ -12,8 +14,10 @@ from ...kafka.login import status_of as login_status
 from ...metrics import FamilyWriter
 from ...sharding import WHOLE, ClusterShare
 from ..health import first_attempts_done, render_health
+from ..poll.derive import abort_app_command
 from ..poll.poller import ClusterPoller
 from ..poll.render import RenderCache, render_snapshot
+from ..serve.app_view import CounterWindow, advance, tap_counters
 from ..serve.collector import ExporterCollector
 from ..tap.render import render_tap
 from ..tap.source import TransactionLogTap
@@ -28,6 +32,12 @@ class ClusterRuntime:
         self.share = share
         self.poller = ClusterPoller(cfg, share=share)
         self.render_cache = RenderCache()   # used in the poll thread only
+        # the page's per-app commit rates: the tap's counters kept between digests
+        self._app_counts: CounterWindow | None = None
+        self._app_counts_lock = threading.Lock()
+        # as the findings' abort commands: a secured cluster needs an admin's settings file
+        secured = cfg.client_properties().get("security.protocol", "PLAINTEXT").upper() != "PLAINTEXT"
+        self.abort_app = partial(abort_app_command, bootstrap=cfg.bootstrap_servers, secured=secured)
         self.tap = None
         if cfg.transaction_log_tap:
             self.tap = TransactionLogTap(cfg.name, cfg.client_properties(), self.poller.resolver,
@@ -75,10 +85,20 @@ class ClusterRuntime:
 
     def digest(self) -> ClusterDigest:
         """The page's data (every partition stays in spark_view: it is in memory anyway)."""
-        return digest_of(self.poller.snapshot, self.cfg.name, self.poller.kip664_error,
-                         self.tap.view() if self.tap is not None else None,
+        tap_view = self.tap.view() if self.tap is not None else None
+        return digest_of(self.poller.snapshot, self.cfg.name, self.poller.kip664_error, tap_view,
                          canary_view=self.canary.view() if self.canary is not None else None,
-                         login=login_summary(login_status(self.cfg.client_properties())))
+                         login=login_summary(login_status(self.cfg.client_properties())),
+                         **self.app_inputs(tap_view))
+
+    def app_inputs(self, tap_view) -> dict:
+        """digest_of's inputs for the apps' view: the tap's counters read now (into the window
+        their rates come from), the app of an id, the dry-run command for an app."""
+        with self._app_counts_lock:   # in-process, page renders read it from several threads
+            if tap_view is not None and tap_view.rebuilt:
+                self._app_counts = advance(self._app_counts, tap_counters(tap_view), time.time())
+            counts = self._app_counts
+        return {"app_counts": counts, "app_of": self.poller.resolver, "abort_app": self.abort_app}
 
     def spark_view(self):
         return self.poller.snapshot
@@ -114,7 +134,8 @@ class ClusterRuntime:
         folded = render_snapshot(w, snap, self.cfg.granularity, self.cfg.max_transactional_id_series,
                                  render_open_transactions=self.tap is None, cluster_level=self.share.cluster_level,
                                  cache=self.render_cache)
-        collector.count_dropped(self.cfg.name, "kafka_transaction_timeout_headroom_seconds", "id_cap", folded)
+        for metric, n in folded.items():
+            collector.count_dropped(self.cfg.name, metric, "id_cap", n)
 
     def render_tap(self, w: FamilyWriter, collector: ExporterCollector) -> None:
         """The tap's last view (cached by view identity; headroom is as of the view)."""

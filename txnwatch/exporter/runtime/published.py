@@ -12,13 +12,15 @@ import copyreg
 import os
 import pickle
 import tempfile
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from ..health import SourceHealth
-from ..model import ClusterSnapshot, Finding, GroupLag, OpenTransaction, PartitionState
+from ..model import ClusterSnapshot, Finding, GroupLag, HangingEnded, OpenTransaction, PartitionState
+from ..serve.app_view import AppView, CounterWindow, app_views
 from ..serve.page import group_rows
 
 
@@ -108,6 +110,11 @@ class ClusterDigest:
     # groups of types without committed offsets (share, ...): (type, count, the first names)
     other_groups: tuple[tuple[str, int, tuple[str, ...]], ...] = ()
     login: LoginSummary | None = None
+    hanging_ended: tuple[HangingEnded, ...] = ()    # the latest hanging transactions seen to end
+    # per app, the most troubled first (serve/app_view.py), and how many more apps there are
+    apps: tuple[AppView, ...] = ()
+    apps_more: int = 0
+    apps_counted_since: float | None = None         # when the apps' tap counts start (None: no tap yet)
 
 
 def tap_summary(view) -> TapSummary:
@@ -125,11 +132,24 @@ def canary_summary(view) -> CanarySummary:
         sum(1 for h in view.visibility.values() if h.count))
 
 
+def with_tap_clock(txns: tuple[OpenTransaction, ...], tap_open, at: float) -> tuple[OpenTransaction, ...]:
+    """The poller's open transactions with the coordinator's clock the tap read from the log
+    (`tap_open`: its OpenTxns) where it has the id open, as of `at` (unix seconds): a log record's
+    update time is exact, a poll sees a change only when it polls (the tap wins, as on /metrics)."""
+    last = {t.transactional_id: t.last_update_ms for t in tap_open}
+    return tuple(replace(t, state_unchanged_seconds=max(0.0, at - last[t.transactional_id] / 1000))
+                 if t.transactional_id in last else t for t in txns)
+
+
 def digest_of(snap: ClusterSnapshot | None, cluster: str, kip664_error: str | None, tap_view=None,
               spark_topics: frozenset[str] | None = None, canary_view=None,
-              login: LoginSummary | None = None) -> ClusterDigest:
+              login: LoginSummary | None = None, app_counts: CounterWindow | None = None,
+              app_of: Callable[[str], str] | None = None,
+              abort_app: Callable[[str], str] | None = None) -> ClusterDigest:
     """The page digest of a snapshot (pure). `spark_topics`: None keeps every partition in
-    `spark_view` (in-process: the snapshot itself), a set keeps only those topics."""
+    `spark_view` (in-process: the snapshot itself), a set keeps only those topics. The apps'
+    view takes the tap's counters windowed (`app_counts`), the app of a transactional id
+    (`app_of`) and the dry-run command for an app (`abort_app`)."""
 
     tap = None if tap_view is None else tap_summary(tap_view)
     canary = None if canary_view is None else canary_summary(canary_view)
@@ -138,6 +158,8 @@ def digest_of(snap: ClusterSnapshot | None, cluster: str, kip664_error: str | No
     txns = None
     if snap.open_transactions is not None:
         txns = tuple(sorted(snap.open_transactions, key=lambda t: -(t.age_seconds or 0))[:TOP])
+        if tap_view is not None and tap_view.rebuilt:
+            txns = with_tap_clock(txns, tap_view.open_txns, snap.taken_at)
     stalled = sorted((p for p in snap.partitions.values() if p.stalled_since is not None),
                      key=lambda p: -p.stalled_seconds)[:TOP]
     rows, caught_up = group_rows(snap, TOP)
@@ -154,9 +176,14 @@ def digest_of(snap: ClusterSnapshot | None, cluster: str, kip664_error: str | No
         spark_view = None
     other = tuple((t, len(names), names[:TOP]) for t, names in sorted(snap.group_types.items())
                   if t not in OFFSET_GROUP_TYPES and names)
+    clocked = snap.open_transactions
+    if clocked is not None and tap_view is not None and tap_view.rebuilt:
+        clocked = with_tap_clock(tuple(clocked), tap_view.open_txns, snap.taken_at)
+    apps, apps_more = app_views(snap, cluster, clocked, app_counts, app_of, abort_app)
     return ClusterDigest(cluster, snap.taken_at, tuple(snap.findings[:TOP_FINDINGS]), txns, tuple(stalled),
                          tuple(rows), caught_up, snap.hanging_method, kip664_error, tap, canary, spark_view, other,
-                         login)
+                         login, hanging_ended=snap.hanging_ended_recent, apps=apps, apps_more=apps_more,
+                         apps_counted_since=app_counts.since if app_counts is not None else None)
 
 
 @dataclass(frozen=True)

@@ -83,6 +83,8 @@ class Worker:
         self.rt = ClusterRuntime(cfg, tap_resume_from=checkpoint.get("tap"), share=self.share)
         if checkpoint.get("epoch_bumps"):
             self.rt.poller.restore_epoch_bumps(checkpoint["epoch_bumps"])
+        if checkpoint.get("hanging_ended"):
+            self.rt.poller.restore_hanging_ended(checkpoint["hanging_ended"])
         if checkpoint.get("canary") is not None and self.rt.canary is not None:
             self.rt.canary.restore(checkpoint["canary"])
         self.dropped = _Dropped()
@@ -97,6 +99,7 @@ class Worker:
         self._last_tap_view = None
         self._last_canary_view = None
         self._epoch_bumps: dict = dict(checkpoint.get("epoch_bumps", {}))
+        self._hanging_ended: dict = dict(checkpoint.get("hanging_ended", {}))
         self._tap_checkpoint = checkpoint.get("tap")
         self._digest: ClusterDigest | None = None
         self.rt.poller.on_snapshot = self._on_snapshot
@@ -115,7 +118,8 @@ class Worker:
         folded = render_snapshot(w, snap, self.cfg.granularity, self.cfg.max_transactional_id_series,
                                  render_open_transactions=self.rt.tap is None,
                                  cluster_level=self.share.cluster_level, cache=self.rt.render_cache)
-        self.dropped.count_dropped(self.cfg.name, "kafka_transaction_timeout_headroom_seconds", "id_cap", folded)
+        for metric, n in folded.items():
+            self.dropped.count_dropped(self.cfg.name, metric, "id_cap", n)
         for metric, n in w.invalid.items():
             self.dropped.count_dropped("", metric, "invalid_value", n)
         write_atomic(self.dir / "poller.chunks", (snap.taken_at, w.chunks()))
@@ -124,12 +128,14 @@ class Worker:
         canary_view = self.rt.canary.view() if self.rt.canary is not None else None
         digest = digest_of(snap, self.cfg.name, self.rt.poller.kip664_error, tap_view,
                            spark_topics=self._spark_topics, canary_view=canary_view,
-                           login=login_summary(login_status(self.cfg.client_properties())))
+                           login=login_summary(login_status(self.cfg.client_properties())),
+                           **self.rt.app_inputs(tap_view))
         with self._lock:
             self._digest = digest
             write_atomic(self.dir / "digest", digest)
         with self._lock:
             self._epoch_bumps = dict(snap.epoch_bumps)
+            self._hanging_ended = dict(snap.hanging_ended)
 
     def _on_success(self, snap) -> None:
         # The status naming this data is written after the data and after `up` changed: the
@@ -190,7 +196,7 @@ class Worker:
 
     def _write_checkpoint(self) -> None:
         with self._lock:
-            cp = {"tap": self._tap_checkpoint, "epoch_bumps": self._epoch_bumps,
+            cp = {"tap": self._tap_checkpoint, "epoch_bumps": self._epoch_bumps, "hanging_ended": self._hanging_ended,
                   "dropped": dict(self.dropped.counts), "canary": self._last_canary_view}
             write_atomic(self.dir / "checkpoint", cp)
 

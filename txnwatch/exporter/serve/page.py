@@ -11,7 +11,10 @@ from html import escape
 
 from ... import __version__
 from ...config import IN_PROCESS_POLL_INTERVAL
-from ..model import TP, GroupLag, HangingTransaction, OpenTransaction, PartitionState
+from ...metrics import ALIVE_WITHIN_SECONDS
+from ..model import TP, GroupLag, HangingEnded, HangingTransaction, OpenTransaction, PartitionState
+from .app_section import apps_section
+from .app_view import with_spark_queries, worst_first
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1d2330;background:#f5f6f8}
@@ -46,7 +49,7 @@ def blocked_by(g: GroupLag, partition: PartitionState | None, hanging: Mapping[T
     """What keeps a read_committed group from reading up to the high watermark of one
     partition (pure): the hanging transaction, or the open transaction(s), holding the
     partition's last stable offset back. "" when nothing past the LSO is waiting."""
-    if g.lag_read_uncommitted <= g.lag_read_committed:
+    if g.lag_read_uncommitted <= g.lag_read_committed + g.marker_offsets:
         return ""
     tp = (g.topic, g.partition)
     h = hanging.get(tp)
@@ -63,6 +66,20 @@ def blocked_by(g: GroupLag, partition: PartitionState | None, hanging: Mapping[T
     return f"an open transaction ({stalled})" if stalled else "an open transaction"
 
 
+def liveness_cell(t: OpenTransaction) -> str:
+    """An open transaction's producer, alive or not, and the two clocks the words come from."""
+    words = t.liveness(_age)
+    if not words:
+        return "<td class=muted>not known</td>"
+    clocks = []
+    if t.state_unchanged_seconds is not None:
+        clocks.append(f"coordinator state unchanged {_age(t.state_unchanged_seconds)}")
+    if t.last_append_age_seconds is not None:
+        clocks.append(f"last append {_age(t.last_append_age_seconds)} ago")
+    return (f"<td{' class=bad' if words.startswith('no sign') else ''}>{escape(words)}"
+            f"<br><span class=muted>{escape('; '.join(clocks))}</span></td>")
+
+
 def group_rows(snap, limit: int = 20) -> tuple[list[tuple[GroupLag, str]], int]:
     """(group lag, blocked by) for partitions where a group has records it cannot or did not
     read yet, blocked ones first, then by lag against the HWM; and how many are caught up."""
@@ -72,6 +89,11 @@ def group_rows(snap, limit: int = 20) -> tuple[list[tuple[GroupLag, str]], int]:
             for g in snap.groups if g.lag_read_uncommitted > 0]
     rows.sort(key=lambda r: (r[1] == "", -r[0].lag_read_uncommitted, r[0].group, r[0].topic, r[0].partition))
     return rows[:limit], len(snap.groups) - len(rows)
+
+
+def group_note(g: GroupLag, blocked: str) -> str:
+    """The last column of a group's row: what blocks it, and why its lag vs LSO is 0."""
+    return "; ".join(x for x in (blocked or "not blocked", g.lag_note) if x)
 
 
 def _groups_section(digests: list[tuple[str, object]]) -> str:
@@ -93,7 +115,7 @@ def _groups_section(digests: list[tuple[str, object]]) -> str:
                     f"<td class=num>{g.committed}</td><td class=num>{g.lag_read_committed}</td>"
                     f"<td class=num>{g.lag_read_uncommitted}</td>"
                     f"<td class={'bad' if why.startswith('hanging') else 'warn' if why else 'muted'}>"
-                    f"{escape(why) or 'not blocked'}</td></tr>" for c, g, why in rows) + "</table>"
+                    f"{escape(group_note(g, why))}</td></tr>" for c, g, why in rows) + "</table>"
                 + (f"<p class=muted>{caught_up} other group partition(s) are at the high watermark.</p>"
                    if caught_up else ""))
     return ("<section><h2>Consumer groups (read_committed readers stop at the LSO)</h2>" + body
@@ -244,19 +266,25 @@ def render_page(exporter) -> str:
             f"<td>{escape(f.message)}</td></tr>" for c, f in findings[:50]) + "</table>"
         if findings else "<p class=ok>No findings: no hanging transactions, stalled LSOs or config risks.</p>")
         + "</section>")
+    out.append(_apps(exporter, digests, len(views)))
     txns.sort(key=lambda ct: -(ct[1].age_seconds or 0))
     out.append("<section><h2>Oldest open transactions</h2>" + (
         "<table><tr><th>cluster</th><th>app</th><th>transactional id</th><th>state</th><th>age</th>"
-        "<th>timeout</th><th>headroom</th></tr>" + "".join(
+        "<th>timeout</th><th>headroom</th><th>producer</th></tr>" + "".join(
             f"<tr><td>{escape(c)}</td><td>{escape(t.app)}</td><td>{escape(t.transactional_id)}</td>"
             f"<td>{escape(t.state)}</td><td class=num>{_age(t.age_seconds)}</td>"
             f"<td class=num>{'none (two-phase commit)' if t.two_phase else f'{t.timeout_ms / 1000:.0f}s'}</td>"
             f"<td class='num "
-            f"{'bad' if (t.headroom_seconds or 0) < 0 else ''}'>{_age(t.headroom_seconds)}</td></tr>"
+            f"{'bad' if (t.headroom_seconds or 0) < 0 else ''}'>{_age(t.headroom_seconds)}</td>"
+            f"{liveness_cell(t)}</tr>"
             for c, t in txns[:20]) + "</table>"
+        + "<p class=muted>Producer: alive while its last sign of life, the later of the coordinator's last "
+          "change and its last append on a partition of the transaction, is at most "
+          f"{ALIVE_WITHIN_SECONDS:.0f}s old.</p>"
         if txns else "<p class=muted>" + ("None open, or not observable on this broker (see notes)."
                                            if unobservable else "None open at the last poll.") + "</p>")
         + "</section>")
+    out.append(hanging_ended_section([(name, e) for name, d in digests for e in d.hanging_ended], now))
     stalled.sort(key=lambda cp: -cp[1].stalled_seconds)
     out.append("<section><h2>Stalled partitions (LSO below HWM)</h2>" + (
         "<table><tr><th>cluster</th><th>partition</th><th>LSO</th><th>HWM</th><th>LSO lag</th>"
@@ -275,6 +303,44 @@ def render_page(exporter) -> str:
     out.append(f"<p class=muted>Rendered {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(now))}. "
                "Scrapes never talk to Kafka: values are from each source's last poll.</p></main></body></html>")
     return "".join(out)
+
+
+HOW_ENDED = {
+    "markers": "abort markers written straight to its partition: an operator's abort (txnwatch abort, "
+               "kafka-transactions.sh abort)",
+    "producer": "its producer's next transaction ended, and its markers closed this partition too",
+    "coordinator": "its coordinator aborted its producer's next transaction at its timeout, closing this partition too",
+    "unknown": "its LSO moved (found by a stalled LSO: no producer to ask about)",
+}
+
+
+def hanging_ended_section(ended: list[tuple[str, HangingEnded]], now: float) -> str:
+    """The hanging transactions seen to end lately, and how: nothing when none did."""
+    if not ended:
+        return ""
+    ended = sorted(ended, key=lambda ce: -ce[1].at)[:20]
+    return ("<section><h2>Hanging transactions that ended</h2><table><tr><th>cluster</th><th>when</th>"
+            "<th>partition</th><th>from offset</th><th>transactional id</th><th>app</th><th>ended by</th></tr>"
+            + "".join(f"<tr><td>{escape(c)}</td><td class=num>{_age(now - e.at)} ago</td>"
+                      f"<td>{escape(e.hanging.topic)}-{e.hanging.partition}</td>"
+                      f"<td class=num>{e.hanging.start_offset}</td>"
+                      f"<td>{escape(e.hanging.transactional_id or '-')}</td><td>{escape(e.app)}</td>"
+                      f"<td>{escape(HOW_ENDED.get(e.how, e.how))}</td></tr>" for c, e in ended)
+            + "</table></section>")
+
+
+def _apps(exporter, digests: list[tuple[str, object]], clusters: int) -> str:
+    """The apps of every cluster's digest, with the Spark queries blocked behind them (only
+    this process knows the queries), the most troubled first."""
+    views = [v for _name, d in digests for v in getattr(d, "apps", ())]
+    left_out = sum(getattr(d, "apps_more", 0) for _name, d in digests)
+    spark = getattr(exporter, "spark_partitions", None)
+    if spark is not None:
+        views = with_spark_queries(views, spark()[0])
+    shown, more = worst_first(views)
+    since = [(name, d.apps_counted_since) for name, d in digests
+             if getattr(d, "apps_counted_since", None) is not None]
+    return apps_section(shown, left_out + more, _age, since, clusters)
 
 
 def _logins_paragraph(views, now: float) -> str:

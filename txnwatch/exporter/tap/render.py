@@ -36,15 +36,17 @@ def render_tap(writer: FamilyWriter, cluster: str, view: TapView, now: float | N
     for app, n in view.ids_per_app.items():
         writer.add("kafka_transactional_ids", {**c, "app": app}, n)
 
-    # open transactions: count, oldest age, timeout headroom per id (capped)
+    # open transactions: count, oldest age, timeout headroom and state unchanged per id (capped)
     # (two-phase-commit transactions, KIP-939, never time out: no headroom, ages of their own)
     open_count: dict[str, int] = dict.fromkeys(apps, 0)
     two_phase_count: dict[str, int] = {}
     oldest_start: dict[str, int] = {}
     two_phase_oldest: dict[str, int] = {}
     headrooms = []
+    unchanged = []
     for t in view.open_txns:
         open_count[t.app] = open_count.get(t.app, 0) + 1
+        unchanged.append((t.app, t.transactional_id, max(0.0, (now_ms - t.last_update_ms) / 1000.0)))
         two_phase = is_two_phase(t.timeout_ms)
         if two_phase:
             two_phase_count[t.app] = two_phase_count.get(t.app, 0) + 1
@@ -69,6 +71,12 @@ def render_tap(writer: FamilyWriter, cluster: str, view: TapView, now: float | N
         writer.add("kafka_transaction_timeout_headroom_seconds",
                    {**c, "app": app, "transactional_id": tid}, v)
     folded["kafka_transaction_timeout_headroom_seconds"] = n_folded
+    # the longest unchanged matter most: they are kept, the rest fold into their app's maximum
+    series, n_folded = fold_ids(unchanged, cap, highest=True)
+    for app, tid, v in series:
+        writer.add("kafka_transaction_state_unchanged_seconds",
+                   {**c, "app": app, "transactional_id": tid}, v)
+    folded["kafka_transaction_state_unchanged_seconds"] = n_folded
 
     # completions, durations, completion latencies
     for app in apps:

@@ -4,9 +4,10 @@ All time comes in as arguments (record timestamps from the log, `now_ms` from th
 caller); nothing here does I/O or reads a clock, so every history is unit-testable.
 
 What the coordinator writes (read in TransactionCoordinator and TransactionMetadata of
-Apache Kafka 4.4 and 3.9, and captured from real brokers of both lines with Java 4.x (TV2)
-and librdkafka (TV0) clients: tests/fixtures/txnlog/). Each line is one record, `e` the
-producer epoch, CTV the ClientTransactionVersion carried by v1 values (0 for v0 values):
+Apache Kafka 4.4 and 3.9, and captured from real brokers of both lines with the Java client
+of the same release (TV2 on 4.4, TV0 on 3.9) and librdkafka (TV0): tests/fixtures/txnlog/).
+Each line is one record, `e` the producer epoch, CTV the ClientTransactionVersion carried by
+v1 values (0 for v0 values):
 
 * InitProducerId: ``Empty(e+1)`` (start -1, no partitions), or ``Empty`` with a new producer
   id at epoch 0 when the epoch is exhausted. The first one of an id is its registration
@@ -31,6 +32,19 @@ producer epoch, CTV the ClientTransactionVersion carried by v1 values (0 for v0 
   TV0 client. A new instance's InitProducerId then completes: ``Empty(e+2)``. So under
   TV2 the abort of a fence looks like a client's abort; what tells them apart is the
   ``Empty`` that follows (new instance) or the clock (timeout).
+* A client's own EndTxn(abort), then a fresh InitProducerId (its process exits and starts
+  again, or another instance starts): under TV2 ``Ongoing(e) -> PrepareAbort(e+1) ->
+  CompleteAbort(e+1)``, later ``Empty(e+2)`` -- record for record a fence's: the same
+  epochs, CTV 2 throughout, the same partitions, start and timeout, PreviousProducerId the
+  producer id and NextProducerId -1 in both (no field says who ended a transaction). Only
+  the time from the CompleteAbort to the ``Empty`` differs: a fence's new instance got
+  CONCURRENT_TRANSACTIONS for its first InitProducerId (answered once the PrepareAbort is
+  written) and retries one retry.backoff.ms later (the Java client's: 100 ms, fixed),
+  0.1 to 0.12 s after the CompleteAbort in the captures; a restart comes once the old
+  process has exited and the new one has started and bootstrapped, 1.5 s (4.4) and 3 s
+  (3.9) for the captures' JVM. Under TV0/1 the client's abort keeps ``e`` and the restart
+  writes ``Empty(e+1)``: at an abort only the coordinator bumps (on a 4.x cluster with CTV 2
+  after the client's CTV 0 ``Ongoing``).
 
 Hence the rules, the same on every broker line and client:
 * ``timeout``: a ``PrepareAbort`` after ``Ongoing`` with the same producer id, a higher
@@ -42,19 +56,31 @@ Hence the rules, the same on every broker line and client:
 * An ``Empty`` for an id the tap already holds, with another epoch or producer id, is an
   InitProducerId after the registration. What it means depends on what it cut off:
   * ``new_instance``: it aborted a transaction that was open -- the ``Empty`` follows an
-    epoch-bumping ``PrepareAbort``/``CompleteAbort`` of an ``Ongoing`` transaction within
-    FENCE_RETRY_WINDOW_MS (the coordinator aborts, answers CONCURRENT_TRANSACTIONS, and the
-    new instance's retry lands within its backoff: 0.1 to 0.5 s in the captures). A zombie
-    was cut off mid-transaction: the event an SRE must see (it pages when it persists).
-  * a re-initialisation (``reinits``, not a fence): the id was idle -- a restart, a task
-    moved to another worker or executor, a pool's re-init. Counted apart, as churn. (Under
-    TV2 a client's own abort also bumps the epoch: an instance that aborts and is replaced
-    within the window reads as a fence of that transaction.)
+    epoch-bumping ``PrepareAbort``/``CompleteAbort`` of an ``Ongoing`` transaction as the
+    retry of the InitProducerId that caused the abort (the coordinator aborts, answers
+    CONCURRENT_TRANSACTIONS, the new instance retries after its backoff). How soon after
+    the CompleteAbort depends on who else bumps there: for a client below TV2 (the
+    ``Ongoing``'s CTV under 2) nobody, so within FENCE_RETRY_WINDOW_MS (10 s; librdkafka
+    retries after 0.5 s); for a TV2 client, whose own abort bumps too, within
+    TV2_FENCE_RETRY_WINDOW_MS (0.5 s). A zombie was cut off mid-transaction: the event an
+    SRE must see (it pages when it persists).
+  * a re-initialisation (``reinits``, not a fence): the id was idle -- a restart (also one
+    right after the client's own abort), a task moved to another worker or executor, a
+    pool's re-init. Counted apart, as churn.
   * ``operator``: an ``Empty`` whose transaction timeout changed to 30 s, the timeout
     ``Admin.fenceProducers`` sends (the admin client's request.timeout.ms, which
     ``forceTerminateTransaction`` leaves at its default): the one mark the log keeps of an
     operator's fence, open or idle. A producer restarted with its transaction.timeout.ms
     changed to exactly 30 s reads the same; one whose timeout already was 30 s does not.
+* What the log cannot tell apart (TV2 clients only): a client's own abort followed within
+  0.5 s by an InitProducerId for its id -- a producer closed and made anew in the same
+  process right after its abort, or another instance starting just then -- writes
+  ``Ongoing(e), PrepareAbort(e+1), CompleteAbort(e+1), Empty(e+2)``, CTV 2, as a fence does,
+  and counts as ``new_instance``: a fence's retry is that fast, a process's restart seldom
+  is. The other way round, a fence whose new instance retries later than 0.5 s after the
+  abort completed (a retry.backoff.ms raised past about 0.4 s, a coordinator slow to write
+  the CompleteAbort) counts as a re-init: a fence missed rather than a false page (the
+  fenced instance still gets PRODUCER_FENCED, which instrumented producers count).
 * ``PrepareEpochFence`` (7) and ``Dead`` (6) should never be in the log. A
   PrepareEpochFence after Ongoing is read like a PrepareAbort; Dead like a tombstone.
 * Expiration: the coordinator writes a tombstone (null value) for ids idle (Empty or
@@ -100,9 +126,18 @@ TIMEOUT, NEW_INSTANCE, OPERATOR = "timeout", "new_instance", "operator"
 # A Flink KafkaSink start-up that aborted a transaction its failed run left open (probing or
 # listing): counted instead of new_instance for ids of a re-initialising scheme.
 STARTUP_ABORT = "startup_abort"
+# Who bumped the epoch at the abort of an Ongoing transaction (not a timeout), as far as the log
+# says: below TV2 a client's own abort keeps the epoch, so the bump is the coordinator's, for
+# another instance's InitProducerId; a TV2 client's own abort bumps it as well.
+COORDINATOR_BUMP, TV2_BUMP = 1, 2
 # An InitProducerId that aborted an open transaction is retried by its client after the
 # abort completed (CONCURRENT_TRANSACTIONS): its Empty lands this soon after the CompleteAbort.
 FENCE_RETRY_WINDOW_MS = 10_000
+# The same for a TV2 client's transaction, where a restart after the client's own abort writes
+# the same records: the retry comes one retry.backoff.ms after the abort completed (the Java
+# client's is 100 ms, fixed: 0.12 s in the 4.4 capture), a restarted process first starts
+# up (1.5 s in that capture).
+TV2_FENCE_RETRY_WINDOW_MS = 500
 # The transaction timeout Admin.fenceProducers (forceTerminateTransaction) sends: the admin
 # client's default request.timeout.ms.
 FENCE_PRODUCERS_TIMEOUT_MS = 30_000
@@ -117,6 +152,8 @@ class OpenTxn:
     timeout_ms: int
     producer_id: int
     producer_epoch: int
+    # TransactionLastUpdateTimestampMs of the id's latest record: the coordinator's last change
+    last_update_ms: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,7 +220,7 @@ class TxnLogState:
         self._pid = array("q")
         self._start = array("q")
         self._last = array("q")
-        self._bumped_abort = array("b")    # 1 while the id's abort came from an epoch bump of an open txn
+        self._bumped_abort = array("b")    # COORDINATOR_BUMP or TV2_BUMP through an epoch-bumping abort
         self._apps: list[str] = []
         self._app_reinit: list[bool] = []  # the app's ids are of a scheme that re-initialises them
         self._app_index: dict[str, int] = {}
@@ -328,9 +365,10 @@ class TxnLogState:
         if status == EMPTY:
             if value.producer_epoch != self._epoch[s] or value.producer_id != self._pid[s]:
                 # an InitProducerId after the registration: someone took the id over
+                window = FENCE_RETRY_WINDOW_MS if bumped == COORDINATOR_BUMP else TV2_FENCE_RETRY_WINDOW_MS
                 if value.timeout_ms == FENCE_PRODUCERS_TIMEOUT_MS != self._timeout[s]:
                     self._count_fence(s, OPERATOR)
-                elif bumped and value.last_update_ms - self._last[s] <= FENCE_RETRY_WINDOW_MS:
+                elif bumped and value.last_update_ms - self._last[s] <= window:
                     # it aborted the open transaction of the instance it replaced; Flink's
                     # sink does so at start-up, by design, for what its failed run left open
                     self._count_fence(s, STARTUP_ABORT if self._app_reinit[self._app[s]] else NEW_INSTANCE)
@@ -343,8 +381,8 @@ class TxnLogState:
                 if start >= 0 and start + timeout < value.last_update_ms:
                     self._count_fence(s, TIMEOUT)
                     self._bumped_abort[s] = 0
-                else:
-                    self._bumped_abort[s] = 1    # a fence's abort, or (TV2) the client's own
+                else:    # a fence's abort; under TV2 (the Ongoing's CTV) also the client's own
+                    self._bumped_abort[s] = TV2_BUMP if self._tv[s] >= 2 else COORDINATOR_BUMP
             elif prev != PREPARE_EPOCH_FENCE:    # (a PrepareAbort after PrepareEpochFence keeps its flag)
                 self._bumped_abort[s] = 0
             return
@@ -371,7 +409,7 @@ class TxnLogState:
         out = []
         for s in self._open:
             out.append(OpenTxn(self._tids[s], self._apps[self._app[s]], TxnStatus(self._status[s]),
-                               self._start[s], self._timeout[s], self._pid[s], self._epoch[s]))
+                               self._start[s], self._timeout[s], self._pid[s], self._epoch[s], self._last[s]))
         return tuple(out)
 
     def idle_scan(self, cap: int, now_ms: int | None = None) -> IdleSummary:
