@@ -133,8 +133,11 @@ def test_a_hanging_transaction_dry_run_then_abort_then_rerun(line, own_broker, u
                   "dry run, abort, group moves")
 
 
-def test_a_live_transaction_is_refused_unless_forced(own_broker, unique, producers, tmp_path):
-    b = own_broker()
+@pytest.mark.parametrize("line", ["4.x", "3.9"])
+def test_a_live_transaction_is_refused_unless_forced(line, own_broker, unique, producers, tmp_path, request):
+    from txnwatch_dev.kafka import kafka_release
+
+    b = own_broker(release=None if line == "4.x" else kafka_release("3.9"))
     topic, tid = unique("live"), unique("live") + ".writer"
     create_topics(b.bootstrap, [topic])
     p = producers(b.bootstrap, topic, tid, action="hang", timeout_ms=120_000)
@@ -150,8 +153,8 @@ def test_a_live_transaction_is_refused_unless_forced(own_broker, unique, produce
     assert t["coordinator"]["state"] == "Ongoing" and "left of its 120s timeout" in t["liveness"]
     assert [r["outcome"] for r in t["results"]] == ["refused"]
     assert lso(b.bootstrap, topic, 0) == start
-    [line] = [json.loads(x) for x in audit.read_text().splitlines()]
-    assert (line["phase"], line["outcome"]) == ("outcome", "refused")
+    [entry] = [json.loads(x) for x in audit.read_text().splitlines()]
+    assert (entry["phase"], entry["outcome"]) == ("outcome", "refused")
 
     text = abort(b.bootstrap, "--transactional-id", tid)
     assert "REFUSED" in text.stdout and "accept with --force-live" in text.stdout, text.stdout
@@ -160,6 +163,8 @@ def test_a_live_transaction_is_refused_unless_forced(own_broker, unique, produce
     assert forced.returncode == 0, (forced.stdout, forced.stderr)
     [res] = as_json(forced)["transactions"][0]["results"]
     assert res["outcome"] == "aborted" and res["lso_after"] > start
+    compat.record(request.config, "features", line, "txnwatch abort of a live transaction",
+                  "refused, aborted with --force-live")
 
 
 def test_targets_that_name_nothing_exit_2_and_say_so(broker, unique, producers):

@@ -47,8 +47,13 @@ def commit_after_last_record(bootstrap: str, group: str, topic: str, partition: 
     return last[-1] + 1
 
 
-def test_a_gap_of_markers_reads_as_lag_zero_with_its_reason(broker, producers, unique, exporter_factory):
-    b = broker.bootstrap
+@pytest.mark.parametrize("line", ["4.x", "3.9"])
+def test_a_gap_of_markers_reads_as_lag_zero_with_its_reason(line, broker, own_broker, producers, unique,
+                                                           exporter_factory, request):
+    from tests import compat
+    from txnwatch_dev.kafka import kafka_release
+
+    b = broker.bootstrap if line == "4.x" else own_broker(release=kafka_release("3.9")).bootstrap
     topic = unique("markers")
     create_topics(b, [topic], partitions=4)
     g = {k: unique(k) for k in ("after-commit", "after-abort", "unread", "at-open")}
@@ -141,3 +146,4 @@ def test_a_gap_of_markers_reads_as_lag_zero_with_its_reason(broker, producers, u
     assert f"  {g['after-commit']} on {topic}-0 (committed 3, LSO 4): {NOTE}" in text
     assert f"  {g['after-abort']} on {topic}-1 (committed 3, LSO 7): {NOTE}" in text
     assert g["unread"] not in text
+    compat.record(request.config, "features", line, "Lag that is only markers", "0, with the reason")
