@@ -25,11 +25,12 @@ ROOT = Path(__file__).resolve().parents[1]
 STATE = "txnwatch/exporter/tap/state.py"
 DECODER = "txnwatch/exporter/tap/decoder.py"
 DERIVE = "txnwatch/exporter/poll/derive.py"
+FINDINGS = "txnwatch/exporter/poll/findings.py"
 MODEL = "txnwatch/exporter/model.py"
 TAP_TESTS = ["tests/unit/test_tap_state.py", "tests/unit/test_tap_real_records.py"]
 DECODER_TESTS = ["tests/unit/test_tap_decoder.py"]
 DERIVE_TESTS = ["tests/unit/test_derive.py"]
-GROUP_OF = {STATE: "state", DECODER: "decoder", DERIVE: "derive", MODEL: "derive"}   # --only
+GROUP_OF = {STATE: "state", DECODER: "decoder", DERIVE: "derive", FINDINGS: "derive", MODEL: "derive"}   # --only
 
 # (file, text, replacement, what it breaks, tests that must catch it)
 MUTATIONS = [
@@ -62,7 +63,7 @@ MUTATIONS = [
      "min ISR: an offline partition with its ISR listed", DERIVE_TESTS),
     (DERIVE, "return min(min_insync_replicas, replication_factor) if", "return min_insync_replicas if",
      "min ISR: no cap at the replica count", DERIVE_TESTS),
-    (DERIVE, "if t.headroom_seconds is not None and t.headroom_seconds < 0:",
+    (FINDINGS, "if t.headroom_seconds is not None and t.headroom_seconds < 0:",
      "if t.headroom_seconds is not None and t.headroom_seconds <= 0:", "headroom: past-timeout boundary moved",
      DERIVE_TESTS),
     (STATE, "TV2_BUMP if self._tv[s] >= 2 else COORDINATOR_BUMP", "COORDINATOR_BUMP",
@@ -316,35 +317,35 @@ MUTATIONS += [
     (DERIVE, "return (0 if h == -(1 << 31) else abs(h)) % partitions", "return abs(h) % partitions",
      "coordinator partition: abs of Integer.MIN_VALUE", DERIVE_TESTS),
     # -------------------------------------------------------------- derive.py: the findings
-    (DERIVE, "    out.sort(key=lambda f: f.severity != \"critical\")\n", "", "findings: not most severe first",
+    (FINDINGS, "    out.sort(key=lambda f: f.severity != \"critical\")\n", "", "findings: not most severe first",
      DERIVE_TESTS),
-    (DERIVE, "if n > MAX_NAMED_PARTITIONS else", "if n >= MAX_NAMED_PARTITIONS else",
+    (FINDINGS, "if n > MAX_NAMED_PARTITIONS else", "if n >= MAX_NAMED_PARTITIONS else",
      "findings: the named count's boundary moved", DERIVE_TESTS),
-    (DERIVE, "    if not below:\n        return []\n", "", "min ISR finding: with nothing below", DERIVE_TESTS),
-    (DERIVE, "if txn_log_partition_of(t.transactional_id, len(txn_log)) in blocked_parts)", "if True)",
+    (FINDINGS, "    if not below:\n        return []\n", "", "min ISR finding: with nothing below", DERIVE_TESTS),
+    (FINDINGS, "if txn_log_partition_of(t.transactional_id, len(txn_log)) in blocked_parts)", "if True)",
      "min ISR finding: ids of healthy partitions named", DERIVE_TESTS),
-    (DERIVE, "    if not missing:\n        return []\n", "", "broker finding: with none missing", DERIVE_TESTS),
-    (DERIVE, "\"critical\" if cause == \"offline\" else \"warning\"", "\"critical\"",
+    (FINDINGS, "    if not missing:\n        return []\n", "", "broker finding: with none missing", DERIVE_TESTS),
+    (FINDINGS, "\"critical\" if cause == \"offline\" else \"warning\"", "\"critical\"",
      "unread partition finding: every cause critical", DERIVE_TESTS),
-    (DERIVE, "    if not r.groups_unavailable:\n        return []\n", "", "group finding: with none unread",
+    (FINDINGS, "    if not r.groups_unavailable:\n        return []\n", "", "group finding: with none unread",
      DERIVE_TESTS),
-    (DERIVE, _STALLED, "if p.stalled_seconds >= r.stall_warning_seconds]", "stalled finding: a caught-up partition",
+    (FINDINGS, _STALLED, "if p.stalled_seconds >= r.stall_warning_seconds]", "stalled finding: a caught-up partition",
      DERIVE_TESTS),
-    (DERIVE, _STALLED, "if p.stalled_since is not None and p.stalled_seconds > r.stall_warning_seconds]",
+    (FINDINGS, _STALLED, "if p.stalled_since is not None and p.stalled_seconds > r.stall_warning_seconds]",
      "stalled finding: the warning age's boundary moved", DERIVE_TESTS),
-    (DERIVE, "for p in _stalled(r) if (p.topic, p.partition) not in hanging_tps]", "for p in _stalled(r)]",
+    (FINDINGS, "for p in _stalled(r) if (p.topic, p.partition) not in hanging_tps]", "for p in _stalled(r)]",
      "stalled finding: a hanging partition named twice", DERIVE_TESTS),
-    (DERIVE, "for g in r.blocked_groups if (g.topic, g.partition) in stalled]", "for g in r.blocked_groups]",
+    (FINDINGS, "for g in r.blocked_groups if (g.topic, g.partition) in stalled]", "for g in r.blocked_groups]",
      "blocked finding: behind a stall younger than the warning age", DERIVE_TESTS),
-    (DERIVE, _TWO_PHASE_AGE, "if t.age_seconds > r.two_phase_max_age_seconds:", "two-phase finding: an unknown age",
+    (FINDINGS, _TWO_PHASE_AGE, "if t.age_seconds > r.two_phase_max_age_seconds:", "two-phase finding: an unknown age",
      DERIVE_TESTS),
-    (DERIVE, _TWO_PHASE_AGE, "if t.age_seconds is not None and t.age_seconds >= r.two_phase_max_age_seconds:",
+    (FINDINGS, _TWO_PHASE_AGE, "if t.age_seconds is not None and t.age_seconds >= r.two_phase_max_age_seconds:",
      "two-phase finding: the max age's boundary moved", DERIVE_TESTS),
-    (DERIVE, "            continue   # the broker never times it out", "            pass   # the broker never times it out",
+    (FINDINGS, "            continue   # the broker never times it out", "            pass   # the broker never times it out",
      "two-phase finding: given the timeout findings too", DERIVE_TESTS),
-    (DERIVE, _CAP, "if t.timeout_ms > max_ms:", "cap finding: an unknown cap", DERIVE_TESTS),
-    (DERIVE, _CAP, "if max_ms is not None and t.timeout_ms >= max_ms:", "cap finding: boundary moved", DERIVE_TESTS),
-    (DERIVE, "if t.headroom_seconds is not None and t.headroom_seconds < 0:", "if t.headroom_seconds < 0:",
+    (FINDINGS, _CAP, "if t.timeout_ms > max_ms:", "cap finding: an unknown cap", DERIVE_TESTS),
+    (FINDINGS, _CAP, "if max_ms is not None and t.timeout_ms >= max_ms:", "cap finding: boundary moved", DERIVE_TESTS),
+    (FINDINGS, "if t.headroom_seconds is not None and t.headroom_seconds < 0:", "if t.headroom_seconds < 0:",
      "headroom finding: an unknown headroom", DERIVE_TESTS),
 ]
 

@@ -15,7 +15,7 @@ from txnwatch.exporter.model import (
     OpenTransaction,
     PartitionState,
 )
-from txnwatch.exporter.poll.derive import abort_app_command
+from txnwatch.exporter.poll.findings import abort_app_command
 from txnwatch.exporter.runtime.published import digest_of
 from txnwatch.exporter.serve.app_section import apps_section
 from txnwatch.exporter.serve.app_view import (

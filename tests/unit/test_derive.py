@@ -3,6 +3,7 @@ import pytest
 from txnwatch.apps import AppResolver
 from txnwatch.exporter.model import GroupLag, HangingTransaction, PartitionState
 from txnwatch.exporter.poll import derive
+from txnwatch.exporter.poll import findings as rules
 from txnwatch.kafka.answers import (
     ActiveProducer,
     ClusterFacts,
@@ -162,7 +163,7 @@ def test_config_findings():
     parts = {("t", 0): PartitionState("t", 0, 10, 4, 0.0, 100.0)}
     txns = derive.open_transactions([desc("slow", timeout=120_000, start=0)], AppResolver(), now_ms=200_000)
     groups = [GroupLag("g", "t", 0, 4, 0, 6)]
-    findings = derive.config_findings(derive.PollReading(facts, stall_warning_seconds=60, open_transactions=txns,
+    findings = rules.config_findings(rules.PollReading(facts, stall_warning_seconds=60, open_transactions=txns,
                                                          partitions=parts, blocked_groups=groups))
     kinds = [(f.severity, f.kind) for f in findings]
     assert kinds[0][0] == "critical"
@@ -192,7 +193,7 @@ def test_remember_epochs_keeps_the_most_recently_described():
 
 def test_a_hanging_finding_gives_the_abort_command():
     h = HangingTransaction("orders", 3, 7, 0, 1234, 950.0, "billing-1", "partition_not_in_transaction")
-    f = derive.config_findings(derive.PollReading(ClusterFacts(), stall_warning_seconds=60, open_transactions=[],
+    f = rules.config_findings(rules.PollReading(ClusterFacts(), stall_warning_seconds=60, open_transactions=[],
                                                   hanging=[h], bootstrap="k1:9092"))
     assert f[0].kind == "hanging" and f[0].severity == "critical"
     assert f[0].message.endswith("abort it (a dry run until --yes is added): "
@@ -201,7 +202,7 @@ def test_a_hanging_finding_gives_the_abort_command():
 
 def test_the_abort_command_on_a_secured_cluster_names_the_admin_settings():
     h = HangingTransaction("orders", 0, 7, 0, 5, 950.0, None, "no_transactional_id")
-    assert derive.abort_command(h, "k1:9093", secured=True) == "txnwatch abort --config admin.yaml --partition orders:0"
+    assert rules.abort_command(h, "k1:9093", secured=True) == "txnwatch abort --config admin.yaml --partition orders:0"
 
 
 def test_two_phase_commit_transactions_have_no_headroom_and_their_own_finding():
@@ -213,10 +214,10 @@ def test_two_phase_commit_transactions_have_no_headroom_and_their_own_finding():
     assert xa.two_phase and xa.headroom_seconds is None and xa.age_seconds == 100
     assert not next(t for t in txns if t.transactional_id == "std").two_phase
     facts = ClusterFacts(transaction_max_timeout_ms=900_000)
-    young = derive.config_findings(derive.PollReading(facts, stall_warning_seconds=60, open_transactions=txns,
+    young = rules.config_findings(rules.PollReading(facts, stall_warning_seconds=60, open_transactions=txns,
                                                       two_phase_max_age_seconds=3600))
     assert [f.kind for f in young] == []
-    old = derive.config_findings(derive.PollReading(facts, stall_warning_seconds=60, open_transactions=txns,
+    old = rules.config_findings(rules.PollReading(facts, stall_warning_seconds=60, open_transactions=txns,
                                                     two_phase_max_age_seconds=60))
     assert [(f.severity, f.kind) for f in old] == [("warning", "two_phase_open_too_long")]
     assert "xa-1" in old[0].message and "KIP-939" in old[0].message
@@ -264,14 +265,14 @@ def test_min_isr_finding_names_the_partitions_and_the_open_ids_that_hash_to_them
     other = next(f"x-{i}" for i in range(100) if derive.txn_log_partition_of(f"x-{i}", n) != blocked)
     txns = derive.open_transactions([desc("orders-1"), desc(other)], AppResolver(), now_ms=2_000)
     facts = ClusterFacts(brokers=1, transaction_state_min_insync_replicas=2)
-    reading = derive.PollReading(facts, stall_warning_seconds=60, open_transactions=txns, txn_log=txn_log)
-    (f,) = [f for f in derive.config_findings(reading) if f.kind == "min_isr"]
+    reading = rules.PollReading(facts, stall_warning_seconds=60, open_transactions=txns, txn_log=txn_log)
+    (f,) = [f for f in rules.config_findings(reading) if f.kind == "min_isr"]
     assert f.severity == "critical"
     assert f"1 of 5 __transaction_state partition(s) below their minimum ISR: {blocked} (ISR 1 < 2)" in f.message
     assert "orders-1" in f.message and other not in f.message
     healthy = [log(p, replicas=(1, 2, 3)) for p in range(n)]
-    reading = derive.PollReading(facts, stall_warning_seconds=60, open_transactions=txns, txn_log=healthy)
-    assert not [f for f in derive.config_findings(reading) if f.kind == "min_isr"]
+    reading = rules.PollReading(facts, stall_warning_seconds=60, open_transactions=txns, txn_log=healthy)
+    assert not [f for f in rules.config_findings(reading) if f.kind == "min_isr"]
 
 
 def test_java_string_hash_and_the_coordinator_partition():
@@ -301,7 +302,7 @@ def test_unavailable_partitions_keep_their_last_state_and_the_rest_is_current():
 
 
 def test_unavailable_partitions_and_missing_brokers_are_named_in_findings():
-    findings = derive.config_findings(derive.PollReading(
+    findings = rules.config_findings(rules.PollReading(
         ClusterFacts(), stall_warning_seconds=60, unavailable={("t", 0): "offline", ("t", 2): "offline", ("u", 1): "timeout"},
         missing_brokers={2: 3}))
     got = {(f.severity, f.kind): f.message for f in findings}
@@ -316,8 +317,8 @@ def test_unavailable_partitions_and_missing_brokers_are_named_in_findings():
 def test_past_timeout_boundary_is_a_negative_headroom(start, past):
     """Headroom exactly 0 is not yet past the timeout; a millisecond less is."""
     txns = derive.open_transactions([desc("t", timeout=60_000, start=start)], AppResolver(), now_ms=200_000)
-    reading = derive.PollReading(ClusterFacts(), stall_warning_seconds=60, open_transactions=txns)
-    kinds = [f.kind for f in derive.config_findings(reading)]
+    reading = rules.PollReading(ClusterFacts(), stall_warning_seconds=60, open_transactions=txns)
+    kinds = [f.kind for f in rules.config_findings(reading)]
     assert ("past_timeout" in kinds) is past
 
 
@@ -326,8 +327,8 @@ def test_groups_whose_coordinator_did_not_answer_keep_their_last_lags_and_are_na
     now = [GroupLag("g1", "t", 0, 6, 0, 0)]
     assert derive.with_groups_unavailable(now, prev, {}) == now
     assert derive.with_groups_unavailable(now, prev, {"g2": "timeout"}) == now + [prev[1]]
-    reading = derive.PollReading(ClusterFacts(), stall_warning_seconds=60, groups_unavailable={"g2": "timeout"})
-    (f,) = [f for f in derive.config_findings(reading) if f.kind == "group_unavailable"]
+    reading = rules.PollReading(ClusterFacts(), stall_warning_seconds=60, groups_unavailable={"g2": "timeout"})
+    (f,) = [f for f in rules.config_findings(reading) if f.kind == "group_unavailable"]
     assert f.message == ("1 consumer group(s) not read (timeout: their coordinator did not answer): g2; "
                          "their lags are as last read")
 
@@ -420,9 +421,9 @@ def test_this_polls_read_wins_over_the_last_known_state():
 
 @pytest.mark.parametrize("n, more", [(5, ""), (6, " and 1 more")])
 def test_findings_name_five_and_count_the_rest(n, more):
-    reading = derive.PollReading(ClusterFacts(), stall_warning_seconds=60,
+    reading = rules.PollReading(ClusterFacts(), stall_warning_seconds=60,
                                  unavailable={("t", p): "offline" for p in range(n)})
-    (f,) = derive.config_findings(reading)
+    (f,) = rules.config_findings(reading)
     named = ", ".join(f"t-{p}" for p in range(5))
     assert f.message.startswith(f"{n} partition(s) offline (no leader): {named}{more};")
 
@@ -430,47 +431,47 @@ def test_findings_name_five_and_count_the_rest(n, more):
 @pytest.mark.parametrize("stalled_seconds, named", [(60.0, True), (59.9, False)])
 def test_a_stalled_lso_and_its_blocked_groups_are_named_from_the_warning_age_on(stalled_seconds, named):
     parts = {("t", 0): PartitionState("t", 0, 10, 4, 0.0, stalled_seconds)}
-    reading = derive.PollReading(ClusterFacts(), stall_warning_seconds=60, partitions=parts,
+    reading = rules.PollReading(ClusterFacts(), stall_warning_seconds=60, partitions=parts,
                                  blocked_groups=[GroupLag("g", "t", 0, 4, 0, 6)])
-    kinds = {f.kind for f in derive.config_findings(reading)}
+    kinds = {f.kind for f in rules.config_findings(reading)}
     assert kinds == ({"lso_stalled", "group_blocked"} if named else set())
 
 
 def test_without_a_warning_age_only_stalled_partitions_are_named():
     parts = {("t", 0): PartitionState("t", 0, 10, 10), ("t", 1): PartitionState("t", 1, 10, 4, 5.0, 0.0)}
-    reading = derive.PollReading(ClusterFacts(), stall_warning_seconds=0, partitions=parts)
-    assert [f.message.split(" stalled")[0] for f in derive.config_findings(reading)] == ["LSO of t-1"]
+    reading = rules.PollReading(ClusterFacts(), stall_warning_seconds=0, partitions=parts)
+    assert [f.message.split(" stalled")[0] for f in rules.config_findings(reading)] == ["LSO of t-1"]
 
 
 def test_a_hanging_transactions_partition_is_not_named_again_as_a_stalled_lso():
     parts = {("t", 0): PartitionState("t", 0, 10, 4, 0.0, 1300.0)}
     hanging = derive.lso_hanging(parts, 1200)
-    reading = derive.PollReading(ClusterFacts(), stall_warning_seconds=60, partitions=parts, hanging=hanging)
-    assert [f.kind for f in derive.config_findings(reading)] == ["hanging"]
+    reading = rules.PollReading(ClusterFacts(), stall_warning_seconds=60, partitions=parts, hanging=hanging)
+    assert [f.kind for f in rules.config_findings(reading)] == ["hanging"]
 
 
 @pytest.mark.parametrize("start, named", [(40_000, False), (39_999, True)])
 def test_a_two_phase_transaction_is_named_once_older_than_the_max_age(start, named):
     txns = derive.open_transactions([desc("xa-1", timeout=2_147_483_647, start=start)], AppResolver(), now_ms=100_000)
-    reading = derive.PollReading(ClusterFacts(), stall_warning_seconds=60, open_transactions=txns,
+    reading = rules.PollReading(ClusterFacts(), stall_warning_seconds=60, open_transactions=txns,
                                  two_phase_max_age_seconds=60)
-    assert [f.kind for f in derive.config_findings(reading)] == (["two_phase_open_too_long"] if named else [])
+    assert [f.kind for f in rules.config_findings(reading)] == (["two_phase_open_too_long"] if named else [])
 
 
 def test_open_transactions_of_unknown_start_raise_no_finding():
     txns = derive.open_transactions([desc("xa-1", timeout=2_147_483_647, start=-1), desc("std", start=-1)],
                                     AppResolver(), now_ms=100_000)
-    reading = derive.PollReading(ClusterFacts(transaction_max_timeout_ms=900_000), stall_warning_seconds=60,
+    reading = rules.PollReading(ClusterFacts(transaction_max_timeout_ms=900_000), stall_warning_seconds=60,
                                  open_transactions=txns, two_phase_max_age_seconds=0)
-    assert derive.config_findings(reading) == []
+    assert rules.config_findings(reading) == []
 
 
 @pytest.mark.parametrize("timeout, above", [(900_000, False), (900_001, True)])
 def test_a_timeout_above_the_cap_is_strictly_above(timeout, above):
     txns = derive.open_transactions([desc("t", timeout=timeout, start=90_000)], AppResolver(), now_ms=100_000)
-    reading = derive.PollReading(ClusterFacts(transaction_max_timeout_ms=900_000), stall_warning_seconds=60,
+    reading = rules.PollReading(ClusterFacts(transaction_max_timeout_ms=900_000), stall_warning_seconds=60,
                                  open_transactions=txns)
-    assert [f.kind for f in derive.config_findings(reading)] == (["timeout_above_cap"] if above else [])
+    assert [f.kind for f in rules.config_findings(reading)] == (["timeout_above_cap"] if above else [])
 
 
 def test_only_stalled_partitions_whose_leader_answered_are_asked_for_hanging_producers():

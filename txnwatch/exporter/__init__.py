@@ -3,8 +3,9 @@
     Kafka ──► txnwatch/kafka/  every Kafka client call and client (beside the exporter: the
               │                canary and the Spark sink use it too); its answers are plain
               │                values (kafka/answers.py)
-              ├──► poll/  the admin poller: schedule, pure derivations (derive.py), access
-              │           findings, and the snapshot's families (render.py), once per poll
+              ├──► poll/  the admin poller: schedule, pure derivations (derive.py), the
+              │           findings worded for a person (findings.py), access findings, and
+              │           the snapshot's families (render.py), once per poll
               └──► tap/   the transaction-log tap: decoder, state machine, I/O thread, render
                         │
                         ▼  model.py: immutable snapshots; health.py: per-source health

@@ -32,6 +32,7 @@ from ..model import (
 )
 from . import derive
 from .access_probe import AccessProbe
+from .findings import PollReading, config_findings
 from .schedule import poll_period, wait_before_next_poll
 from .scrape_clock import NOBODY, ScrapeView, plan_next_poll
 
@@ -140,7 +141,7 @@ class ClusterPoller:
             hanging = derive.lso_hanging(partitions, threshold)
         self._note_hanging_ends(hanging, partitions, unavailable, now)
         blocked = derive.blocked_groups(groups, partitions, min_stall_seconds=min(threshold, 60))
-        findings = derive.config_findings(derive.PollReading(
+        findings = config_findings(PollReading(
             facts, stall_warning_seconds=min(threshold, 60), open_transactions=open_txns, hanging=hanging,
             partitions=partitions, blocked_groups=blocked, txn_log=md.txn_log, unavailable=unavailable,
             missing_brokers=missing, groups_unavailable=groups_unavailable, bootstrap=cfg.bootstrap_servers,
@@ -376,7 +377,9 @@ class ClusterPoller:
         self._failing_since, self._consecutive_failures = None, 0
 
     def _on_failure(self, exc: BaseException, duration: float) -> None:
-        # a client without credentials it can use says only that no broker answered: the login says why
+        # a client without credentials it can use says only that no broker answered: what librdkafka
+        # reported meanwhile (a refused login, whichever request timed out first) or the login says why
+        exc = self.io.named_failure(exc)
         cause, message = explain_failure(self.cfg.client_properties(), classify(exc), one_line(exc))
         self.health.failure(cause, message, duration)
         self._consecutive_failures += 1

@@ -14,7 +14,7 @@ from ...kafka.login import status_of as login_status
 from ...metrics import FamilyWriter
 from ...sharding import WHOLE, ClusterShare
 from ..health import first_attempts_done, render_health
-from ..poll.derive import abort_app_command
+from ..poll.findings import abort_app_command
 from ..poll.poller import ClusterPoller
 from ..poll.render import RenderCache, render_snapshot
 from ..serve.app_view import CounterWindow, advance, tap_counters
