@@ -299,7 +299,7 @@ def opens(url: str) -> int:
 def test_make_demo_on_kafka_shows_everything_and_cleans_up(tmp_path):
     state = tmp_path / "demo"
     ex_port, prom_port, broker_port = free_port(), free_port(), free_port()
-    args = (f"--state-dir {state} --fault-interval 3 --hanging-threshold 4 --poll-interval 1 "
+    args = (f"--state-dir {state} --fault-interval 3 --hanging-threshold 4 --poll-interval 1 --abort-hanging-after 5 "
             f"--exporter-port {ex_port} --prometheus-port {prom_port} --broker-port {broker_port} --rate 50")
     out_path = tmp_path / "demo.out"
     out = open(out_path, "wb")
