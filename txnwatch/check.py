@@ -29,6 +29,7 @@ def check_cluster(cfg, sample_seconds: float) -> dict:
         time.sleep(sample_seconds)  # a second sample shows whether stalled LSOs move
         snap = poller.poll_once()
     except Exception as exc:  # noqa: BLE001 - reported, exit 2
+        exc = poller.io.named_failure(exc)
         cause, message = explain_failure(props, classify(exc), one_line(exc))
         return {"cluster": cfg.name, "status": "critical", "reachable": False, "login": login_summary(props),
                 "error": f"{cause}: {message}",

@@ -109,11 +109,15 @@ def topics_of(admin) -> set[str]:
 
 @contextlib.contextmanager
 def kp_admin(kafka, listener: str, **kwargs) -> Iterator:
-    """A kafka-python KafkaAdminClient on `listener`, closed (its IO thread ended) on exit."""
+    """A kafka-python KafkaAdminClient on `listener`, closed (its IO thread ended) on exit;
+    kafka-python as the exporter runs it (an answer read with the broker's close is kept:
+    txnwatch/kafka/kafka_python.py)."""
     from kafka import KafkaAdminClient
 
+    from txnwatch.kafka.kafka_python import deliver_answers_read_with_eof
     from txnwatch_dev.kafka.secure import PROTOCOLS
 
+    deliver_answers_read_with_eof()
     client = KafkaAdminClient(bootstrap_servers=kafka.bootstrap_of(listener), security_protocol=PROTOCOLS[listener],
                               ssl_cafile=str(kafka.tls.ca_pem), **kwargs)
     try:

@@ -40,6 +40,7 @@ from .answers import (
 )
 from .errors import (
     AUTHENTICATION,
+    BROKER_UNAVAILABLE,
     TIMEOUT,
     BatchedUnsupported,
     PollError,
@@ -130,6 +131,19 @@ class KafkaIO:
     def _on_client_error(self, err: KafkaError) -> None:
         if err.code() in AUTHENTICATION or err.code() == KafkaError._SSL:
             self._connect_errors[err.code()] = err
+
+    def named_failure(self, exc: BaseException) -> BaseException:
+        """A failed poll step as librdkafka's reports name it: one that says only that no
+        broker answered (in time) while librdkafka reported a refused login or TLS handshake
+        since its last answered request is that (PollError auth or tls, in words), whichever
+        request ran into it first; any other failure as it is. The reports are served here: one
+        made while the step waited counts."""
+        if self._admin is None or classify(exc) not in (TIMEOUT, BROKER_UNAVAILABLE):
+            return exc
+        try:
+            return self._why_unreachable(exc)
+        except Exception:  # noqa: BLE001 - naming a failure never fails the poller
+            return exc
 
     def _why_unreachable(self, exc: KafkaException) -> Exception:
         """A failed request, named by what librdkafka reported meanwhile: PollError('auth') or

@@ -183,6 +183,8 @@ def cause_of_exception(exc: BaseException) -> str:
         return exc.cause
     if isinstance(exc, ssl.SSLError):
         return TLS
+    if type(exc).__module__.partition(".")[0] == "gssapi":   # kafka-python's GSSAPI login failed (GSSError)
+        return AUTH
     if isinstance(exc, (E.KafkaTimeoutError, TimeoutError)):
         return TIMEOUT
     if isinstance(exc, E.BrokerResponseError) and isinstance(getattr(exc, "errno", None), int):

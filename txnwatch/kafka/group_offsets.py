@@ -235,12 +235,14 @@ class BatchedGroupOffsets:
         self._backoff = backoff
         self._clock = clock
         self._sleep = sleep
+        self._first_failure: dict[str, BaseException] = {}   # cause -> the first request failing so (this fetch)
 
     def fetch(self, groups: Iterable[str], deadline: float, live_nodes: Iterable[int] | None = None) -> list[Row]:
         """Rows of every group that answered, sorted. Raises PollError when all groups fail
         (or the deadline passes), BatchedUnsupported when a broker lacks the versions."""
         groups = list(dict.fromkeys(groups))
         report = self.last = FetchReport(groups=len(groups))
+        self._first_failure = {}
         self.cache.keep_groups(groups)
         if live_nodes is not None:
             dropped = self.cache.keep_nodes(live_nodes)
@@ -291,8 +293,9 @@ class BatchedGroupOffsets:
         report.rows = len(rows)
         if groups and len(report.failed) == len(groups):
             cause, n = Counter(report.failed.values()).most_common(1)[0]
+            why = self._first_failure.get(cause)     # what it was, in its words (a refused login's)
             raise PollError(cause, f"committed offsets of consumer groups: all {len(groups)} groups failed "
-                                   f"({n} with {cause})")
+                                   f"({n} with {cause}{'' if why is None else f': {why}'})")
         return sorted(rows)
 
     def _find(self, unknown: list[str], deadline: float, report: FetchReport,
@@ -334,4 +337,6 @@ class BatchedGroupOffsets:
         for res in results:
             if isinstance(res, BaseException) and _unsupported(res):
                 raise BatchedUnsupported(f"{api}: {type(res).__name__}: {res}")
+            if isinstance(res, BaseException):
+                self._first_failure.setdefault(cause_of_exception(res), res)
         return results

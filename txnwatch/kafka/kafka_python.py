@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from types import SimpleNamespace
 
-from .errors import BatchedUnsupported, PollError
+from .errors import AUTH, BatchedUnsupported, PollError, auth_failure_message, cause_of_exception
 from .group_offsets import IN_FLIGHT_PER_NODE, Coordinator, waves
 from .login import login_for
 
@@ -61,6 +61,7 @@ def kafka_python_config(props: Mapping[str, str], timeout: float) -> dict:
         del cfg["ssl_cafile"]
     if unmapped:
         log.debug("kafka-python has no equivalent for: %s", ", ".join(sorted(unmapped)))
+    deliver_answers_read_with_eof()
     cfg = login_for(props).kafka_python(props, cfg)
     if "sasl_oauth_token_provider" in cfg:
         cfg["sasl_oauth_token_provider"] = _token_provider(cfg["sasl_oauth_token_provider"])
@@ -88,6 +89,54 @@ def _token_provider(source):
 
 
 _LOGIN_PREFIXES = ("sasl.", "ssl.", "https.", "enable.ssl.", "enable.sasl.")
+
+_eof_mended = False
+
+
+def deliver_answers_read_with_eof() -> None:
+    """Make kafka-python pass on what one socket read returned together with the peer's
+    close before it fails the connection. Idempotent; a kafka-python whose transport looks
+    otherwise is left as it is.
+
+    kafka-python 3.0's transport reads a socket dry and, when that read ends at the peer's
+    close, aborts the connection ("socket disconnected") and drops the bytes read before it.
+    A broker refusing a login answers SaslAuthenticate with the reason and closes straight
+    after (connection.failed.authentication.delay.ms later): whenever kafka-python's IO
+    thread reads only after both arrived (a busy host), the reason is lost, and its log,
+    which is all that explains a refused KIP-664 bootstrap (kip664.py), says "socket
+    disconnected". Here the bytes reach the protocol first, and the abort waits one turn of
+    kafka-python's IO loop: the task the answer woke (the SASL exchange raising the
+    broker's refusal) closes the connection with its own error first."""
+    global _eof_mended
+    if _eof_mended:
+        return
+    _eof_mended = True
+    try:
+        from kafka import errors as kafka_errors
+        from kafka.net.transport import KafkaTCPTransport
+    except ImportError:      # kafka-python before 3: another transport
+        return
+    if not all(hasattr(KafkaTCPTransport, a) for a in ("_read_from_sock", "_sock_recv", "abort")):
+        return
+
+    async def _read_from_sock(self):
+        while self._read and not self._closed:
+            await self._net.wait_read(self._sock)
+            data, err = self._sock_recv()
+            if data or not err:
+                self.last_read = time.monotonic()
+                if self._protocol and self._protocol._sensors:
+                    self._protocol._sensors.bytes_received.record(len(data))
+                try:
+                    self._protocol.data_received(data)
+                except kafka_errors.KafkaProtocolError as exc:
+                    return self.abort(error=exc)
+            if err:
+                if data:
+                    await self._net.sleep(0)   # the tasks those answers woke run first
+                return self.abort(error=err)   # nothing once one of them closed the transport
+
+    KafkaTCPTransport._read_from_sock = _read_from_sock
 
 
 def api_versions(admin) -> dict[int, tuple[int, int]]:
@@ -123,6 +172,7 @@ class KafkaPythonTransport:
             raise BatchedUnsupported("this kafka-python has no connection manager to send requests through")
         self._manager = manager
         self.sent: Counter = Counter()   # API name -> requests sent since the start
+        self._props = client_props
 
     def api_versions(self) -> dict[int, tuple[int, int]]:
         """ApiVersions of the bootstrap broker: {api key: (min, max)}."""
@@ -174,12 +224,20 @@ class KafkaPythonTransport:
             raise PollError("timeout", f"{what}: no answer within the poll timeout")
         if future.exception is not None:
             raise future.exception
-        results = future.value
+        results = [self._login_named(r) for r in future.value]
         from kafka.errors import KafkaTimeoutError
 
         if time.monotonic() >= deadline and any(isinstance(r, KafkaTimeoutError) for r in results):
             raise PollError("timeout", f"{what}: no answer within the poll timeout")
         return results
+
+    def _login_named(self, answer):
+        """A request that failed at the login (kafka-python's GSSAPI error, the broker's SASL
+        refusal) as PollError auth in the login's words, as librdkafka's path names it."""
+        if isinstance(answer, BaseException) and not isinstance(answer, PollError) \
+                and cause_of_exception(answer) == AUTH:
+            return PollError(AUTH, auth_failure_message(self._props, f"{type(answer).__name__}: {answer}"))
+        return answer
 
     def close(self) -> None:
         try:
