@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from .errors import PollError
-from .kafka_python import kafka_python_config
+from .kafka_python import close_admin, kafka_python_config
 
 
 class MarkerWriter:
@@ -48,9 +48,5 @@ class MarkerWriter:
             raise PollError("abort_failed", f"{type(exc).__name__}: {exc}") from None
 
     def close(self) -> None:
-        if self._admin is not None:
-            try:
-                self._admin.close()
-            except Exception:  # noqa: BLE001 - closing a broken client
-                pass
-            self._admin = None
+        close_admin(self._admin)
+        self._admin = None

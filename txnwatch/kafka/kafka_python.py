@@ -139,6 +139,17 @@ def deliver_answers_read_with_eof() -> None:
     KafkaTCPTransport._read_from_sock = _read_from_sock
 
 
+def close_admin(admin) -> None:
+    """Close a kafka-python admin client (None: none made), a broken one too: closing is
+    what follows its failures."""
+    if admin is None:
+        return
+    try:
+        admin.close()
+    except Exception:  # noqa: BLE001 - closing a broken client
+        pass
+
+
 def api_versions(admin) -> dict[int, tuple[int, int]]:
     """ApiVersions of the admin client's bootstrap broker: {api key: (min, max)}.
 
@@ -240,7 +251,4 @@ class KafkaPythonTransport:
         return answer
 
     def close(self) -> None:
-        try:
-            self._admin.close()
-        except Exception:  # noqa: BLE001 - closing a broken client
-            pass
+        close_admin(self._admin)

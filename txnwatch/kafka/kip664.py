@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 
 from .answers import ActiveProducer, TxnDescription, TxnListing
 from .errors import PollError
-from .kafka_python import api_versions, kafka_python_config
+from .kafka_python import api_versions, close_admin, kafka_python_config
 
 log = logging.getLogger(__name__)
 
@@ -250,9 +250,5 @@ class TransactionAPI:
             raise PollError(f"kip664_{name}", f"{name}: {type(exc).__name__}: {exc}") from None
 
     def close(self) -> None:
-        if self._admin is not None:
-            try:
-                self._admin.close()
-            except Exception:  # noqa: BLE001 - closing a broken client
-                pass
-            self._admin = None
+        close_admin(self._admin)
+        self._admin = None
