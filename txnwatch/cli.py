@@ -141,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 ABORT_FLAGS = ("cluster", "hanging", "transactional_id", "partition", "app", "yes", "force_live", "force_2pc",
-               "accept_data_loss", "output", "audit_log", "wait_seconds")
+               "accept_data_loss", "output", "audit_log", "wait_seconds", "exporter")
 
 
 def _abort_parser(sub) -> None:
@@ -171,6 +171,10 @@ def _abort_parser(sub) -> None:
                             "$XDG_STATE_HOME/txnwatch/txnwatch-abort-audit.jsonl); also written to stderr")
     abort.add_argument("--wait-seconds", type=float, default=30.0,
                        help="after aborting, how long to wait for the LSOs and the blocked groups to move")
+    abort.add_argument("--exporter", metavar="URL",
+                       help="a txnwatch exporter's URL: its metrics name the Spark queries reading each partition "
+                            "(Spark's Kafka source commits no group offsets); http.auth.bearer_token of the "
+                            "configuration is sent when set")
 
 
 def _abort(config, args) -> int:
@@ -188,7 +192,7 @@ def _abort(config, args) -> int:
                      if value)
     options = AbortOptions(target, args.cluster, args.yes, Flags(args.force_live, args.force_2pc, args.accept_data_loss),
                            args.output, Path(args.audit_log) if args.audit_log else None, args.wait_seconds,
-                           f"txnwatch abort {given}".rstrip())
+                           f"txnwatch abort {given}".rstrip(), args.exporter, config.http.auth_bearer_token)
     text, code = run_abort(config, options)
     print(text, file=sys.stdout if code != 2 or text.startswith("{") else sys.stderr)
     return code

@@ -44,12 +44,20 @@ def _flink_runtime():
     return runtime
 
 
-def wait_job(job, condition, timeout: float, what: str, interval: float = 0.1):
-    """wait_for, and on a timeout the job's output and Flink's own log as they are then."""
+def wait_job(job, condition, timeout: float, what: str, interval: float = 0.1, describe=None):
+    """wait_for, and on a timeout what `describe()` says is unmet, the job's output and
+    Flink's own log as they are then."""
     try:
         return wait_for(condition, timeout, interval=interval, what=what)
     except TimeoutError as exc:
-        raise TimeoutError(f"{exc}; job log:\n{job.tail()}\nFlink log (end):\n{job.flink_log()[-6000:]}") from None
+        unmet = ""
+        if describe is not None:
+            try:
+                unmet = f" ({describe()})"
+            except Exception as why:  # noqa: BLE001 - the timeout is the failure reported
+                unmet = f" (what is unmet could not be read: {why!r})"
+        raise TimeoutError(f"{exc}{unmet}; job log:\n{job.tail()}\n"
+                           f"Flink log (end):\n{job.flink_log()[-6000:]}") from None
 
 
 @pytest.fixture
@@ -171,11 +179,19 @@ def settled(bootstrap: str, topic_in: str, topic_out: str, group: str, want: int
     """The job has read all of IN through a completed checkpoint (the source commits its
     offsets to the group on checkpoint completion), no sink transaction is open on OUT, and OUT
     holds at least `want` committed records: nothing more is coming."""
-    if group_offsets(bootstrap, group, topic_in) != next_offsets(bootstrap, topic_in):
-        return False
-    if any(lso != hwm for lso, hwm in watermarks(bootstrap, topic_out, PARTITIONS).values()):
-        return False
-    return len(read_committed(bootstrap, topic_out)) >= want
+    return not unsettled(bootstrap, topic_in, topic_out, group, want)
+
+
+def unsettled(bootstrap: str, topic_in: str, topic_out: str, group: str, want: int) -> str:
+    """What settled() still waits for, with the figures; '' when nothing."""
+    committed, ends = group_offsets(bootstrap, group, topic_in), next_offsets(bootstrap, topic_in)
+    if committed != ends:
+        return f"{group} committed {committed} of {topic_in}, whose committed records end at {ends}"
+    marks = watermarks(bootstrap, topic_out, PARTITIONS)
+    if any(lso != hwm for lso, hwm in marks.values()):
+        return f"a transaction open on {topic_out}: (LSO, HWM) {marks}"
+    n = len(read_committed(bootstrap, topic_out))
+    return f"{topic_out} holds {n} committed records of {want}" if n < want else ""
 
 
 def exactly_once(out: list[str], sent: list[str]) -> str:
@@ -248,12 +264,16 @@ def test_exactly_once_across_sigkill_and_restore(broker, flink_job, unique, tmp_
     def all_settled(want: int) -> bool:
         return all(settled(bootstrap, topic_in, outs[n], group, want) for n in NAMINGS)
 
+    def unsettled_outs(want: int) -> str:
+        return "; ".join(filter(None, (unsettled(bootstrap, topic_in, outs[n], group, want) for n in NAMINGS)))
+
     # 1. a first batch, committed before the job starts
     first = [f"rec-{i:06d}" for i in range(500)]
     produce_committed(bootstrap, topic_in, first)
     flink_job.start(*job_topics, **job_args)
     wait_job(flink_job, lambda: all_settled(len(first)), 120,
-             what=f"the job to copy {len(first)} records to {sorted(outs.values())}")
+             what=f"the job to copy {len(first)} records to {sorted(outs.values())}",
+             describe=lambda: unsettled_outs(len(first)))
     for n in NAMINGS:
         problem = exactly_once(read_committed(bootstrap, outs[n]), first)
         assert not problem, f"{n}: {problem}"
@@ -310,7 +330,8 @@ def test_exactly_once_across_sigkill_and_restore(broker, flink_job, unique, tmp_
     restored_in = flink_job.log()
     wait_for(lambda: len(feeder.sent) >= len(first) + 1000, 60, what="1000 more records into IN")
     sent = first + feeder.stop()
-    wait_job(flink_job, lambda: all_settled(len(sent)), 120, what=f"the restored job to copy all {len(sent)} records")
+    wait_job(flink_job, lambda: all_settled(len(sent)), 120, what=f"the restored job to copy all {len(sent)} records",
+             describe=lambda: unsettled_outs(len(sent)))
     for n in NAMINGS:
         problem = exactly_once(read_committed(bootstrap, outs[n]), sent)
         assert not problem, f"{n}, after SIGKILL and restore from {checkpoint.name}: {problem}"

@@ -207,7 +207,9 @@ def test_an_issuer_down_across_a_refresh_costs_no_poll(env, oidc_exporter):
                         and value(m, "txnwatch_last_success_timestamp_seconds", kafka_cluster="oidc", source="poller")
                         > fresh + LIFETIME + 2, 2 * LIFETIME, what="polls past the old token's end, on a new one")
     assert value(m, "txnwatch_up", kafka_cluster="oidc", source="poller") == 1
-    assert value(m, "txnwatch_up", kafka_cluster="oidc", source="tap") == 1
+    assert value(m, "txnwatch_up", kafka_cluster="oidc", source="tap") == 1, (
+        m.select("txnwatch_poll_errors_total", kafka_cluster="oidc", source="tap"),
+        [line for line in exp.log().splitlines() if "tap[" in line or "rdkafka" in line][-30:])
     assert m.select("txnwatch_poll_errors_total", kafka_cluster="oidc", source="poller", cause="auth") == auth_errors
     assert "unreachable (Connection refused); retrying" in exp.log()       # the outage met a refresh
     rounds = value(m, "txnwatch_canary_rounds_total", kafka_cluster="oidc", outcome="committed") or 0

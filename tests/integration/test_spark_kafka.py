@@ -5,19 +5,22 @@ A query that has read a partition up to an LSO held by a hanging transaction (KA
 looks caught up to Spark (latest = the LSO, so 0 offsets behind) while records pile up
 above it: the exporter, which knows the query's read position and the partition's LSO,
 HWM and stall time, reports it blocked (`spark_streaming_source_blocked_seconds`, the
-page), and tells it apart from a slow query reading below the LSO. Aborting the hanging
-transaction with kafka-transactions.sh unblocks it, and the listener's per-partition
-positions then equal the broker's offsets.
+page), and tells it apart from a slow query reading below the LSO. `txnwatch abort` names the
+query in its dry run (read from the exporter) and its abort unblocks it; the listener's
+per-partition positions then equal the broker's offsets.
 """
 
 from __future__ import annotations
+
+import json
+import subprocess
+import sys
 
 import pytest
 
 from tests.integration.helpers import cluster_config
 from txnwatch.producer import TransactionalProducer
 from txnwatch.spark_listener import attach, detach
-from txnwatch_dev.kafka import kafka_tool
 from txnwatch_dev.net import wait_for
 from txnwatch_dev.transactions.hanging import make_hanging_transaction
 from txnwatch_dev.transactions.workload import create_topics, watermarks
@@ -35,6 +38,13 @@ def write_committed(bootstrap: str, topic: str, tid: str, per_partition: dict[in
         for i in range(n):
             p.produce(topic, value=f"{part}-{i}".encode(), partition=part)
     p.commit()
+
+
+def txnwatch_abort(bootstrap: str, *args: str) -> dict:
+    out = subprocess.run([sys.executable, "-m", "txnwatch.cli", "abort", "--bootstrap-servers", bootstrap,
+                          "--output", "json", *args], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.startswith("{"), (out.returncode, out.stdout, out.stderr)
+    return json.loads(out.stdout)
 
 
 def start(spark, bootstrap: str, topic: str, name: str, max_offsets: int | None = None):
@@ -104,9 +114,16 @@ def test_blocked_query_is_told_apart_from_a_slow_one_and_unblocks_after_abort(sp
         assert f"read up to the LSO {made.offset}" in row["blocked_q"]
         assert "behind</span>" in row["slow_q"] and "blocked by" not in row["slow_q"]
 
-        # The runbook's fix: abort the hanging transaction. The query reads what was held back.
-        kafka_tool("kafka-transactions", "--bootstrap-server", bs, "abort", "--topic", held, "--partition", "0",
-                   "--start-offset", str(made.offset), log_dir=tmp_path / "tools")
+        # The runbook's fix: `txnwatch abort`, whose dry run names the query held behind the
+        # transaction (from the exporter: Spark's source commits no group offsets) and changes
+        # nothing; then the abort. The query reads what was held back.
+        dry = txnwatch_abort(bs, "--partition", f"{held}:0", "--exporter", exp.url)
+        [pinned] = dry["transactions"][0]["partitions"]
+        assert [(q["query"], q["offset"], q["lag_lso"], q["lag_hwm"]) for q in pinned["spark_queries"]] == [
+            ("blocked_q", made.offset, 0, wm[0][1] - made.offset)], pinned
+        assert watermarks(bs, held, 2) == wm
+        done = txnwatch_abort(bs, "--partition", f"{held}:0", "--yes", "--audit-log", str(tmp_path / "audit.jsonl"))
+        assert [r["outcome"] for r in done["transactions"][0]["results"]] == ["aborted"], done
         after = watermarks(bs, held, 2)
         assert after[0][0] == after[0][1], after                 # LSO back at the HWM
 

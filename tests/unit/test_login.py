@@ -295,3 +295,17 @@ def test_a_clients_failure_is_told_by_its_failing_login():
     finally:
         _logins.pop(login_key(props))
     assert TokenStatus().failure is None
+
+
+def test_librdkafka_asks_again_within_seconds_while_the_refresh_fails():
+    """librdkafka asks for a token again at 80 % of the expiry it is told: within a minute
+    normally, and while the refresh fails within a couple of seconds, so the token fetched once
+    the issuer is back reaches its connections before they re-authenticate at the old one's end."""
+    from txnwatch.kafka.login.session import LIBRDKAFKA_EXPIRY_CAP, LIBRDKAFKA_RETRY_CAP, librdkafka_expiry
+
+    now = 1_000.0
+    token = Token("t", now + 600, now - 3000, "txnwatch")
+    assert librdkafka_expiry(token, now, refresh_failing=False) == now + LIBRDKAFKA_EXPIRY_CAP
+    assert librdkafka_expiry(token, now, refresh_failing=True) == now + LIBRDKAFKA_RETRY_CAP
+    ending = Token("t", now + 1, now - 3000, "txnwatch")
+    assert librdkafka_expiry(ending, now, refresh_failing=True) == now + 1     # never past the token's own end

@@ -483,3 +483,68 @@ def test_one_broker_lost_is_counted_not_a_failure(monkeypatch):
         assert h.up and not tap._lost_cluster, h
     finally:
         tap.stop()
+
+
+def _refusing_client(refuse_metadata: threading.Event):
+    """A client whose consume, once `refused` is set on it, reports a refused login once through
+    error_cb, as librdkafka does when a re-authentication meets a token it has not yet
+    replaced; while `refuse_metadata` is set its metadata requests find no broker to answer."""
+    import confluent_kafka
+
+    class Client(ReplaceableClient):
+        made = []
+        refused = threading.Event()
+        refusals = 0
+
+        def consume(self, n, timeout):
+            if Client.refused.is_set() and Client.refusals == 0:
+                Client.refusals += 1
+                self.error_cb(confluent_kafka.KafkaError(confluent_kafka.KafkaError._AUTHENTICATION,
+                                                         "SASL authentication error: token expired"))
+            return super().consume(n, timeout)
+
+        def unavailable(self) -> bool:
+            return refuse_metadata.is_set()
+
+    return Client
+
+
+def test_a_login_refused_once_while_the_cluster_answers_is_counted_not_a_failure(monkeypatch):
+    """An OAUTHBEARER session re-authenticated with the token librdkafka held a moment past
+    its end: that one connection is refused, the next logs in with the fresh token. The tap
+    asks the cluster before it calls itself down; it answers, so the refusal is counted."""
+    import confluent_kafka
+
+    Client = _refusing_client(threading.Event())
+    monkeypatch.setattr(confluent_kafka, "Consumer", Client)
+    tap = _following_tap(metadata_interval=30)
+    try:
+        Client.refused.set()
+        _wait(lambda: tap.health().errors.get("auth", 0) == 1 and not tap._refusal_unconfirmed)
+        h = tap.health()
+        assert h.up and h.last_error is None and Client.refusals == 1, h
+    finally:
+        tap.stop()
+
+
+def test_a_login_the_cluster_goes_on_refusing_makes_the_tap_down_in_its_words(monkeypatch):
+    import confluent_kafka
+
+    from txnwatch.exporter.tap import source
+
+    monkeypatch.setattr(source, "REFUSAL_CHECK_SECONDS", 0.01)
+    refusing = threading.Event()
+    Client = _refusing_client(refusing)
+    monkeypatch.setattr(confluent_kafka, "Consumer", Client)
+    tap = _following_tap(metadata_interval=30)
+    try:
+        refusing.set()
+        Client.refused.set()
+        _wait(lambda: tap.health().errors.get("auth", 0) >= 1 and not tap._refusal_unconfirmed)
+        h = tap.health()
+        assert not h.up and "token expired" in h.last_error and tap._down, h
+        refusing.clear()
+        Client.made[0].batches.append(commit(0, 3, "l-1"))   # the cluster lets it in: records again
+        _wait(lambda: tap.health().up)
+    finally:
+        tap.stop()

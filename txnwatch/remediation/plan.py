@@ -39,6 +39,17 @@ class BlockedGroup:
 
 
 @dataclass(frozen=True, slots=True)
+class BlockedQuery:
+    """A Spark query's read position on a pinned partition (from the exporter: see spark_readers)."""
+
+    query: str
+    query_id: str
+    offset: int           # the next offset it reads
+    lag_lso: int          # LSO - offset
+    lag_hwm: int          # HWM - offset
+
+
+@dataclass(frozen=True, slots=True)
 class Pin:
     """One partition an open transaction holds: its LSO sits at the transaction's first offset."""
 
@@ -51,6 +62,7 @@ class Pin:
     hwm: int
     stalled_since: float | None     # when the LSO stopped (unix s), None when it is not stalled
     groups: tuple[BlockedGroup, ...] = ()
+    queries: tuple[BlockedQuery, ...] = ()
 
     @property
     def name(self) -> str:

@@ -13,7 +13,9 @@ def pin_dict(pin: Pin, now_s: float) -> dict:
             "last_stable_offset": pin.lso, "high_watermark": pin.hwm, "holds_lso": pin.pins_lso,
             "stalled_seconds": None if pin.stalled_since is None else round(now_s - pin.stalled_since, 1),
             "read_committed_groups": [{"group": g.group, "committed": g.committed, "lag_lso": g.lag_lso,
-                                       "lag_hwm": g.lag_hwm} for g in pin.groups]}
+                                       "lag_hwm": g.lag_hwm} for g in pin.groups],
+            "spark_queries": [{"query": q.query, "query_id": q.query_id, "offset": q.offset, "lag_lso": q.lag_lso,
+                               "lag_hwm": q.lag_hwm} for q in pin.queries]}
 
 
 def decision_dict(d: Decision, now_ms: int) -> dict:
@@ -67,6 +69,9 @@ def render_text(report: dict) -> str:
             for g in p["read_committed_groups"]:
                 out.append(f"    read_committed group {g['group']}: lag {g['lag_lso']} vs LSO, "
                            f"{g['lag_hwm']} vs HWM (committed {g['committed']})")
+            for q in p["spark_queries"]:
+                out.append(f"    Spark query {q['query'] or q['query_id']}: lag {q['lag_lso']} vs LSO, "
+                           f"{q['lag_hwm']} vs HWM (reads from {q['offset']})")
         out.append("  the abort discards: " + "; ".join(t["discards"]))
         out.append(f"  the producer will see: {t['producer_next']}")
         if t["verdict"] == "abort":

@@ -176,6 +176,9 @@ def _serve(args: argparse.Namespace) -> int:
                 elif cmd == "abort":
                     p.abort(30)
                 elif cmd == "close":
+                    # the forwarder delivers what it holds before the answer: the caller kills
+                    # the process group once it has "ok close"
+                    sink.close()
                     print("ok close", flush=True)
                     return 0
                 else:

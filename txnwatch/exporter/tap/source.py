@@ -65,6 +65,9 @@ LOST_CLUSTER_CAUSES = frozenset({"transport", "all_brokers_down", "timed_out"})
 # what librdkafka reports through error_cb about one broker's connection
 ONE_BROKER_CAUSES = frozenset({"transport", "resolve", "timed_out"})
 RENEW_LOST_CLIENT_AFTER = 10.0   # seconds without an answer before the client is replaced anyway
+# seconds the cluster has to answer a metadata request after a refused login or TLS handshake
+# (librdkafka reconnects with the login's token in hand) before the tap is down for it
+REFUSAL_CHECK_SECONDS = 5.0
 
 
 class TransactionLogTap:
@@ -119,6 +122,7 @@ class TransactionLogTap:
         # metadata or consume failure meanwhile is its consequence, and is reported as it
         self._refusal: tuple[str, str] | None = None
         self._down = False   # the client reported all brokers down, or a refused login or TLS handshake
+        self._refusal_unconfirmed = False   # reported since the last consume, not yet checked (_confirm_refusal)
         # partitions whose last fetch was refused (ACLs): librdkafka reports it once and then
         # fetches nothing, so the tap is down until a record or the end of the log arrives
         self._denied: set[int] = set()
@@ -198,6 +202,10 @@ class TransactionLogTap:
             name, message = "tls", tls_failure_message(self._client_config, detail)
         else:
             message = f"kafka client: {detail}"
+        if name in ("auth", "tls"):
+            # one connection's: whether the cluster refuses the tap is asked after the consume
+            self._refusal, self._refusal_unconfirmed = (name, message), True
+            return
         if name in ONE_BROKER_CAUSES:
             # One broker's connection (a broker stopped, restarting or slow): the client goes
             # on with the others and follows the leaders they take over. Counted, not a
@@ -207,11 +215,8 @@ class TransactionLogTap:
             self._health.count_error(name)
             return
         self._poll_error = name
-        if name in ("auth", "tls"):
-            self._refusal = (name, message)
-        if name in ("all_brokers_down", "auth", "tls"):
-            self._down = True
         if name == "all_brokers_down":
+            self._down = True
             self._mark_lost()
         self._failure(name, message)
 
@@ -266,6 +271,8 @@ class TransactionLogTap:
                     self._poll_error = None
                     msgs = consumer.consume(self.batch_size, self.poll_timeout)
                     self._apply_batch(consumer, msgs)
+                    if self._refusal_unconfirmed:
+                        self._confirm_refusal(consumer)
                     if msgs:
                         self._down = False
                     if self._poll_error is None and not self._down and not self._denied:
@@ -297,8 +304,8 @@ class TransactionLogTap:
                         except Exception:  # noqa: BLE001
                             pass
                     if self._refusal is not None:
-                        if self._poll_error not in ("auth", "tls"):   # not reported by error_cb just now
-                            self._failure(*self._refusal)
+                        self._refusal_unconfirmed, self._down = False, True   # the cluster did not answer
+                        self._failure(*self._refusal)
                     else:
                         self._failure(cause, f"{type(exc).__name__}: {exc}")
                     if cause in LOST_CLUSTER_CAUSES:
@@ -317,6 +324,21 @@ class TransactionLogTap:
             if consumer is not None:
                 self._close(consumer)
 
+    def _confirm_refusal(self, consumer) -> None:
+        """A refused login or TLS handshake makes the tap down only while the cluster then
+        refuses it too. librdkafka re-authenticates a session that ends with its token; one that
+        met the token just before librdkafka took the fresh one from the login (it asks again
+        on a timer) is refused once, and the next connection logs in. Counted either way."""
+        cause, message = self._refusal
+        self._refusal_unconfirmed = False
+        if self._cluster_answers(consumer, REFUSAL_CHECK_SECONDS):
+            self._health.count_error(cause)
+            self._log_once(f"refused-once:{cause}", "%s; the cluster answered right after: counted, not a failure",
+                           message)
+        else:
+            self._poll_error, self._down = cause, True
+            self._failure(cause, message)
+
     def _mark_lost(self) -> None:
         if not self._lost_cluster:
             self._lost_cluster, self._lost_since = True, time.monotonic()
@@ -329,9 +351,9 @@ class TransactionLogTap:
         self._assign_known(consumer)
         return consumer
 
-    def _cluster_answers(self, consumer) -> bool:
+    def _cluster_answers(self, consumer, timeout: float = 1.0) -> bool:
         try:
-            consumer.list_topics(topic=self.topic, timeout=1.0)
+            consumer.list_topics(topic=self.topic, timeout=timeout)
             return True
         except Exception:  # noqa: BLE001 - still down: the outage is already reported
             return False

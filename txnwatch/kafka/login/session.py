@@ -30,6 +30,10 @@ CREDENTIAL_SYMPTOMS = frozenset({AUTH, BROKER_UNAVAILABLE, TIMEOUT, "kip664_conn
 # close makes it read the cache every few seconds less than a minute, so a new token (or one
 # after the broker refused the last) reaches its connections without waiting for the old one's end.
 LIBRDKAFKA_EXPIRY_CAP = 60.0
+# ... and while the login's refresh fails, this close: the token fetched once the issuer is back
+# reaches librdkafka within a couple of seconds, before its connections re-authenticate at the
+# old token's end (a broker ends an OAUTHBEARER session with its token, KIP-368).
+LIBRDKAFKA_RETRY_CAP = 2.0
 
 
 @dataclass(frozen=True)
@@ -117,8 +121,14 @@ class Login:
 
     def _oauth_cb(self, _config: str | None) -> tuple[str, float, str, dict[str, str]]:
         token = self.token()
-        expiry = min(token.expires_at, time.time() + LIBRDKAFKA_EXPIRY_CAP)
-        return token.value, expiry, token.principal or "txnwatch", dict(token.extensions)
+        failing = self._tokens is not None and self._tokens.status().failure is not None
+        return token.value, librdkafka_expiry(token, time.time(), failing), token.principal or "txnwatch", \
+            dict(token.extensions)
+
+
+def librdkafka_expiry(token: Token, now: float, refresh_failing: bool) -> float:
+    """The expiry librdkafka is told for the token in hand (it asks again at 80 % of it)."""
+    return min(token.expires_at, now + (LIBRDKAFKA_RETRY_CAP if refresh_failing else LIBRDKAFKA_EXPIRY_CAP))
 
 
 class _TokenProvider:
