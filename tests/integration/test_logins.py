@@ -190,9 +190,12 @@ def test_a_revoked_secret_is_cause_auth_with_the_issuers_words_and_the_data_stay
 
 
 def test_an_issuer_down_across_a_refresh_costs_no_poll(env, oidc_exporter):
-    """Down from 2/3 of a token's life to 14/15 of it: the refresh due at 4/5 fails, its retries
-    close in on the expiry, and the first after the outage lands before it; the poller, the tap
-    and the canary go on past the old token's end on the new one."""
+    """Down from 2/3 of a token's life to 0.82 of it: the refresh due at 4/5 fails, the retry a
+    second later lands 5 s before the old token's end; the poller, the tap and the canary go on
+    past that end on the new one. (librdkafka takes a token from the login on its 1-s token
+    timer, so one that comes within about 2 s of the old one's end comes too late for its
+    sessions: each is refused once and reconnects. Kafka's default 30 s of clock skew for
+    OAUTHBEARER hides that; the broker here allows none.)"""
     exp, idp = oidc_exporter, env.idp
     wait_up_with_kip664(exp, "oidc")
     before = idp.tokens_issued("txnwatch")
@@ -201,15 +204,16 @@ def test_an_issuer_down_across_a_refresh_costs_no_poll(env, oidc_exporter):
     auth_errors = exp.metrics().select("txnwatch_poll_errors_total", kafka_cluster="oidc", source="poller", cause="auth")
     wait_for(lambda: time.time() >= fresh + LIFETIME * 2 / 3, LIFETIME, interval=0.1, what="2/3 of the token's life")
     with idp.outage():
-        wait_for(lambda: time.time() >= fresh + LIFETIME * 14 / 15, LIFETIME, interval=0.1,
+        wait_for(lambda: time.time() >= fresh + LIFETIME * 0.82, LIFETIME, interval=0.1,
                  what="the outage to reach past the refresh")
     m = exp.wait_metric(lambda m: idp.tokens_issued("txnwatch") > before + 1
                         and value(m, "txnwatch_last_success_timestamp_seconds", kafka_cluster="oidc", source="poller")
                         > fresh + LIFETIME + 2, 2 * LIFETIME, what="polls past the old token's end, on a new one")
     assert value(m, "txnwatch_up", kafka_cluster="oidc", source="poller") == 1
-    assert value(m, "txnwatch_up", kafka_cluster="oidc", source="tap") == 1, (
-        m.select("txnwatch_poll_errors_total", kafka_cluster="oidc", source="tap"),
-        [line for line in exp.log().splitlines() if "tap[" in line or "rdkafka" in line][-30:])
+    if value(m, "txnwatch_up", kafka_cluster="oidc", source="tap") != 1:
+        print("\n".join(line for line in exp.log().splitlines() if "tap[" in line or "rdkafka" in line))
+    assert value(m, "txnwatch_up", kafka_cluster="oidc", source="tap") == 1, \
+        m.select("txnwatch_poll_errors_total", kafka_cluster="oidc", source="tap")
     assert m.select("txnwatch_poll_errors_total", kafka_cluster="oidc", source="poller", cause="auth") == auth_errors
     assert "unreachable (Connection refused); retrying" in exp.log()       # the outage met a refresh
     rounds = value(m, "txnwatch_canary_rounds_total", kafka_cluster="oidc", outcome="committed") or 0

@@ -130,6 +130,12 @@ def test_auth_failure_message_says_what_to_check_never_the_password():
     assert "hunter2-secret" not in msg
     plain = errors.auth_failure_message({**SCRAM, "sasl.mechanism": "PLAIN"}, "Invalid username or password")
     assert "JAAS" in plain and "hunter2-secret" not in plain
+    token = errors.auth_failure_message({"sasl.mechanism": "OAUTHBEARER"},
+                                        'SASL authentication error: {"status":"invalid_token"} (after 303ms in state '
+                                        'AUTH_REQ)')
+    assert token.startswith('authentication failed: the broker rejected the SASL/OAUTHBEARER token '
+                            '(SASL authentication error: {"status":"invalid_token"})')
+    assert "sasl.oauthbearer.expected.audience" in token and "sasl.username" not in token
 
 
 @pytest.mark.parametrize("said, words", [

@@ -107,6 +107,12 @@ def auth_failure_message(props: Mapping[str, str], detail: str) -> str:
     detail = _TIMING.sub("", detail).strip()
     if mechanism == "GSSAPI":
         return kerberos_failure_message(props, detail)
+    if mechanism == "OAUTHBEARER":
+        return (f"authentication failed: the broker rejected the SASL/OAUTHBEARER token ({detail}). It refuses a "
+                "token whose audience, issuer or subject claim is not what the listener expects "
+                "(sasl.oauthbearer.expected.audience, .expected.issuer, .sub.claim.name), whose signature it "
+                "cannot verify (sasl.oauthbearer.jwks.endpoint.url), or that ran out before the client took a new "
+                "one (the clocks, sasl.oauthbearer.clock.skew.seconds)")
     user = props.get("sasl.username")
     who = f" of user {user!r}" if user else ""
     hint = {"PLAIN": "PLAIN users are those of the listener's JAAS configuration on the broker",
@@ -114,7 +120,7 @@ def auth_failure_message(props: Mapping[str, str], detail: str) -> str:
                              f"--entity-type users --entity-name {user or '<user>'} shows them",
             "SCRAM-SHA-512": "SCRAM users exist per mechanism: kafka-configs.sh --describe "
                              f"--entity-type users --entity-name {user or '<user>'} shows them"}.get(
-        mechanism, "check the mechanism's own settings (the OAuth token endpoint and client)")
+        mechanism, "check the mechanism's own settings")
     return (f"authentication failed: the broker rejected the SASL/{mechanism} credentials{who} "
             f"({detail}). Check sasl.username and sasl.password in this "
             f"cluster's client settings (a ${{file:}} or ${{env:}} secret may hold an old password) and "

@@ -20,10 +20,9 @@ from ..kafka.abort_markers import MarkerWriter
 from ..kafka.errors import PollError, classify, one_line
 from ..kafka.login import explain as explain_failure
 from .audit import AuditTrail, actor, default_path
+from .exporter_view import ExporterUnreadable, parse, read_metrics, with_view
 from .plan import ACL, Decision, Flags, Pin, Risk, acl_command, decide, groups_moved, lso_moved
 from .report import decision_dict, render_json, render_text
-from .spark_readers import ExporterUnreadable, read_metrics, with_queries
-from .spark_readers import positions as spark_positions
 from .survey import Survey, Surveyor
 from .targets import Target, TargetError
 
@@ -90,7 +89,7 @@ def _run(cfg: ClusterConfig, surveyor: Surveyor, options: AbortOptions) -> tuple
     except Exception as exc:  # noqa: BLE001 - reported, exit 2
         cause, message = explain_failure(cfg.client_properties(), classify(exc), one_line(exc))
         return f"txnwatch abort: cannot read cluster {cfg.name} ({cause}): {message}", 2
-    survey = with_spark_readers(survey, options)
+    survey = with_exporter_view(survey, options)
     acl = acl_command(cfg.bootstrap_servers, survey.principal)
     decisions = [decide(t, survey.taken_at_ms, options.flags, survey.may_write_markers, acl)
                  for t in survey.transactions]
@@ -108,9 +107,10 @@ def _run(cfg: ClusterConfig, surveyor: Surveyor, options: AbortOptions) -> tuple
     return (render_json(report) if options.output == "json" else render_text(report)), code
 
 
-def with_spark_readers(survey: Survey, options: AbortOptions) -> Survey:
-    """The survey with the Spark queries reading each pinned partition, as the exporter knows
-    them; without one (or when it cannot be read) a note says so and the plan goes on."""
+def with_exporter_view(survey: Survey, options: AbortOptions) -> Survey:
+    """The survey with what the exporter knows (exporter_view): the Spark queries reading each
+    pinned partition, how long each transaction's coordinator state has been unchanged. Without
+    an exporter (or one that cannot be read) a note says so and the plan goes on."""
     if not survey.transactions:
         return survey
     if options.exporter_url is None:
@@ -118,11 +118,11 @@ def with_spark_readers(survey: Survey, options: AbortOptions) -> Survey:
             "Spark queries: not shown (Spark's Kafka source commits no group offsets): --exporter URL reads "
             "them from the exporter their txnwatch listener reports to",))
     try:
-        reading = spark_positions(read_metrics(options.exporter_url, options.exporter_token))
+        view = parse(read_metrics(options.exporter_url, options.exporter_token))
     except ExporterUnreadable as exc:
         return replace(survey, notes=survey.notes + (f"Spark queries: not shown, the exporter could not be read: "
                                                      f"{exc}",))
-    return replace(survey, transactions=tuple(with_queries(t, reading) for t in survey.transactions))
+    return replace(survey, transactions=tuple(with_view(t, view) for t in survey.transactions))
 
 
 def _report(survey: Survey, decisions: list[Decision], options: AbortOptions) -> dict:

@@ -40,7 +40,7 @@ class BlockedGroup:
 
 @dataclass(frozen=True, slots=True)
 class BlockedQuery:
-    """A Spark query's read position on a pinned partition (from the exporter: see spark_readers)."""
+    """A Spark query's read position on a pinned partition (from the exporter: see exporter_view)."""
 
     query: str
     query_id: str
@@ -86,6 +86,7 @@ class Transaction:
     coordinator: TxnDescription | None
     hanging_reason: str | None        # the exporter's find-hanging verdict; None: not hanging
     pins: tuple[Pin, ...]
+    state_unchanged_seconds: float | None = None    # the coordinator's state's age, as the exporter saw it
 
     @property
     def coordinator_holds(self) -> bool:
@@ -156,6 +157,8 @@ def liveness(txn: Transaction, now_ms: int) -> str:
     write = "no write by it seen" if wrote is None else f"its last write {wrote:.0f}s ago"
     if txn.two_phase:
         return f"two-phase commit, {c.state} at its coordinator (never timed out); {write}"
+    if txn.state_unchanged_seconds is not None:
+        write = f"its coordinator state unchanged for {txn.state_unchanged_seconds:.0f}s (the exporter's), {write}"
     if txn.coordinator_holds:
         if c.start_ms < 0:
             return f"{c.state} at its coordinator; {write}"

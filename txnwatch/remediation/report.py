@@ -26,6 +26,7 @@ def decision_dict(d: Decision, now_ms: int) -> dict:
         "coordinator": None if c is None else {"state": c.state, "producer_id": c.producer_id,
                                                "producer_epoch": c.producer_epoch, "timeout_ms": c.timeout_ms,
                                                "start_ms": c.start_ms},
+        "state_unchanged_seconds": t.state_unchanged_seconds,
         "hanging_reason": t.hanging_reason, "age_seconds": None if d.age_seconds is None else round(d.age_seconds, 1),
         "liveness": d.liveness,
         "partitions": [pin_dict(p, now_ms / 1000) for p in t.pins],

@@ -30,10 +30,12 @@ CREDENTIAL_SYMPTOMS = frozenset({AUTH, BROKER_UNAVAILABLE, TIMEOUT, "kip664_conn
 # close makes it read the cache every few seconds less than a minute, so a new token (or one
 # after the broker refused the last) reaches its connections without waiting for the old one's end.
 LIBRDKAFKA_EXPIRY_CAP = 60.0
-# ... and while the login's refresh fails, this close: the token fetched once the issuer is back
-# reaches librdkafka within a couple of seconds, before its connections re-authenticate at the
-# old token's end (a broker ends an OAUTHBEARER session with its token, KIP-368).
-LIBRDKAFKA_RETRY_CAP = 2.0
+# ... and while the login's refresh fails, this close: librdkafka then asks every second (its
+# token timer's tick), so the token fetched once the issuer is back reaches it within about two,
+# before its connections re-authenticate at the old token's end (a broker ends an OAUTHBEARER
+# session with its token, KIP-368). A token that comes closer to that end than this comes too
+# late for them: each is refused once and reconnects.
+LIBRDKAFKA_RETRY_CAP = 1.0
 
 
 @dataclass(frozen=True)

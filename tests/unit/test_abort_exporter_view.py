@@ -1,6 +1,7 @@
 """`txnwatch abort --exporter`: the Spark queries reading each pinned partition, from the
 exporter's metrics (Spark's Kafka source commits no group offsets), with their lag against the
-partition's LSO and HWM; an exporter that cannot be read is a note, never a failed dry run."""
+partition's LSO and HWM, and how long each transaction's coordinator state has been unchanged;
+an exporter that cannot be read is a note, never a failed dry run."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ import threading
 
 import pytest
 
-from txnwatch.remediation.command import AbortOptions, with_spark_readers
+from txnwatch.kafka.answers import TxnDescription
+from txnwatch.remediation.command import AbortOptions, with_exporter_view
+from txnwatch.remediation.exporter_view import ExporterUnreadable, parse, read_metrics, with_view
 from txnwatch.remediation.plan import Pin, Transaction
 from txnwatch.remediation.report import decision_dict, render_text
-from txnwatch.remediation.spark_readers import ExporterUnreadable, positions, read_metrics, with_queries
 from txnwatch.remediation.survey import Survey
 from txnwatch.remediation.targets import target_of
 
@@ -26,12 +28,17 @@ spark_streaming_source_partition_offset{query="join_q",query_id="q-2",source="Ka
 # HELP kafka_partition_last_stable_offset LSO.
 # TYPE kafka_partition_last_stable_offset gauge
 kafka_partition_last_stable_offset{kafka_cluster="c",topic="orders",partition="0"} 40
+# HELP kafka_transaction_state_unchanged_seconds now - the coordinator's last change.
+# TYPE kafka_transaction_state_unchanged_seconds gauge
+kafka_transaction_state_unchanged_seconds{kafka_cluster="c",app="orders",transactional_id="orders-tx"} 95
+kafka_transaction_state_unchanged_seconds{kafka_cluster="c",app="orders",transactional_id="orders-tx"} 90
+kafka_transaction_state_unchanged_seconds{kafka_cluster="c",app="orders",transactional_id="other-tx"} 5
 """
 
 
-def transaction() -> Transaction:
+def transaction(coordinator=None) -> Transaction:
     pin = Pin("orders", 0, 40, 3, -1, 40, 52, None)
-    return Transaction(1000, 4, "orders-tx", "orders", None, None, "no_coordinator_state", (pin,))
+    return Transaction(1000, 4, "orders-tx", "orders", None, coordinator, "no_coordinator_state", (pin,))
 
 
 def survey(txns=None) -> Survey:
@@ -40,20 +47,31 @@ def survey(txns=None) -> Survey:
 
 
 def test_each_query_on_a_partition_once_at_its_lowest_position():
-    reading = positions(EXPOSITION)
+    reading = parse(EXPOSITION).positions
     assert [(q.query, q.offset) for q in reading[("orders", 0)]] == [("join_q", 31), ("orders_q", 40)]
     assert [(q.query, q.offset) for q in reading[("orders", 1)]] == [("orders_q", 7)]
 
 
 def test_the_pins_carry_the_queries_lag_against_the_lso_and_the_hwm():
-    txn = with_queries(transaction(), positions(EXPOSITION))
+    txn = with_view(transaction(), parse(EXPOSITION))
     [pin] = txn.pins
     assert [(q.query, q.lag_lso, q.lag_hwm) for q in pin.queries] == [("join_q", 9, 21), ("orders_q", 0, 12)]
+    assert txn.state_unchanged_seconds is None     # its coordinator holds no transaction of it
+
+
+def test_the_coordinators_state_age_is_the_exporters_latest_for_a_transaction_it_holds():
+    from txnwatch.remediation.plan import liveness
+
+    now = 1_800_000_000_000
+    held = TxnDescription("orders-tx", "Ongoing", 1000, 4, 60_000, now - 100_000, frozenset({("orders", 0)}))
+    txn = with_view(transaction(held), parse(EXPOSITION))
+    assert txn.state_unchanged_seconds == 90
+    assert "its coordinator state unchanged for 90s (the exporter's)" in liveness(txn, now)
 
 
 def test_unparseable_metrics_are_named():
     with pytest.raises(ExporterUnreadable, match="do not parse"):
-        positions('spark_streaming_source_partition_offset{query="q" 1\n')
+        parse('spark_streaming_source_partition_offset{query="q" 1\n')
 
 
 class _Exporter(http.server.BaseHTTPRequestHandler):
@@ -88,7 +106,7 @@ def options(url=None, token=None) -> AbortOptions:
 
 
 def test_the_dry_run_names_the_spark_queries_and_sends_the_configured_token(exporter):
-    shown = with_spark_readers(survey(), options(exporter, "tok-3e1"))
+    shown = with_exporter_view(survey(), options(exporter, "tok-3e1"))
     assert _Exporter.seen == [("/metrics", "Bearer tok-3e1")]
     assert read_metrics(exporter + "/metrics") == EXPOSITION   # a URL naming the path is taken as it is
     from txnwatch.remediation.plan import Flags, decide
@@ -102,9 +120,9 @@ def test_the_dry_run_names_the_spark_queries_and_sends_the_configured_token(expo
 
 
 def test_without_an_exporter_or_with_one_gone_the_plan_goes_on_with_a_note(exporter):
-    assert "--exporter URL" in with_spark_readers(survey(), options()).notes[-1]
-    gone = with_spark_readers(survey(), options("http://127.0.0.1:9"))
+    assert "--exporter URL" in with_exporter_view(survey(), options()).notes[-1]
+    gone = with_exporter_view(survey(), options("http://127.0.0.1:9"))
     assert gone.transactions == survey().transactions and "could not be read" in gone.notes[-1]
-    missing = with_spark_readers(survey(), options(exporter + "/nothing/metrics"))
+    missing = with_exporter_view(survey(), options(exporter + "/nothing/metrics"))
     assert "HTTP 404" in missing.notes[-1]
-    assert with_spark_readers(survey(()), options()).notes == ()     # nothing to abort: nothing to say
+    assert with_exporter_view(survey(()), options()).notes == ()     # nothing to abort: nothing to say
