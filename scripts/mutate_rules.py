@@ -1,10 +1,11 @@
 #!/usr/bin/env python
 """Check that the unit tests pin every rule of the transaction-log tap (its state machine and
-its decoder's checks) and of the poller's derivations: each mutation below deletes one
+its decoder's checks), of the poller's derivations and of the scrape clock (which scrapers
+steer the polls): each mutation below deletes one
 condition or moves one boundary, on a copy of the package, and the named tests must then
 fail. Run by hand:
 
-    .venv/bin/python scripts/mutate_rules.py [--only state|derive|decoder] [--jobs 1|2]
+    .venv/bin/python scripts/mutate_rules.py [--only state|derive|decoder|schedule] [--jobs 1|2]
 
 First checks that the named tests pass on an unmutated copy (else every mutant would look
 caught), then prints one line per mutation (caught / SURVIVED) and exits 1 if any survived.
@@ -27,10 +28,13 @@ DECODER = "txnwatch/exporter/tap/decoder.py"
 DERIVE = "txnwatch/exporter/poll/derive.py"
 FINDINGS = "txnwatch/exporter/poll/findings.py"
 MODEL = "txnwatch/exporter/model.py"
+SCRAPE_CLOCK = "txnwatch/exporter/poll/scrape_clock.py"
 TAP_TESTS = ["tests/unit/test_tap_state.py", "tests/unit/test_tap_real_records.py"]
 DECODER_TESTS = ["tests/unit/test_tap_decoder.py"]
 DERIVE_TESTS = ["tests/unit/test_derive.py"]
-GROUP_OF = {STATE: "state", DECODER: "decoder", DERIVE: "derive", FINDINGS: "derive", MODEL: "derive"}   # --only
+SCRAPE_TESTS = ["tests/unit/test_scrape_clock.py"]
+GROUP_OF = {STATE: "state", DECODER: "decoder", DERIVE: "derive", FINDINGS: "derive", MODEL: "derive",
+            SCRAPE_CLOCK: "schedule"}   # --only
 
 # (file, text, replacement, what it breaks, tests that must catch it)
 MUTATIONS = [
@@ -347,6 +351,28 @@ MUTATIONS += [
     (FINDINGS, _CAP, "if max_ms is not None and t.timeout_ms >= max_ms:", "cap finding: boundary moved", DERIVE_TESTS),
     (FINDINGS, "if t.headroom_seconds is not None and t.headroom_seconds < 0:", "if t.headroom_seconds < 0:",
      "headroom finding: an unknown headroom", DERIVE_TESTS),
+    # -------------------------------------------------------------- scrape_clock.py: who steers the polls
+    (SCRAPE_CLOCK, "if len(agree) < STEADY_AFTER or len(agree) * 2 <= len(recent):", "if len(agree) < STEADY_AFTER:",
+     "steady: without most recent intervals agreeing", SCRAPE_TESTS),
+    (SCRAPE_CLOCK, "if len(agree) < STEADY_AFTER or len(agree) * 2 <= len(recent):",
+     "if len(agree) * 2 <= len(recent):", "steady: with fewer than STEADY_AFTER agreeing", SCRAPE_TESTS),
+    (SCRAPE_CLOCK, "abs(x - median) <= TOLERANCE * median", "abs(x - median) <= 2 * TOLERANCE * median",
+     "steady: the tolerance widened", SCRAPE_TESTS),
+    (SCRAPE_CLOCK, "elif s.intervals or s.scheduled:", "elif s.intervals:",
+     "settling: Prometheus's first scrape not counted", SCRAPE_TESTS),
+    (SCRAPE_CLOCK, "if not s.intervals and not s.scheduled] or list(self._scrapers)",
+     "if True] or list(self._scrapers)", "memory cap: a steady scraper pushed out by one-off requests", SCRAPE_TESTS),
+    (SCRAPE_CLOCK, "return min(max(earliest, c.next_after(earliest + duration) - duration - margin) for c in cadences)",
+     "return max(max(earliest, c.next_after(earliest + duration) - duration - margin) for c in cadences)",
+     "two scrapers: the later one's scrape served first", SCRAPE_TESTS),
+    (SCRAPE_CLOCK, "    if view.settling:\n        return max(now, earliest)\n", "",
+     "settling: a new scraper waits for the steady ones' schedule", SCRAPE_TESTS),
+    (SCRAPE_CLOCK, "if now - s.last > max(horizon, 1.0):", "if now - s.last > 10 * max(horizon, 1.0):",
+     "gone: a scraper that stopped kept", SCRAPE_TESTS),
+    (SCRAPE_CLOCK, "return 0.1 + 0.25 * duration", "return 0.1",
+     "margin: not growing with the poll's duration", SCRAPE_TESTS),
+    (SCRAPE_CLOCK, "if not cadences:\n        return max(earliest, last_start + idle_interval)",
+     "if not cadences:\n        return earliest", "nobody scraping: polls back to back", SCRAPE_TESTS),
 ]
 
 

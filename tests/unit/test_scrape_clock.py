@@ -37,6 +37,21 @@ def test_jitter_and_a_missed_scrape_keep_the_cadence():
     assert steady_period([5.0, 5.0]) is None
 
 
+def test_a_cadence_most_recent_intervals_do_not_share_is_none():
+    """Three or more intervals at the median are not enough: most of the recent ones must
+    agree. A scraper that comes every 5 s half the time and at random otherwise (a script in a
+    loop with waits of its own, a person's curl between) would otherwise steer the polls to a
+    cadence it does not keep."""
+    assert steady_period([5.0, 5.0, 5.0, 5.0, 1.0, 2.0, 9.0, 13.0]) is None        # 4 of 8 agree
+    assert steady_period([5.0, 5.0, 5.0, 5.0, 5.0, 2.0, 9.0, 13.0]) == pytest.approx(5.0)   # 5 of 8 do
+    assert steady_period([5.0, 5.0, 9.0]) is None          # a majority, but fewer than STEADY_AFTER
+
+
+def test_an_interval_more_than_a_tenth_off_the_median_is_not_the_cadence():
+    assert steady_period([5.0, 5.0, 5.0, 5.75]) == pytest.approx(5.0)     # 15 % off: left out
+    assert steady_period([5.0, 5.0, 5.0, 5.4]) == pytest.approx(5.1)      # 8 % off: the same cadence
+
+
 def test_an_ha_pair_is_two_scrapers_at_their_own_phases():
     log = ScrapeLog()
     feed(log, "10.0.0.1 Prometheus", 1000.0, 15.0, 5)
