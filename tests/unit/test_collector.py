@@ -81,3 +81,32 @@ def test_published_snapshot_parts_are_served_until_the_next_publish():
     import gzip
     assert gzip.decompress(c.exposition(openmetrics=False, gzip=True)).split(b"# HELP process_")[0] == \
         c.exposition(openmetrics=False).split(b"# HELP process_")[0]
+
+
+def test_txnwatch_series_counts_every_family_of_the_document_as_scraped():
+    """txnwatch_series{family}: each family's sample lines in the exposition, from the big
+    published parts (counted once per publish), the live parts and the exporter's own, itself
+    included; the count parsed back from the scrape agrees family by family."""
+    def live(w):
+        w.add("txnwatch_up", {"cluster": "c1", "source": "poller"}, 1)
+        w.add("kafka_cluster_brokers", {"cluster": "c3"}, 1)     # a family both published and live
+
+    c = ExporterCollector([("live", live)])
+    snap = snapshot()
+    c.publish("poller:c1", lambda w: render_snapshot(w, snap, "partition", 500))
+    text = c.exposition(openmetrics=False).decode()
+    parsed: dict[str, int] = {}          # sample lines under each TYPE line
+    family = None
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            family = line.split()[2]
+        elif line and not line.startswith("#"):
+            parsed[family] = parsed.get(family, 0) + 1
+    reported = {lbl["family"]: v for lbl, v in Metrics(parse_metrics(text)).select("txnwatch_series")}
+    assert reported == parsed
+    assert reported["kafka_cluster_brokers"] == 2 and reported["kafka_partition_lso_lag_offsets"] == 2
+    assert reported["txnwatch_series"] == len(reported)
+    c.publish("poller:c1", lambda w: w.add("kafka_cluster_brokers", {"cluster": "c1"}, 3))   # a poll drops series
+    after = {lbl["family"]: v for lbl, v in
+             Metrics(parse_metrics(c.exposition(openmetrics=False).decode())).select("txnwatch_series")}
+    assert "kafka_partition_lso_lag_offsets" not in after and after["kafka_cluster_brokers"] == 2

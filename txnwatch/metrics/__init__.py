@@ -355,6 +355,11 @@ CATALOG: dict[str, MetricSpec] = {s.name: s for s in [
        "list_transactions_id_pattern (KIP-1152, 4.1+), and offset_fetch_batched (committed offsets of many "
        "groups per OffsetFetch v8, KIP-709; 0: one request per group).",
        ("cluster", "api"), source="self"),
+    _m("txnwatch_series", "gauge",
+       "Series this exposition carries per metric family, named as in the text format (a counter's "
+       "with _total); each sample line is one series (a histogram's buckets, _sum and _count each "
+       "count). Watch it against the series budget your Prometheus takes from one target.",
+       ("family",), source="self"),
     _m("txnwatch_series_dropped", "counter",
        "Series folded into transactional_id=\"__other__\" by the per-id cap, or dropped as invalid.",
        ("cluster", "metric", "reason"), source="self"),

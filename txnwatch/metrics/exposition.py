@@ -79,14 +79,16 @@ def _headers(c: FamilyChunk, openmetrics: bool) -> bytes:
         kind = c.kind if c.kind in ("gauge", "counter", "histogram", "info", "summary", "stateset") else "unknown"
         return f"# HELP {c.name} {help_}\n# TYPE {c.name} {kind}\n".encode()
     help_ = c.help.replace("\\", "\\\\").replace("\n", "\\n")
-    name, kind = c.name, c.kind
-    if kind == "counter":
-        name = c.name + "_total"
-    elif kind == "info":
-        name, kind = c.name + "_info", "gauge"
-    elif kind not in ("gauge", "histogram", "summary"):
+    kind = "gauge" if c.kind == "info" else c.kind
+    if kind not in ("gauge", "counter", "histogram", "summary"):
         kind = "untyped"
+    name = text_name(c)
     return f"# HELP {name} {help_}\n# TYPE {name} {kind}\n".encode()
+
+
+def text_name(c: FamilyChunk) -> str:
+    """A family's name in the text format (0.0.4): a counter's with _total, an info's with _info."""
+    return c.name + {"counter": "_total", "info": "_info"}.get(c.kind, "")
 
 
 def assemble(parts: Iterable[Mapping[str, FamilyChunk]], openmetrics: bool, eof: bool = True) -> bytes:

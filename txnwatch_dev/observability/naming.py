@@ -41,6 +41,7 @@ UNITLESS: Mapping[str, str] = {
     "txnwatch_capability": "0/1 state",
     "txnwatch_tap_rebuilt": "0/1 state",
     "txnwatch_tap_partitions": "a count of partitions",
+    "txnwatch_series": "a count of series (as Prometheus's own prometheus_tsdb_head_series)",
 }
 
 # Names other common Kafka exporters use (kafka_exporter 1.9, KMinion 2.x, Strimzi's JMX

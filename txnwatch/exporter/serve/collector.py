@@ -23,6 +23,7 @@ from ...metrics.exposition import (
     assemble,
     assemble_pieces,
     family_chunks,
+    text_name,
     with_tail,
 )
 
@@ -44,13 +45,26 @@ class Part:
 
 
 class _Published:
-    """What scrapes read: the big per-poll parts' chunks and the document section built
-    from them for each format scrapers use. Replaced whole, never mutated."""
+    """What scrapes read: the big per-poll parts' chunks, the document section built from
+    them for each format scrapers use, and their series per family. Replaced whole, never
+    mutated."""
 
-    __slots__ = ("parts", "sections")
+    __slots__ = ("parts", "sections", "series")
 
-    def __init__(self, parts: dict[str, dict[str, FamilyChunk]], sections: dict[bool, Section]) -> None:
+    def __init__(self, parts: dict[str, dict[str, FamilyChunk]], sections: dict[bool, Section],
+                 series: dict[str, int] | None = None) -> None:
         self.parts, self.sections = parts, sections
+        self.series = series if series is not None else series_per_family(parts.values())
+
+
+def series_per_family(parts: Iterable[dict[str, FamilyChunk]]) -> dict[str, int]:
+    """Sample lines (one series each) per family, named as in the text format's TYPE line
+    (a counter's with _total): the name the series are queried by."""
+    out: dict[str, int] = defaultdict(int)
+    for chunks in parts:
+        for chunk in chunks.values():
+            out[text_name(chunk)] += chunk.body.count(b"\n")
+    return dict(out)
 
 
 class ExporterCollector:
@@ -159,19 +173,28 @@ class ExporterCollector:
         with self._publish_lock:
             pub = self._published
             section = self._section(pub.parts, om, gz or (om, True) in self._in_use())
-            self._published = _Published(pub.parts, {**pub.sections, om: section})
+            self._published = _Published(pub.parts, {**pub.sections, om: section}, pub.series)
             return section
 
     # ----------------------------------------------------------------- scraping
-    def _self_chunks(self) -> dict[str, FamilyChunk]:
+    def _self_chunks(self, live: list[dict[str, FamilyChunk]]) -> dict[str, FamilyChunk]:
         w = FamilyWriter(cluster_label=self.cluster_label)
         with self._lock:
             dropped = dict(self._dropped)
         for (cluster, metric, reason), n in dropped.items():
             w.add("txnwatch_series_dropped", {"cluster": cluster, "metric": metric, "reason": reason}, n)
         w.info("txnwatch_build", {"version": __version__, "revision": revision(), "python": platform.python_version()})
+        processes = family_chunks([*self._process.collect(), *self._worker_process_families()])
+        # the document's series per family: the published parts' (counted once per publish),
+        # the live parts', and these own (txnwatch_series itself: one per family, itself included)
+        series = dict(self._published.series)
+        for name, n in series_per_family([*live, w.chunks(), processes]).items():
+            series[name] = series.get(name, 0) + n
+        series["txnwatch_series"] = len(series) + ("txnwatch_series" not in series)
+        for family, n in sorted(series.items()):
+            w.add("txnwatch_series", {"family": family}, n)
         chunks = w.chunks()
-        chunks.update(family_chunks([*self._process.collect(), *self._worker_process_families()]))
+        chunks.update(processes)
         return chunks
 
     def _worker_process_families(self):
@@ -196,7 +219,7 @@ class ExporterCollector:
     def _exposition(self, openmetrics: bool, gzip: bool) -> bytes:
         section = self._section_for(openmetrics, gzip)
         live = [self._live_chunks(p) for p in self._live]
-        live.append(self._self_chunks())
+        live.append(self._self_chunks(live))
         big_names = section.names
         if any(n in big_names for part in live for n in part):
             # A family spread over big and live parts needs one header: format it all now.
