@@ -694,6 +694,12 @@ def exporter(cfg: AlertConfig) -> list[Panel]:
               [(f"sum by (cluster, metric, reason) (rate(txnwatch_series_dropped_total{cluster}[{RATE_INTERVAL}]))",
                 "{{metric}} {{reason}}")],
               thresholds=steps(GREEN)),
+        Panel("series", "Series exported, largest families",
+              "Series each exporter's scrape carries, for its ten largest metric families (txnwatch_series): "
+              "what to watch against the series budget your Prometheus takes from one target.", "short",
+              [(f"topk(10, max by (instance, family) (txnwatch_series{matchers(EXPORTER_TARGET)}))",
+                "{{instance}} {{family}}")],
+              thresholds=steps(GREEN)),
         Panel("build", "Build", "txnwatch version and Python version of each exporter.", "short",
               [(f"max by (instance, version, revision, python) (txnwatch_build_info{matchers(EXPORTER_TARGET)})",
                 "{{instance}} {{version}} {{revision}}")],

@@ -58,7 +58,7 @@ PANEL_IDS: dict[str, dict[str, int]] = {
     },
     EXPORTER.uid: {
         "scrape_up": 1, "sources_up": 2, "since_success": 3, "poll_duration": 4, "poll_errors": 5,
-        "capabilities": 6, "series_dropped": 7, "build": 8,
+        "capabilities": 6, "series_dropped": 7, "build": 8, "series": 9,
     },
 }
 
