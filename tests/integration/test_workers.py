@@ -16,6 +16,7 @@ import pytest
 
 from tests.integration.helpers import children, cluster_config
 from txnwatch_dev.net import wait_for
+from txnwatch_dev.observability.scrape import Metrics, parse_metrics, sample_lines_per_family
 from txnwatch_dev.transactions.workload import create_topics
 
 pytestmark = [pytest.mark.integration]
@@ -73,24 +74,10 @@ def test_worker_process_serves_what_the_in_process_poller_does(broker, unique, p
     # txnwatch_series: what each scrape carries per family, the worker's published part and
     # the serving process's own alike
     for exp in (inproc, worker):
-        lines, reported = sample_lines_per_family(exp.get("/metrics")[1])
+        text = exp.get("/metrics")[1]
+        lines = sample_lines_per_family(text)
+        reported = {lb["family"]: v for lb, v in Metrics(parse_metrics(text)).select("txnwatch_series")}
         assert reported == lines and reported["kafka_partition_high_watermark"] >= 3, (reported, lines)
-
-
-def sample_lines_per_family(text: str) -> tuple[dict[str, int], dict[str, int]]:
-    """The sample lines under each TYPE line of a text exposition, and what txnwatch_series
-    of the same document reports."""
-    lines: dict[str, int] = {}
-    reported: dict[str, int] = {}
-    family = None
-    for line in text.splitlines():
-        if line.startswith("# TYPE "):
-            family = line.split()[2]
-        elif line and not line.startswith("#"):
-            lines[family] = lines.get(family, 0) + 1
-            if family == "txnwatch_series":
-                reported[line.split('family="')[1].split('"')[0]] = int(float(line.rsplit(" ", 1)[1]))
-    return lines, reported
 
 
 def test_killed_worker_is_restarted_and_counts_continue(broker, unique, producers, exporter_factory):

@@ -6,7 +6,7 @@ from txnwatch.exporter.poll import derive
 from txnwatch.exporter.poll.render import render_snapshot
 from txnwatch.exporter.serve.collector import ExporterCollector
 from txnwatch.kafka.answers import ClusterFacts, TxnDescription
-from txnwatch_dev.observability.scrape import Metrics, parse_metrics
+from txnwatch_dev.observability.scrape import Metrics, parse_metrics, sample_lines_per_family
 
 
 def scrape(parts) -> Metrics:
@@ -95,13 +95,7 @@ def test_txnwatch_series_counts_every_family_of_the_document_as_scraped():
     snap = snapshot()
     c.publish("poller:c1", lambda w: render_snapshot(w, snap, "partition", 500))
     text = c.exposition(openmetrics=False).decode()
-    parsed: dict[str, int] = {}          # sample lines under each TYPE line
-    family = None
-    for line in text.splitlines():
-        if line.startswith("# TYPE "):
-            family = line.split()[2]
-        elif line and not line.startswith("#"):
-            parsed[family] = parsed.get(family, 0) + 1
+    parsed = sample_lines_per_family(text)
     reported = {lbl["family"]: v for lbl, v in Metrics(parse_metrics(text)).select("txnwatch_series")}
     assert reported == parsed
     assert reported["kafka_cluster_brokers"] == 2 and reported["kafka_partition_lso_lag_offsets"] == 2

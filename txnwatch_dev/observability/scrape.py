@@ -29,3 +29,16 @@ class Metrics(dict):
         want = {k: str(v) for k, v in labels.items()}
         return [(dict(lbls), v) for (n, lbls), v in self.items()
                 if n == name and all(dict(lbls).get(k) == val for k, val in want.items())]
+
+
+def sample_lines_per_family(text: str) -> dict[str, int]:
+    """The sample lines under each TYPE line of a text exposition (0.0.4): the series each
+    family carries, counted without the exporter's help."""
+    lines: dict[str, int] = {}
+    family = None
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            family = line.split()[2]
+        elif line and not line.startswith("#"):
+            lines[family] = lines.get(family, 0) + 1
+    return lines
