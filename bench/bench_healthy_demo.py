@@ -1,6 +1,7 @@
 """The demo with no fault for a while: what pages a healthy exactly-once estate gets.
 
     .venv/bin/python bench/bench_healthy_demo.py [--minutes 10] [--rate 200] [--trigger-seconds 1]
+        [--granularity signal|partition|topic] [--partition-series-linger SECONDS]
 
 Runs `make demo`'s program (`python -m txnwatch_dev.demo --fault-interval 0`): a Kafka
 broker, the reference Spark pipeline (orders-totals: Kafka source, read_committed, through
@@ -10,7 +11,9 @@ Prometheus with the generated rules at the demo's short `for`s (fencing_for 10 s
 0.05 fences a minute: stricter than the defaults). Every 30 s and at the end it reads
 Prometheus: every alert that fired (ALERTS), and per app the highest rate of fences the
 fencing alert reads and the tap's counts of fences and re-initialisations. Prints a JSON
-summary; nothing should fire.
+summary; nothing should fire. It also gives the series Prometheus's head block created per
+hour while it ran (prometheus_tsdb_head_series_created_total, from the first batch on), and
+the exporter's series per partition and group family (txnwatch_series).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 from txnwatch_dev.net import free_port, wait_for
@@ -34,11 +38,22 @@ from txnwatch_dev.procs import terminal_signals
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def series_created(prom_port: int) -> float:
+    """Series Prometheus's head block has created since it started (its own /metrics)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{prom_port}/metrics", timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith("prometheus_tsdb_head_series_created_total "):
+                return float(line.split()[1])
+    raise RuntimeError("Prometheus's /metrics has no prometheus_tsdb_head_series_created_total")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", type=float, default=10.0)
     ap.add_argument("--rate", type=int, default=200)
     ap.add_argument("--trigger-seconds", type=float, default=2.0, help="the Spark pipeline's trigger interval")
+    ap.add_argument("--granularity", choices=("signal", "partition", "topic"), default=None)
+    ap.add_argument("--partition-series-linger", type=float, default=None)
     args = ap.parse_args()
     state = Path(tempfile.mkdtemp(prefix="txnwatch-healthy-demo-"))
     ex_port, prom_port = free_port(), free_port()
@@ -46,6 +61,9 @@ def main() -> int:
            "--exporter-port", str(ex_port), "--prometheus-port", str(prom_port), "--rate", str(args.rate),
            "--trigger-seconds", f"{args.trigger_seconds:g}",
            "--duration", str(args.minutes * 60 + 120)]
+    for flag, value in (("--granularity", args.granularity), ("--partition-series-linger", args.partition_series_linger)):
+        if value is not None:
+            cmd += [flag, str(value)]
     log = open(state / "demo.out", "wb")
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                             preexec_fn=terminal_signals)
@@ -58,6 +76,7 @@ def main() -> int:
         wait_for(lambda: (exporter.metrics().get_value("spark_streaming_batch_id") or 0) > 0
                  or proc.poll() is not None, 300, what="the pipeline's first batch")
         started = time.monotonic()
+        created_before = series_created(prom_port)
         while time.monotonic() - started < args.minutes * 60 and proc.poll() is None:
             time.sleep(30)
             span = int(time.monotonic() - started) + 30
@@ -75,7 +94,15 @@ def main() -> int:
                                                                           app=a) if v},
                        "reinits": m.get_value("kafka_transactional_id_reinitializations_total", app=a)}
                    for a in apps}
-        summary = {"minutes": round((time.monotonic() - started) / 60, 1), "machine": platform.processor() or
+        created = series_created(prom_port) - created_before
+        hours = (time.monotonic() - started) / 3600
+        series = {lbl["family"]: v for lbl, v in m.select("txnwatch_series")}
+        summary = {"minutes": round((time.monotonic() - started) / 60, 1),
+                   "granularity": args.granularity or "default", "linger": args.partition_series_linger,
+                   "head_series_created_per_hour": round(created / hours),
+                   "series_exported": sum(series.values()),
+                   "partition_and_group_series": {f: v for f, v in series.items()
+                                                  if f.startswith(("kafka_partition_", "kafka_consumergroup_"))}, "machine": platform.processor() or
                    platform.machine(), "cpus": os.cpu_count(), "alerts_fired": sorted(fired),
                    "max_fences_per_minute_read_by_the_alert": worst, "apps": per_app}
         print(json.dumps(summary, indent=2, sort_keys=True))

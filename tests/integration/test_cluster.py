@@ -128,7 +128,7 @@ def test_a_dead_broker_costs_its_own_partitions_only(cluster, unique, exporter_f
     alive = [p for p in leaders if p != dead]
     commit_rows(cluster.bootstrap, unique("before"), single, range(3))
     commit_rows(cluster.bootstrap, unique("before"), replicated, range(3))
-    cfg = cluster_config(cluster.bootstrap, [single, replicated], transaction_log_tap=True,
+    cfg = cluster_config(cluster.bootstrap, [single, replicated], transaction_log_tap=True, granularity="partition",
                          canary={"interval_seconds": INTERVAL, "abort_every": 0, "topic": unique("canary")})
     exp = exporter_factory(cfg)
     m = exp.wait_metric(lambda m: m.get_value("kafka_partition_high_watermark", topic=single, partition=dead) == 4

@@ -57,6 +57,7 @@ from txnwatch.dashboards.queries import (
     dashboard_queries,
     query_requirements,
 )
+from txnwatch.exporter.poll.render import GROUP_FAMILIES, PARTITION_FAMILIES
 from txnwatch_dev.kafka import KafkaBroker
 from txnwatch_dev.net import free_port, wait_for
 from txnwatch_dev.observability import naming
@@ -74,6 +75,8 @@ RATE_SECONDS = 30
 CLUSTER = "e2e"
 ORDERS, PAYMENTS = "e2e.orders", "e2e.payments"
 HANG_PARTITION = 1
+BY_TOPIC = "e2e-bytopic"     # the same broker at granularity topic
+GRANULARITY_FAMILIES = frozenset(PARTITION_FAMILIES + GROUP_FAMILIES)
 BLOCKED_GROUP = "e2e-orders-reader"          # committed offset 0 on the hanging partition
 PAYMENTS_GROUP = "e2e-payments-reader"       # commits its progress on e2e.payments
 CLIENT_APP = "payments"
@@ -445,10 +448,14 @@ def exclusion_of(dash: str, panel: str, expr: str) -> tuple[str, str, str] | Non
     return hits[0] if hits else None
 
 
-def evaluate(prom: PrometheusProcess) -> tuple[list[str], list[str], list[str]]:
-    """(failures, panels with data, excluded) for every query of every dashboard panel."""
+def evaluate(prom: PrometheusProcess, cluster: str = ".*",
+             families: frozenset[str] | None = None) -> tuple[list[str], list[str], list[str]]:
+    """(failures, panels with data, excluded) for every query of every dashboard panel (with
+    `families`, those reading one of them), with the dashboards' cluster variable at `cluster`."""
     failures, ok, excluded = [], [], []
-    for dash, panel, expr in dashboard_queries(RATE_INTERVAL):
+    for dash, panel, expr in dashboard_queries(RATE_INTERVAL, {"cluster": cluster}):
+        if families is not None and not families & metric_names(expr):
+            continue
         key = exclusion_of(dash, panel, expr)
         try:
             result = prom.query(expr)
@@ -522,6 +529,13 @@ def test_every_dashboard_query_has_data_and_the_hanging_alert_fires(spark, tmp_p
         config = cluster_config(bootstrap, [ORDERS, PAYMENTS], name=CLUSTER, transaction_log_tap=True,
                                 max_transactional_id_series=3,
                                 canary={"interval_seconds": 1, "abort_every": 3, "topic": "e2e.canary"})
+        # The same cluster again at granularity topic, from an exporter of its own (the Spark
+        # queries' positions go to the first one): every panel reading the per-partition
+        # families is evaluated against it too ("e2e" runs at the default, signal).
+        by_topic = ExporterProcess({"clusters": [{**config["clusters"][0], "name": BY_TOPIC, "granularity": "topic",
+                                                  "transaction_log_tap": False, "canary": {"enabled": False}}]},
+                                   log_path=tmp_path / "exporter-by-topic.log").start()
+        stack.callback(by_topic.stop)
         config["clusters"].append({"name": "e2e-unreachable", "bootstrap_servers": f"127.0.0.1:{free_port()}",
                                    "poll_interval_seconds": 0.5, "poll_timeout_seconds": 1,
                                    "canary": {"interval_seconds": 1}})
@@ -550,7 +564,7 @@ def test_every_dashboard_query_has_data_and_the_hanging_alert_fires(spark, tmp_p
         stack.callback(am.stop)
         # The scrape attaches its own `cluster` target label, as multi-cluster stacks do: txnwatch's
         # kafka_cluster label keeps the Kafka cluster apart from it (issue 27).
-        prom = PrometheusProcess([f"127.0.0.1:{exporter.port}"], [rules], interval="1s",
+        prom = PrometheusProcess([f"127.0.0.1:{exporter.port}", f"127.0.0.1:{by_topic.port}"], [rules], interval="1s",
                                  log_path=tmp_path / "prometheus.log", data_dir=tmp_path / "prometheus",
                                  target_labels={"cluster": K8S_CLUSTER}, alertmanagers=[f"127.0.0.1:{am.port}"]).start()
         stack.callback(prom.stop)
@@ -638,7 +652,10 @@ def test_every_dashboard_query_has_data_and_the_hanging_alert_fires(spark, tmp_p
         box: dict = {}
 
         def all_have_data() -> bool:
-            box["result"] = evaluate(prom)
+            every, by_topic = evaluate(prom), evaluate(prom, BY_TOPIC, GRANULARITY_FAMILIES)
+            box["result"] = (every[0] + [f"[{BY_TOPIC}] {f}" for f in by_topic[0]], every[1] + by_topic[1],
+                             every[2] + by_topic[2])
+            box["by_topic"] = by_topic[1]
             return not box["result"][0]
 
         with contextlib.suppress(TimeoutError):
@@ -666,6 +683,7 @@ def test_every_dashboard_query_has_data_and_the_hanging_alert_fires(spark, tmp_p
         assert naming.scrape_problems(body) == []
         assert len(excluded) == len(NO_DATA_ON_BROKER), excluded
         assert all(f"{d} / {p}" in "\n".join(ok) for d, p in FAULTS), "a fault-only panel without data"
+        assert len(box["by_topic"]) >= 10, box["by_topic"]     # the partition families' panels at topic too
 
         # The hanging-transaction alert, for the partition the killed producer left open.
         def hanging_alert():
@@ -696,7 +714,8 @@ def test_every_dashboard_query_has_data_and_the_hanging_alert_fires(spark, tmp_p
         # Per Kafka cluster under the target's own `cluster` label: both Kafka clusters apart.
         per_cluster = {(r["metric"].get("kafka_cluster"), r["metric"].get("cluster"))
                        for r in prom.query("max by (kafka_cluster, cluster) (txnwatch_up)")}
-        assert per_cluster == {(CLUSTER, K8S_CLUSTER), ("e2e-unreachable", K8S_CLUSTER)}, per_cluster
+        assert per_cluster == {(CLUSTER, K8S_CLUSTER), (BY_TOPIC, K8S_CLUSTER), ("e2e-unreachable", K8S_CLUSTER)}, \
+            per_cluster
         assert prom.query('count({exported_cluster!=""})') == []   # no label of the target's renamed
 
         # Through Alertmanager: the hanging transaction pages once; the consumer group and the

@@ -116,7 +116,7 @@ def test_a_gap_of_markers_reads_as_lag_zero_with_its_reason(line, broker, own_br
     assert not [c for c in errors if c.startswith("marker_gaps_") and c != "marker_gaps_timeout"], errors
 
     # The exporter: lag 0 on /metrics, and the page says why; the read_uncommitted lag is as before.
-    exp = exporter_factory(cluster_config(b, [topic]))
+    exp = exporter_factory(cluster_config(b, [topic], granularity="partition"))
     m = exp.wait_metric(lambda m: m.get_value("kafka_consumergroup_read_committed_lag_offsets",
                                               group=g["after-commit"], topic=topic, partition=0) == 0
                         and m.get_value("kafka_consumergroup_read_committed_lag_offsets",

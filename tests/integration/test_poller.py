@@ -66,7 +66,7 @@ def test_committed_and_aborted_transactions_leave_lso_at_hwm(broker, producers, 
     create_topics(broker.bootstrap, [topic], partitions=1)
     producers(broker.bootstrap, topic, unique("tx-commit"), action="commit", count=3, records=2).wait()
     producers(broker.bootstrap, topic, unique("tx-abort"), action="abort", count=2, records=2).wait()
-    exp = exporter_factory(cluster_config(broker.bootstrap, [topic]))
+    exp = exporter_factory(cluster_config(broker.bootstrap, [topic], granularity="partition"))
     m = exp.wait_metric(lambda m: (m.get_value("kafka_partition_high_watermark", topic=topic) or 0) > 0,
                         what="HWM of the topic")
     # 5 transactions of 2 records, each ended by a marker that takes an offset of its own
@@ -89,7 +89,7 @@ def test_open_transaction_with_headroom_lso_and_read_committed_lag(broker, produ
                   timeout_ms=120_000)
     p.wait_line("open")
     commit_group_offset(broker.bootstrap, group, topic, 1, 0)
-    exp = exporter_factory(cluster_config(broker.bootstrap, [topic]))
+    exp = exporter_factory(cluster_config(broker.bootstrap, [topic], granularity="partition"))
     first = exp.wait_metric(lambda m: m.get_value("kafka_transaction_timeout_headroom_seconds",
                                                   transactional_id=tid) is not None
                             and m.get_value("kafka_consumergroup_read_committed_lag_offsets", group=group, topic=topic,
@@ -174,8 +174,8 @@ def test_a_producer_still_appending_is_alive_and_one_gone_quiet_shows_no_sign_of
         assert streaming.flush(10) == 0
 
     append()
-    poller_only = exporter_factory(cluster_config(broker.bootstrap, [topic]))
-    with_tap = exporter_factory(cluster_config(broker.bootstrap, [topic], transaction_log_tap=True))
+    poller_only = exporter_factory(cluster_config(broker.bootstrap, [topic], granularity="partition"))
+    with_tap = exporter_factory(cluster_config(broker.bootstrap, [topic], granularity="partition", transaction_log_tap=True))
     shown: dict = {}
 
     def both_worded() -> bool:
@@ -213,7 +213,7 @@ def test_coordinator_timeout_and_fence_show_as_epoch_bumps(broker, producers, un
     topic = unique("ended")
     timed_out, fenced = unique("timed-out-writer"), unique("fenced-writer")
     create_topics(broker.bootstrap, [topic], partitions=2)
-    exp = exporter_factory(cluster_config(broker.bootstrap, [topic]))
+    exp = exporter_factory(cluster_config(broker.bootstrap, [topic], granularity="partition"))
     exp.wait_metric(lambda m: m.get_value("txnwatch_up", source="poller") == 1, what="first poll")
     p = producers(broker.bootstrap, topic, timed_out, action="hang", partition=0, timeout_ms=3000)
     p.wait_line("open")
@@ -248,7 +248,7 @@ def test_hanging_transaction_found_like_find_hanging_and_cleared_by_the_runbook_
     create_topics(b.bootstrap, [topic], partitions=2)
     made = make_hanging_transaction(b.bootstrap, topic, 1)
     commit_group_offset(b.bootstrap, group, topic, 1, made.offset)
-    exp = exporter_factory(cluster_config(b.bootstrap, [topic]))
+    exp = exporter_factory(cluster_config(b.bootstrap, [topic], granularity="partition"))
     m = exp.wait_metric(lambda m: m.get_value("kafka_transaction_hanging", topic=topic, partition=1) == 1,
                         what="txnwatch to find the hanging transaction")
     assert m.get_value("kafka_transaction_hanging", topic=topic, partition=0) == 0

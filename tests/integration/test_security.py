@@ -105,6 +105,7 @@ def secure(tmp_path_factory):
 def cluster(kafka, name: str, listener: str, client: dict, tap: bool = True) -> dict:
     return {"name": name, "bootstrap_servers": kafka.bootstrap_of(listener), "poll_interval_seconds": 1,
             "poll_timeout_seconds": 5, "topics": {"include": [r"sec-.*"]}, "transaction_log_tap": tap,
+            "granularity": "partition",
             "client": client}
 
 

@@ -39,7 +39,7 @@ def test_three_replicas_export_what_one_does_and_a_dead_one_loses_only_its_share
     topic, tid = unique("shard"), unique("shard-tx")
     app = "shard-app"
     create_topics(broker.bootstrap, [topic], partitions=9)
-    cfg = cluster_config(broker.bootstrap, [topic], transaction_log_tap=True,
+    cfg = cluster_config(broker.bootstrap, [topic], transaction_log_tap=True, granularity="partition",
                          app_rules=[{"match": f"^{tid}-", "app": app}])
     single = exporter_factory(cfg)
     shards = [exporter_factory(cfg, extra_args=["--shard", str(i), "--total-shards", "3"]) for i in range(3)]

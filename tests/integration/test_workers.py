@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.integration]
 
 
 def worker_config(bootstrap: str, topics: list[str], **extra) -> dict:
-    cfg = cluster_config(bootstrap, topics, transaction_log_tap=True, **extra)
+    cfg = cluster_config(bootstrap, topics, transaction_log_tap=True, granularity="partition", **extra)
     cfg["http"] = {"worker_processes": True}
     return cfg
 
@@ -38,7 +38,7 @@ def test_worker_process_serves_what_the_in_process_poller_does(broker, unique, p
     topic = unique("wk-same")
     create_topics(broker.bootstrap, [topic], partitions=3)
     producers(broker.bootstrap, topic, unique("wk-same-tx"), action="commit", count=3, records=4).wait()
-    inproc = exporter_factory({**cluster_config(broker.bootstrap, [topic]), "http": {"worker_processes": False}})
+    inproc = exporter_factory({**cluster_config(broker.bootstrap, [topic], granularity="partition"), "http": {"worker_processes": False}})
     worker = exporter_factory(worker_config(broker.bootstrap, [topic]))
     [pid] = children(worker.proc.pid)
     assert children(inproc.proc.pid) == []

@@ -72,7 +72,7 @@ def test_defaults():
     cfg = load_config({"bootstrap_servers": "x:1"}, env={})
     c = cfg.clusters[0]
     assert (c.name, c.poll_interval_seconds, c.poll_duty_cycle, c.max_transactional_id_series, c.granularity) == \
-        ("default", 1.0, 0.5, 500, "partition")    # a worker process polls back to back
+        ("default", 1.0, 0.5, 500, "signal")    # a worker process polls back to back
     assert cfg.http.port == 10129
     assert not c.topics("__consumer_offsets") and c.topics("orders")
 
@@ -164,6 +164,7 @@ CLUSTER_BAD_VALUES = {
     "transactional_ids": [7, {"include": ["("]}, {"pattern": "x"}],
     "app_rules": ["x", [{"match": "a"}], [{"match": "(", "app": "x"}], [5]],
     "max_transactional_id_series": ["many", 0, 1.5], "granularity": ["broker", 3],
+    "partition_series_apps": [5, {"orders": 1}, [""], [3]], "partition_series_linger_seconds": ["long", 0],
     "transaction_log_tap": ["perhaps", 2], "hanging_threshold_seconds": ["x", -5],
     "two_phase_commit_max_age_seconds": ["an hour", 0],
     "default_transaction_max_timeout_ms": ["x", 0], "default_transactional_id_expiration_ms": [-1],

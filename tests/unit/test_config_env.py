@@ -48,6 +48,8 @@ ACCESSORS = {
     "clusters[].app_rules[].scheme": lambda c: _rule(c).name,
     "clusters[].max_transactional_id_series": lambda c: c.clusters[0].max_transactional_id_series,
     "clusters[].granularity": lambda c: c.clusters[0].granularity,
+    "clusters[].partition_series_apps": lambda c: list(c.clusters[0].partition_series_apps),
+    "clusters[].partition_series_linger_seconds": lambda c: c.clusters[0].partition_series_linger_seconds,
     "clusters[].transaction_log_tap": lambda c: c.clusters[0].transaction_log_tap,
     "clusters[].hanging_threshold_seconds": lambda c: c.clusters[0].hanging_threshold_seconds,
     "clusters[].two_phase_commit_max_age_seconds": lambda c: c.clusters[0].two_phase_commit_max_age_seconds,
@@ -246,7 +248,8 @@ def test_secrets_from_the_environment_are_secrets(tmp_path):
      "clusters[0].poll_timeout_seconds: expected a number, got 'soon' (set by TXNWATCH_CLUSTERS__0__POLL_TIMEOUT_SECONDS)"),
     ({"TXNWATCH_HTTP__PORT": "http"}, "http.port: expected an integer, got 'http' (set by TXNWATCH_HTTP__PORT)"),
     ({"TXNWATCH_CLUSTERS__0__GRANULARITY": "broker"},
-     "clusters[0].granularity: must be partition or topic, got 'broker' (set by TXNWATCH_CLUSTERS__0__GRANULARITY)"),
+     "clusters[0].granularity: must be signal, partition or topic, got 'broker': signal keeps a partition's own "
+     "series while it carries a signal, partition keeps every partition's, topic sums each topic's (set by TXNWATCH_CLUSTERS__0__GRANULARITY)"),
     ({"TXNWATCH_CLUSTERS__0__CANARY__ABORT_EVERY": "-1"}, "(set by TXNWATCH_CLUSTERS__0__CANARY__ABORT_EVERY)"),
     ({"TXNWATCH_CLUSTERS__0__TRANSACTION_LOG_TAP": "maybe"}, "(set by TXNWATCH_CLUSTERS__0__TRANSACTION_LOG_TAP)"),
     ({"TXNWATCH_HTTP__PROT": "80"},

@@ -88,6 +88,10 @@ def _sign_of_life(cfg: AlertConfig) -> str:
 
 
 RUNBOOK_DIR = "docs/runbooks"      # in the txnwatch repository
+# a partition in an alert's words; at granularity topic the exporter sums a topic's partitions
+# (partition="all"), and the alert names the topic
+PARTITION_WORDS = ('{{ $labels.topic }}{{ if eq $labels.partition "all" }} (one of its partitions: the exporter '
+                   'sums them per topic){{ else }}-{{ $labels.partition }}{{ end }}')
 VAR_CLUSTER = "{{ with $labels.cluster }}&var-cluster={{ . }}{{ end }}"
 VAR_APP = "{{ with $labels.app }}&var-app={{ . }}{{ end }}"
 VAR_QUERY = "{{ with $labels.query }}&var-query={{ . }}{{ end }}"
@@ -192,11 +196,11 @@ def transaction_alerts(cfg: AlertConfig) -> list[Alert]:
         "{{ $value | humanizeDuration }} past its transaction.timeout.ms and the coordinator has not aborted it."
         + _sign_of_life(cfg) +
         '{{ else if eq $labels.signal "hanging" }}'
-        "{{ $value }} hanging transaction(s) on {{ $labels.topic }}-{{ $labels.partition }} (open past "
+        "{{ $value }} hanging transaction(s) on " + PARTITION_WORDS + " (open past "
         "transaction.max.timeout.ms + 5 min with no live coordinator state, or, without KIP-664, a last stable "
         "offset stalled past the hanging threshold): read_committed consumers cannot read past it."
         "{{ else }}"
-        "The last stable offset of {{ $labels.topic }}-{{ $labels.partition }} has not moved for "
+        "The last stable offset of " + PARTITION_WORDS + " has not moved for "
         "{{ $value | humanizeDuration }} while its high watermark keeps growing: read_committed consumers "
         "cannot read past an open transaction."
         "{{ end }}",
@@ -362,7 +366,7 @@ def partition_alerts(cfg: AlertConfig) -> list[Alert]:
     return [
         Alert("KafkaReadCommittedConsumerBlocked", blocked, cfg.blocked_for, "warning",
               "Group {{ $labels.group }} is blocked behind a stalled last stable offset",
-              "Consumer group {{ $labels.group }} has not committed on {{ $labels.topic }}-{{ $labels.partition }} "
+              "Consumer group {{ $labels.group }} has not committed on " + PARTITION_WORDS + " "
               f"for {cfg.blocked_committed_window} while the partition's last stable offset has been stalled "
               f"for at least {_num(cfg.blocked_lso_stalled_seconds)}s; {{{{ printf \"%.0f\" $value }}}} "
               "offset(s) past its position are held back by an open transaction.",

@@ -109,7 +109,11 @@ class ClusterConfig:
     transactional_ids: NameFilter = NameFilter()
     app_rules: tuple[AppRule, ...] = ()
     max_transactional_id_series: int = 500
-    granularity: str = "partition"          # partition | topic
+    # signal | partition | topic (exporter/poll/granularity.py): signal keeps a partition's own
+    # series while it carries a signal and partition_series_linger_seconds after
+    granularity: str = "signal"
+    partition_series_apps: tuple[str, ...] = ()     # apps whose partitions always keep their series
+    partition_series_linger_seconds: float = 3600.0
     transaction_log_tap: bool = False
     # Without KIP-664: an LSO stalled below the HWM this long counts as hanging.
     # None: the broker's transaction.max.timeout.ms + 5 min when known, else 20 min.

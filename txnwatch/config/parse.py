@@ -29,7 +29,7 @@ from .model import (
     Origin,
     resolve_secret,
 )
-from .schema import DEFAULT_PORT, LABEL_NAME_RE, LOG_FORMATS, LOG_LEVELS, POLL_SCHEDULES, ROOT
+from .schema import DEFAULT_PORT, GRANULARITIES, LABEL_NAME_RE, LOG_FORMATS, LOG_LEVELS, POLL_SCHEDULES, ROOT
 from .web import WebConfigError, load_web_config
 
 # The parser's key sets, from the one declaration (txnwatch.config.schema).
@@ -83,6 +83,15 @@ class _Parser:
         if not isinstance(value, str) or not value.strip():
             raise self.err(key, f"expected a non-empty string, got {value!r}")
         return value.strip()
+
+    def strings(self, key: str, value: Any) -> tuple[str, ...]:
+        """A list of strings; one string is a list of one, a comma-separated one (from the
+        environment) a list of its parts."""
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        if not isinstance(value, list):
+            raise self.err(key, f"expected a list of names, got {type(value).__name__}")
+        return tuple(self.string(f"{key}[{i}]", item) for i, item in enumerate(value))
 
     def regex(self, key: str, value: Any) -> re.Pattern:
         s = self.string(key, value)
@@ -159,7 +168,8 @@ class _Parser:
                               "bootstrap_servers": self.string(f"{key}.bootstrap_servers",
                                                                _join(v["bootstrap_servers"]))}
         for num in ("poll_interval_seconds", "poll_idle_interval_seconds", "poll_timeout_seconds",
-                    "hanging_threshold_seconds", "two_phase_commit_max_age_seconds"):
+                    "hanging_threshold_seconds", "two_phase_commit_max_age_seconds",
+                    "partition_series_linger_seconds"):
             if v.get(num) is not None:
                 kw[num] = self.number(f"{key}.{num}", v[num])
         if v.get("poll_schedule") is not None:
@@ -186,9 +196,13 @@ class _Parser:
                 kw[num] = int(self.number(f"{key}.{num}", v[num], integer=True))
         if "granularity" in v:
             g = self.string(f"{key}.granularity", v["granularity"])
-            if g not in ("partition", "topic"):
-                raise self.err(f"{key}.granularity", f"must be partition or topic, got {g!r}")
+            if g not in GRANULARITIES:
+                raise self.err(f"{key}.granularity", f"must be signal, partition or topic, got {g!r}: signal keeps "
+                               "a partition's own series while it carries a signal, partition keeps every "
+                               "partition's, topic sums each topic's")
             kw["granularity"] = g
+        if v.get("partition_series_apps") is not None:
+            kw["partition_series_apps"] = self.strings(f"{key}.partition_series_apps", v["partition_series_apps"])
         if "transaction_log_tap" in v:
             kw["transaction_log_tap"] = self.boolean(f"{key}.transaction_log_tap", v["transaction_log_tap"])
         kw["client"] = self.client(f"{key}.client", v.get("client"))

@@ -22,6 +22,8 @@ DEFAULT_PORT = 10129  # 9100-9999 (Prometheus's exporter range) is fully allocat
 LOG_FORMATS = ("text", "json", "logfmt")     # logsetup.FORMATS has a formatter for each
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 POLL_SCHEDULES = ("scrapes", "interval")
+# the per-partition families' series (exporter/poll/granularity.py)
+GRANULARITIES = ("signal", "partition", "topic")
 LABEL_NAME_RE = r"^[a-zA-Z_][a-zA-Z0-9_]*$"   # Prometheus's; names starting with __ are reserved
 SCHEMA_FILE = Path(__file__).resolve().parents[2] / "schema" / "txnwatch-config.schema.json"
 NONE = object()   # "no default" / "no example"
@@ -147,8 +149,16 @@ CLUSTER = Key(
             nullable=True, items=APP_RULE),
         _num("max_transactional_id_series", "per-transactional-id series at most", 500, integer=True,
              exclusive_minimum=0, example=100),
-        _str("granularity", "partition series, or summed per topic (partition=\"all\")", "partition",
-             enum=("partition", "topic"), example="topic"),
+        _str("granularity", "signal: a partition's own series while it carries a signal (open transaction, "
+             "stalled LSO, hanging, a read_committed group behind it not moving, a partition_series_apps app) and "
+             "partition_series_linger_seconds after, the rest summed per topic (partition=\"__other__\"); "
+             "partition: every partition's; topic: summed per topic (partition=\"all\")", "signal",
+             enum=GRANULARITIES, example="topic"),
+        Key("partition_series_apps", ("array", "string"), "granularity signal: apps whose transactions' partitions "
+            "and groups (a group named as the app) always keep their own series", [], ["orders-etl"],
+            nullable=True, items=_str("app", "an app label value")),
+        _num("partition_series_linger_seconds", "granularity signal: how long a partition keeps its own series "
+             "after its last signal", 3600.0, exclusive_minimum=0, nullable=True, example=7200),
         _bool("transaction_log_tap", "also tap __transaction_state (needs Read on it)", False, example=True),
         _num("hanging_threshold_seconds", "without KIP-664: an LSO stalled this long counts as hanging; null: "
              "the broker's transaction.max.timeout.ms + 300 s, else 20 min", None, exclusive_minimum=0,

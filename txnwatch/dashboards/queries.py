@@ -5,7 +5,7 @@ a particular workload, and what a setup must provide for a query to have data.""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from txnwatch.dashboards import ids
@@ -68,13 +68,14 @@ def query_requirements(expr: str) -> frozenset[str]:
 VAR_RE = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
 
 
-def substitute_variables(expr: str, rate_interval: str = "1m") -> str:
-    """Grafana variables -> match-all values, so an expr can be sent to Prometheus directly."""
+def substitute_variables(expr: str, rate_interval: str = "1m", values: Mapping[str, str] | None = None) -> str:
+    """Grafana variables -> match-all values (or the regular expression `values` gives a
+    variable), so an expr can be sent to Prometheus directly."""
     def sub(m: re.Match) -> str:
         name = m.group(1) or m.group(2)
         if name in ("__rate_interval", "__interval", "__range"):
             return rate_interval
-        return ".*"
+        return (values or {}).get(name, ".*")
     return VAR_RE.sub(sub, expr)
 
 
@@ -84,15 +85,15 @@ def iter_panels(dash_json: dict[str, Any]) -> Iterable[dict[str, Any]]:
         yield from p.get("panels", []) or []
 
 
-def dashboard_queries(rate_interval: str = "1m") -> list[tuple[str, str, str]]:
+def dashboard_queries(rate_interval: str = "1m", values: Mapping[str, str] | None = None) -> list[tuple[str, str, str]]:
     """(dashboard title, panel title, expr) for every target of every panel, with template
-    variables replaced by match-all (`=~".*"`) and $__rate_interval by `rate_interval`."""
+    variables replaced by match-all (`=~".*"`, or `values`) and $__rate_interval by `rate_interval`."""
     out = []
     for dash in ids.DASHBOARDS:
         dj = dashboard_json(dash)
         for p in iter_panels(dj):
             for t in p.get("targets", []):
-                out.append((dj["title"], p["title"], substitute_variables(t["expr"], rate_interval)))
+                out.append((dj["title"], p["title"], substitute_variables(t["expr"], rate_interval, values)))
     return out
 
 

@@ -14,6 +14,7 @@ from ...metrics import FamilyWriter
 from ...metrics.exposition import escape_label, format_value
 from ..model import ClusterSnapshot, GroupLag, PartitionState
 from . import derive
+from .granularity import ALL_PARTITIONS, OTHER_PARTITIONS, PartitionSeries, group_sums, topic_sums
 
 PARTITION_FAMILIES = ("kafka_partition_high_watermark", "kafka_partition_last_stable_offset",
                       "kafka_partition_lso_lag_offsets", "kafka_partition_lso_stalled_seconds",
@@ -28,7 +29,8 @@ class RenderCache:
     one of its partitions changed (derive.partition_states keeps the same state object for
     a partition that did not move) or its hanging count did; a group when a row changed."""
 
-    def __init__(self) -> None:
+    def __init__(self, series: PartitionSeries | None = None) -> None:
+        self.series = series if series is not None else PartitionSeries()   # granularity signal
         self._topics: dict[str, tuple] = {}
         self._groups: dict[str, tuple] = {}
         self.formatted = 0     # topics and groups formatted by the last render (tests, bench)
@@ -162,15 +164,11 @@ def _render_partitions_and_transactions(w: FamilyWriter, snap: ClusterSnapshot, 
     hanging = defaultdict(int)
     for h in snap.hanging:
         hanging[(h.topic, h.partition)] += 1
-    if granularity == "topic":
-        _render_topics(w, snap, hanging)
-    else:
-        cache.partition_lines(w, c, snap.partitions, hanging)
+    _render_offsets(w, snap, granularity, hanging, cache)
     for (topic, part), cause in snap.unavailable.items():
         w.add("kafka_partition_unavailable", {"cluster": c, "topic": topic, "partition": part, "cause": cause}, 1)
     for group, cause in snap.groups_unavailable.items():
         w.add("kafka_consumergroup_unavailable", {"cluster": c, "group": group, "cause": cause}, 1)
-    cache.group_lines(w, c, snap.groups)
     for app, n in snap.epoch_bumps.items():
         w.add("kafka_transaction_epoch_bumps", {"cluster": c, "app": app}, n)
     for (app, how), n in snap.hanging_ended.items():
@@ -220,19 +218,24 @@ def _per_id(w: FamilyWriter, cluster: str, name: str, id_cap: int, values, highe
     return folded
 
 
-def _render_topics(w: FamilyWriter, snap: ClusterSnapshot, hanging) -> None:
-    agg: dict[str, list[float]] = {}
-    for (topic, part), p in snap.partitions.items():
-        a = agg.setdefault(topic, [0, 0, 0, 0.0, 0])
-        a[0] += p.high_watermark
-        a[1] += p.last_stable_offset
-        a[2] += p.lso_lag
-        a[3] = max(a[3], p.stalled_seconds)
-        a[4] += hanging.get((topic, part), 0)
-    for topic, (hwm, lso, lag, stalled, hang) in agg.items():
-        lbl = {"cluster": snap.cluster, "topic": topic, "partition": "all"}
-        w.add("kafka_partition_high_watermark", lbl, hwm)
-        w.add("kafka_partition_last_stable_offset", lbl, lso)
-        w.add("kafka_partition_lso_lag_offsets", lbl, lag)
-        w.add("kafka_partition_lso_stalled_seconds", lbl, stalled)
-        w.add("kafka_transaction_hanging", lbl, hang)
+def _render_offsets(w: FamilyWriter, snap: ClusterSnapshot, granularity: str, hanging, cache: RenderCache) -> None:
+    """The partition and group families at `granularity` (poll/granularity.py): partitions with
+    series of their own through the cache, the rest summed per topic and per group's topic."""
+    c = snap.cluster
+    if granularity == "partition":
+        cache.partition_lines(w, c, snap.partitions, hanging)
+        cache.group_lines(w, c, snap.groups)
+        return
+    own = cache.series.update(snap) if granularity == "signal" else frozenset()
+    rest = OTHER_PARTITIONS if granularity == "signal" else ALL_PARTITIONS
+    cache.partition_lines(w, c, {tp: s for tp, s in snap.partitions.items() if tp in own}, hanging)
+    cache.group_lines(w, c, [g for g in snap.groups if (g.topic, g.partition) in own])
+    sums = topic_sums((s for tp, s in snap.partitions.items() if tp not in own), hanging)
+    for topic, values in sums.items():
+        lbl = {"cluster": c, "topic": topic, "partition": rest}
+        for name, v in zip(PARTITION_FAMILIES, values, strict=True):
+            w.add(name, lbl, v)
+    for (group, topic), values in group_sums(g for g in snap.groups if (g.topic, g.partition) not in own).items():
+        lbl = {"cluster": c, "group": group, "topic": topic, "partition": rest}
+        for name, v in zip(GROUP_FAMILIES, values, strict=True):
+            w.add(name, lbl, v)

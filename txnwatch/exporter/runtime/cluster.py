@@ -15,6 +15,7 @@ from ...metrics import FamilyWriter
 from ...sharding import WHOLE, ClusterShare
 from ..health import first_attempts_done, render_health
 from ..poll.findings import abort_app_command
+from ..poll.granularity import PartitionSeries
 from ..poll.poller import ClusterPoller
 from ..poll.render import RenderCache, render_snapshot
 from ..serve.app_view import CounterWindow, advance, tap_counters
@@ -31,7 +32,8 @@ class ClusterRuntime:
         self.cfg = cfg
         self.share = share
         self.poller = ClusterPoller(cfg, share=share)
-        self.render_cache = RenderCache()   # used in the poll thread only
+        self.render_cache = RenderCache(PartitionSeries(cfg.partition_series_linger_seconds,
+                                                        cfg.partition_series_apps))   # the poll thread's only
         # the page's per-app commit rates: the tap's counters kept between digests
         self._app_counts: CounterWindow | None = None
         self._app_counts_lock = threading.Lock()

@@ -1,0 +1,84 @@
+"""The series a real scrape carries at each granularity (exporter/poll/granularity.py), for one
+topic on the real broker polled three times over: signal (the default), partition and topic."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+from confluent_kafka import Producer
+
+from tests.integration.helpers import cluster_config
+from txnwatch.exporter.poll.render import GROUP_FAMILIES, PARTITION_FAMILIES
+from txnwatch_dev.transactions.workload import commit_group_offsets, create_topics, watermarks
+
+pytestmark = [pytest.mark.integration]
+
+RECORDS = 5
+SUMMED = [f for f in PARTITION_FAMILIES if not f.endswith("_seconds")]   # a stall is the longest, not a sum
+
+
+def clusters(bootstrap: str, topic: str) -> dict:
+    one = cluster_config(bootstrap, [topic])["clusters"][0]
+    return {"clusters": [{**one, "name": "signal"}, {**one, "name": "every", "granularity": "partition"},
+                         {**one, "name": "bytopic", "granularity": "topic"}]}
+
+
+def partitions_of(m, family: str, cluster: str, **labels) -> set[str]:
+    return {lbl["partition"] for lbl, _ in m.select(family, kafka_cluster=cluster, **labels)}
+
+
+def sums(m, cluster: str) -> dict:
+    out: dict = defaultdict(float)
+    for family in SUMMED:
+        for lbl, v in m.select(family, kafka_cluster=cluster):
+            out[(family, lbl["topic"])] += v
+    for family in GROUP_FAMILIES:
+        for lbl, v in m.select(family, kafka_cluster=cluster):
+            out[(family, lbl["group"], lbl["topic"])] += v
+    return dict(out)
+
+
+def test_series_sets_at_each_granularity_on_a_real_scrape(broker, producers, unique, exporter_factory):
+    topic, behind, current = unique("grain"), unique("behind"), unique("current")
+    create_topics(broker.bootstrap, [topic], partitions=4)
+    plain = Producer({"bootstrap.servers": broker.bootstrap})
+    for p in range(4):
+        for i in range(RECORDS):
+            plain.produce(topic, value=b"%d" % i, partition=p)
+    assert plain.flush(30) == 0
+    # partition 0: a transaction left open (LSO below HWM)
+    producers(broker.bootstrap, topic, unique("grain-writer"), action="commit", count=1, records=2, partition=0,
+              then_hang=True, timeout_ms=120_000).wait_line("open")
+    ends = watermarks(broker.bootstrap, topic, 4)
+    # partition 1: a group behind that does not move; everything else caught up
+    commit_group_offsets(broker.bootstrap, behind, [(topic, 1, 0), (topic, 2, ends[2][1]), (topic, 3, ends[3][1])])
+    commit_group_offsets(broker.bootstrap, current, [(topic, p, ends[p][1]) for p in (1, 2, 3)])
+    exp = exporter_factory(clusters(broker.bootstrap, topic))
+
+    def settled(m) -> bool:
+        return "1" in partitions_of(m, "kafka_partition_high_watermark", "signal") \
+            and len(partitions_of(m, "kafka_consumergroup_committed_offset", "every", group=behind)) == 3 \
+            and partitions_of(m, "kafka_consumergroup_committed_offset", "bytopic", group=current) == {"all"}
+
+    m = exp.wait_metric(settled, 60, what="the group behind seen at two polls, every cluster's groups")
+    for family in PARTITION_FAMILIES:
+        assert partitions_of(m, family, "every", topic=topic) == {"0", "1", "2", "3"}, family
+        assert partitions_of(m, family, "bytopic", topic=topic) == {"all"}, family
+        # the open transaction's partition and the one the group is stuck on keep theirs
+        assert partitions_of(m, family, "signal", topic=topic) == {"0", "1", "__other__"}, family
+    for family in GROUP_FAMILIES:
+        for group in (behind, current):
+            assert partitions_of(m, family, "every", group=group) == {"1", "2", "3"}, (family, group)
+            assert partitions_of(m, family, "bytopic", group=group) == {"all"}, (family, group)
+            assert partitions_of(m, family, "signal", group=group) == {"1", "__other__"}, (family, group)
+    # the same figures per topic and per group's topic, whatever the granularity
+    assert sums(m, "signal") == sums(m, "every") == sums(m, "bytopic")
+    assert m.get_value("kafka_partition_lso_lag_offsets", kafka_cluster="signal", topic=topic, partition=0) == \
+        ends[0][1] - ends[0][0] > 0
+    assert m.get_value("kafka_consumergroup_read_committed_lag_offsets", kafka_cluster="signal", group=behind,
+                       partition=1) == RECORDS
+    # what the scrape carries is what txnwatch_series says: 3 + 4 + 1 series per partition family
+    for family in PARTITION_FAMILIES + GROUP_FAMILIES:
+        assert m.get_value("txnwatch_series", family=family) == len(m.select(family)), family
+    assert m.get_value("txnwatch_series", family="kafka_partition_high_watermark") == 8

@@ -1,0 +1,103 @@
+"""Which partitions keep series of their own, and the sums the rest are exported as.
+
+Three granularities for the per-partition families (partition offsets, LSO lag and stall,
+hanging, consumer-group offsets and lags):
+- partition: every partition its own series;
+- topic: every topic (and every group's topic) one series, partition="all";
+- signal (the default): a partition keeps its own series while it carries a signal (an open
+  transaction, a stalled LSO, a hanging transaction, a read_committed group behind it that
+  did not move, a named app's transactions or group), and for `linger` seconds after, so a
+  partition whose transactions come and go keeps one series instead of a new one per
+  transaction; the rest of each topic is one series, partition="__other__".
+A sum over a topic (or a group's topic) is the same at every granularity, so alerts and
+panels that aggregate by topic read the same figures. Pure: the snapshot and time in."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from ..model import TP, ClusterSnapshot, GroupLag, PartitionState
+
+ALL_PARTITIONS = "all"            # the partition label of a topic's sum at granularity topic
+OTHER_PARTITIONS = "__other__"    # ... of the partitions without a signal at granularity signal
+DEFAULT_LINGER_SECONDS = 3600.0   # longer than Prometheus keeps a vanished series in its head
+
+RowKey = tuple[str, str, int]     # group, topic, partition
+
+
+def signalled(snap: ClusterSnapshot, lagging_before: Mapping[RowKey, int], apps: frozenset[str]) -> set[TP]:
+    """The partitions carrying a signal in this poll. A group row counts when its read_committed
+    lag is above 0 and its committed offset is where it was at the last poll (`lagging_before`,
+    from lagging_rows): a consumer that keeps up commits between polls and is not a signal."""
+    out = {tp for tp, s in snap.partitions.items() if s.last_stable_offset < s.high_watermark or s.stalled_seconds}
+    out.update((h.topic, h.partition) for h in snap.hanging)
+    for g in snap.groups:
+        if g.group in apps or (g.lag_read_committed > 0
+                               and lagging_before.get((g.group, g.topic, g.partition)) == g.committed):
+            out.add((g.topic, g.partition))
+    for t in snap.open_transactions or ():
+        if t.app in apps:
+            out.update(t.partitions)
+    return out
+
+
+def lagging_rows(groups: Iterable[GroupLag]) -> dict[RowKey, int]:
+    """Committed offsets of the group rows behind their LSO, for the next poll's `signalled`."""
+    return {(g.group, g.topic, g.partition): g.committed for g in groups if g.lag_read_committed > 0}
+
+
+def linger(last_signal: Mapping[TP, float], now_signalled: Iterable[TP], now: float, seconds: float,
+           partitions: Mapping[TP, PartitionState]) -> dict[TP, float]:
+    """When each partition last carried a signal, kept while within `seconds` of `now` and still
+    among the snapshot's partitions."""
+    out = {tp: at for tp, at in last_signal.items() if now - at < seconds and tp in partitions}
+    out.update((tp, now) for tp in now_signalled if tp in partitions)
+    return out
+
+
+class PartitionSeries:
+    """The signal granularity's memory between polls (one per cluster, in the thread that
+    renders): when each partition last carried a signal, and the lagging group rows."""
+
+    def __init__(self, linger_seconds: float = DEFAULT_LINGER_SECONDS, apps: Iterable[str] = ()) -> None:
+        self.linger_seconds = linger_seconds
+        self.apps = frozenset(apps)
+        self._last_signal: dict[TP, float] = {}
+        self._lagging: dict[RowKey, int] = {}
+
+    def update(self, snap: ClusterSnapshot) -> frozenset[TP]:
+        """The partitions that keep series of their own after this poll."""
+        now_signalled = signalled(snap, self._lagging, self.apps)
+        self._lagging = lagging_rows(snap.groups)
+        self._last_signal = linger(self._last_signal, now_signalled, snap.taken_at, self.linger_seconds,
+                                   snap.partitions)
+        return frozenset(self._last_signal)
+
+
+def topic_sums(states: Iterable[PartitionState], hanging: Mapping[TP, int]) -> dict[str, list]:
+    """{topic: [HWM, LSO, LSO lag, longest stall, hanging]} summed over `states` (the stall is
+    the longest: a sum of seconds means nothing)."""
+    out: dict[str, list] = {}
+    for s in states:
+        a = out.get(s.topic)
+        if a is None:
+            a = out[s.topic] = [0, 0, 0, 0.0, 0]
+        a[0] += s.high_watermark
+        a[1] += s.last_stable_offset
+        a[2] += s.lso_lag
+        a[3] = max(a[3], s.stalled_seconds)
+        a[4] += hanging.get((s.topic, s.partition), 0)
+    return out
+
+
+def group_sums(rows: Iterable[GroupLag]) -> dict[tuple[str, str], list[int]]:
+    """{(group, topic): [committed, read_committed lag, read_uncommitted lag]} summed over `rows`."""
+    out: dict[tuple[str, str], list[int]] = {}
+    for g in rows:
+        a = out.get((g.group, g.topic))
+        if a is None:
+            a = out[(g.group, g.topic)] = [0, 0, 0]
+        a[0] += g.committed
+        a[1] += g.lag_read_committed
+        a[2] += g.lag_read_uncommitted
+    return out
