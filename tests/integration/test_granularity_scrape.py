@@ -20,7 +20,9 @@ SUMMED = [f for f in PARTITION_FAMILIES if not f.endswith("_seconds")]   # a sta
 
 def clusters(bootstrap: str, topic: str) -> dict:
     one = cluster_config(bootstrap, [topic])["clusters"][0]
-    return {"clusters": [{**one, "name": "signal"}, {**one, "name": "every", "granularity": "partition"},
+    # the group behind counts as a signal after 1 s without a commit (default 2 min)
+    return {"clusters": [{**one, "name": "signal", "partition_series_group_still_seconds": 1},
+                         {**one, "name": "every", "granularity": "partition"},
                          {**one, "name": "bytopic", "granularity": "topic"}]}
 
 
@@ -61,7 +63,7 @@ def test_series_sets_at_each_granularity_on_a_real_scrape(broker, producers, uni
             and len(partitions_of(m, "kafka_consumergroup_committed_offset", "every", group=behind)) == 3 \
             and partitions_of(m, "kafka_consumergroup_committed_offset", "bytopic", group=current) == {"all"}
 
-    m = exp.wait_metric(settled, 60, what="the group behind seen at two polls, every cluster's groups")
+    m = exp.wait_metric(settled, 60, what="the group behind seen for a second, every cluster's groups")
     for family in PARTITION_FAMILIES:
         assert partitions_of(m, family, "every", topic=topic) == {"0", "1", "2", "3"}, family
         assert partitions_of(m, family, "bytopic", topic=topic) == {"all"}, family

@@ -68,7 +68,8 @@ def test_blocked_query_is_told_apart_from_a_slow_one_and_unblocks_after_abort(sp
     wm = watermarks(bs, held, 2)
     assert wm[0][0] == made.offset and wm[0][1] > made.offset + 20, wm
 
-    exp = exporter_factory(cluster_config(bs, [held, slow_topic]))
+    # every partition's series: the slow query's partition carries no signal of its own
+    exp = exporter_factory(cluster_config(bs, [held, slow_topic], granularity="partition"))
     listener = attach(spark, forward_url=exp.url)
     q_held = q_slow = None
     try:

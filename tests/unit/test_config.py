@@ -165,6 +165,7 @@ CLUSTER_BAD_VALUES = {
     "app_rules": ["x", [{"match": "a"}], [{"match": "(", "app": "x"}], [5]],
     "max_transactional_id_series": ["many", 0, 1.5], "granularity": ["broker", 3],
     "partition_series_apps": [5, {"orders": 1}, [""], [3]], "partition_series_linger_seconds": ["long", 0],
+    "partition_series_group_still_seconds": [-1, "a while"],
     "transaction_log_tap": ["perhaps", 2], "hanging_threshold_seconds": ["x", -5],
     "two_phase_commit_max_age_seconds": ["an hour", 0],
     "default_transaction_max_timeout_ms": ["x", 0], "default_transactional_id_expiration_ms": [-1],

@@ -50,6 +50,8 @@ ACCESSORS = {
     "clusters[].granularity": lambda c: c.clusters[0].granularity,
     "clusters[].partition_series_apps": lambda c: list(c.clusters[0].partition_series_apps),
     "clusters[].partition_series_linger_seconds": lambda c: c.clusters[0].partition_series_linger_seconds,
+    "clusters[].partition_series_group_still_seconds":
+        lambda c: c.clusters[0].partition_series_group_still_seconds,
     "clusters[].transaction_log_tap": lambda c: c.clusters[0].transaction_log_tap,
     "clusters[].hanging_threshold_seconds": lambda c: c.clusters[0].hanging_threshold_seconds,
     "clusters[].two_phase_commit_max_age_seconds": lambda c: c.clusters[0].two_phase_commit_max_age_seconds,

@@ -14,7 +14,7 @@ from txnwatch.exporter.poll import derive
 from txnwatch.exporter.poll.granularity import (
     OTHER_PARTITIONS,
     PartitionSeries,
-    lagging_rows,
+    behind_since,
     linger,
     signalled,
 )
@@ -38,24 +38,36 @@ def with_state(**changed) -> dict:
     return out
 
 
+STILL = 120.0
+
+
 def test_quiet_partitions_carry_no_signal():
-    assert signalled(snap(), {}, frozenset()) == set()
+    assert signalled(snap(), {}, frozenset(), STILL) == set()
 
 
 def test_an_open_transaction_a_stall_and_a_hanging_transaction_are_signals():
     parts = with_state(p1=PartitionState("orders", 1, 120, 101),
                        p2=PartitionState("orders", 2, 102, 102, 900.0, 100.0))
     hung = HangingTransaction("orders", 3, 7, 0, 103, 2000.0, None, "lso_stalled")
-    assert signalled(snap(parts, hanging=[hung]), {}, frozenset()) == {("orders", 1), ("orders", 2), ("orders", 3)}
+    assert signalled(snap(parts, hanging=[hung]), {}, frozenset(), STILL) == {("orders", 1), ("orders", 2),
+                                                                                ("orders", 3)}
 
 
-def test_a_group_behind_is_a_signal_only_when_it_did_not_move_since_the_last_poll():
+def test_a_group_behind_is_a_signal_once_it_has_not_committed_for_the_still_time():
     behind = GroupLag("etl", "orders", 4, 90, 14, 14)
-    assert signalled(snap(groups=[behind]), {}, frozenset()) == set()                    # first sight
-    assert signalled(snap(groups=[behind]), {("etl", "orders", 4): 85}, frozenset()) == set()   # it moved
-    assert signalled(snap(groups=[behind]), lagging_rows([behind]), frozenset()) == {("orders", 4)}
+    rows = behind_since([behind], {}, 1000.0)
+    assert rows == {("etl", "orders", 4): (90, 1000.0)}
+    assert signalled(snap(groups=[behind], at=1000.0), rows, frozenset(), STILL) == set()
+    rows = behind_since([behind], rows, 1000.0 + STILL - 1)                      # same offset, still there
+    assert signalled(snap(groups=[behind], at=1000.0 + STILL - 1), rows, frozenset(), STILL) == set()
+    rows = behind_since([behind], rows, 1000.0 + STILL)
+    assert signalled(snap(groups=[behind], at=1000.0 + STILL), rows, frozenset(), STILL) == {("orders", 4)}
+    moved = behind._replace(committed=95, lag_read_committed=9)
+    rows = behind_since([moved], rows, 1000.0 + STILL + 1)                       # it committed: the clock restarts
+    assert rows == {("etl", "orders", 4): (95, 1000.0 + STILL + 1)}
+    assert signalled(snap(groups=[moved], at=1000.0 + STILL + 1), rows, frozenset(), STILL) == set()
     caught_up = GroupLag("etl", "orders", 4, 104, 0, 0)
-    assert lagging_rows([caught_up]) == {}
+    assert behind_since([caught_up], rows, 1200.0) == {}
 
 
 def test_a_named_apps_groups_and_transactions_keep_their_partitions():
@@ -63,8 +75,9 @@ def test_a_named_apps_groups_and_transactions_keep_their_partitions():
     txns = tuple(derive.open_transactions(descs, AppResolver(), now_ms=1_000_000))
     assert txns[0].app == "payments"
     rows = [GroupLag("payments", "orders", 0, 100, 0, 0), GroupLag("other", "orders", 1, 101, 0, 0)]
-    assert signalled(snap(groups=rows, txns=txns), {}, frozenset({"payments"})) == {("orders", 0), ("orders", 5)}
-    assert signalled(snap(groups=rows, txns=txns), {}, frozenset()) == set()
+    assert signalled(snap(groups=rows, txns=txns), {}, frozenset({"payments"}), STILL) == {("orders", 0),
+                                                                                          ("orders", 5)}
+    assert signalled(snap(groups=rows, txns=txns), {}, frozenset(), STILL) == set()
 
 
 def test_a_partition_keeps_its_series_for_the_linger_after_its_last_signal():

@@ -169,7 +169,7 @@ class _Parser:
                                                                _join(v["bootstrap_servers"]))}
         for num in ("poll_interval_seconds", "poll_idle_interval_seconds", "poll_timeout_seconds",
                     "hanging_threshold_seconds", "two_phase_commit_max_age_seconds",
-                    "partition_series_linger_seconds"):
+                    "partition_series_linger_seconds", "partition_series_group_still_seconds"):
             if v.get(num) is not None:
                 kw[num] = self.number(f"{key}.{num}", v[num])
         if v.get("poll_schedule") is not None:

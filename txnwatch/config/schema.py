@@ -150,7 +150,8 @@ CLUSTER = Key(
         _num("max_transactional_id_series", "per-transactional-id series at most", 500, integer=True,
              exclusive_minimum=0, example=100),
         _str("granularity", "signal: a partition's own series while it carries a signal (open transaction, "
-             "stalled LSO, hanging, a read_committed group behind it not moving, a partition_series_apps app) and "
+             "stalled LSO, hanging, a read_committed group behind it without a commit for "
+             "partition_series_group_still_seconds, a partition_series_apps app) and "
              "partition_series_linger_seconds after, the rest summed per topic (partition=\"__other__\"); "
              "partition: every partition's; topic: summed per topic (partition=\"all\")", "signal",
              enum=GRANULARITIES, example="topic"),
@@ -159,6 +160,10 @@ CLUSTER = Key(
             nullable=True, items=_str("app", "an app label value")),
         _num("partition_series_linger_seconds", "granularity signal: how long a partition keeps its own series "
              "after its last signal", 3600.0, exclusive_minimum=0, nullable=True, example=7200),
+        _num("partition_series_group_still_seconds", "granularity signal: a read_committed group behind its LSO "
+             "without a commit this long is a signal on its partition (a consumer that keeps up commits sooner: "
+             "Kafka's auto-commit every 5 s, Flink at each checkpoint)", 120.0, exclusive_minimum=0, nullable=True,
+             example=600),
         _bool("transaction_log_tap", "also tap __transaction_state (needs Read on it)", False, example=True),
         _num("hanging_threshold_seconds", "without KIP-664: an LSO stalled this long counts as hanging; null: "
              "the broker's transaction.max.timeout.ms + 300 s, else 20 min", None, exclusive_minimum=0,

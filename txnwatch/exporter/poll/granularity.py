@@ -6,7 +6,7 @@ hanging, consumer-group offsets and lags):
 - topic: every topic (and every group's topic) one series, partition="all";
 - signal (the default): a partition keeps its own series while it carries a signal (an open
   transaction, a stalled LSO, a hanging transaction, a read_committed group behind it that
-  did not move, a named app's transactions or group), and for `linger` seconds after, so a
+  has not committed for a while, a named app's transactions or group), and for `linger` seconds after, so a
   partition whose transactions come and go keeps one series instead of a new one per
   transaction; the rest of each topic is one series, partition="__other__".
 A sum over a topic (or a group's topic) is the same at every granularity, so alerts and
@@ -21,19 +21,22 @@ from ..model import TP, ClusterSnapshot, GroupLag, PartitionState
 ALL_PARTITIONS = "all"            # the partition label of a topic's sum at granularity topic
 OTHER_PARTITIONS = "__other__"    # ... of the partitions without a signal at granularity signal
 DEFAULT_LINGER_SECONDS = 3600.0   # longer than Prometheus keeps a vanished series in its head
+DEFAULT_GROUP_STILL_SECONDS = 120.0
 
 RowKey = tuple[str, str, int]     # group, topic, partition
 
 
-def signalled(snap: ClusterSnapshot, lagging_before: Mapping[RowKey, int], apps: frozenset[str]) -> set[TP]:
-    """The partitions carrying a signal in this poll. A group row counts when its read_committed
-    lag is above 0 and its committed offset is where it was at the last poll (`lagging_before`,
-    from lagging_rows): a consumer that keeps up commits between polls and is not a signal."""
+def signalled(snap: ClusterSnapshot, behind: Mapping[RowKey, tuple[int, float]], apps: frozenset[str],
+              still_seconds: float) -> set[TP]:
+    """The partitions carrying a signal in this poll. A group row counts once it has been
+    behind its LSO at the same committed offset for `still_seconds` (`behind`, from
+    behind_since): a consumer that keeps up commits in between (every 5 s by default, at each
+    checkpoint for Flink) and is not a signal."""
     out = {tp for tp, s in snap.partitions.items() if s.last_stable_offset < s.high_watermark or s.stalled_seconds}
     out.update((h.topic, h.partition) for h in snap.hanging)
     for g in snap.groups:
-        if g.group in apps or (g.lag_read_committed > 0
-                               and lagging_before.get((g.group, g.topic, g.partition)) == g.committed):
+        seen = behind.get((g.group, g.topic, g.partition))
+        if g.group in apps or (seen is not None and snap.taken_at - seen[1] >= still_seconds):
             out.add((g.topic, g.partition))
     for t in snap.open_transactions or ():
         if t.app in apps:
@@ -41,9 +44,17 @@ def signalled(snap: ClusterSnapshot, lagging_before: Mapping[RowKey, int], apps:
     return out
 
 
-def lagging_rows(groups: Iterable[GroupLag]) -> dict[RowKey, int]:
-    """Committed offsets of the group rows behind their LSO, for the next poll's `signalled`."""
-    return {(g.group, g.topic, g.partition): g.committed for g in groups if g.lag_read_committed > 0}
+def behind_since(groups: Iterable[GroupLag], before: Mapping[RowKey, tuple[int, float]],
+                 now: float) -> dict[RowKey, tuple[int, float]]:
+    """The group rows behind their LSO: {row: (committed offset, since when it has been behind
+    there)}; a row that committed since the last poll starts again at `now`."""
+    out = {}
+    for g in groups:
+        if g.lag_read_committed > 0:
+            key = (g.group, g.topic, g.partition)
+            seen = before.get(key)
+            out[key] = seen if seen is not None and seen[0] == g.committed else (g.committed, now)
+    return out
 
 
 def linger(last_signal: Mapping[TP, float], now_signalled: Iterable[TP], now: float, seconds: float,
@@ -57,18 +68,20 @@ def linger(last_signal: Mapping[TP, float], now_signalled: Iterable[TP], now: fl
 
 class PartitionSeries:
     """The signal granularity's memory between polls (one per cluster, in the thread that
-    renders): when each partition last carried a signal, and the lagging group rows."""
+    renders): when each partition last carried a signal, and the group rows behind."""
 
-    def __init__(self, linger_seconds: float = DEFAULT_LINGER_SECONDS, apps: Iterable[str] = ()) -> None:
+    def __init__(self, linger_seconds: float = DEFAULT_LINGER_SECONDS, apps: Iterable[str] = (),
+                 group_still_seconds: float = DEFAULT_GROUP_STILL_SECONDS) -> None:
         self.linger_seconds = linger_seconds
+        self.group_still_seconds = group_still_seconds
         self.apps = frozenset(apps)
         self._last_signal: dict[TP, float] = {}
-        self._lagging: dict[RowKey, int] = {}
+        self._behind: dict[RowKey, tuple[int, float]] = {}
 
     def update(self, snap: ClusterSnapshot) -> frozenset[TP]:
         """The partitions that keep series of their own after this poll."""
-        now_signalled = signalled(snap, self._lagging, self.apps)
-        self._lagging = lagging_rows(snap.groups)
+        self._behind = behind_since(snap.groups, self._behind, snap.taken_at)
+        now_signalled = signalled(snap, self._behind, self.apps, self.group_still_seconds)
         self._last_signal = linger(self._last_signal, now_signalled, snap.taken_at, self.linger_seconds,
                                    snap.partitions)
         return frozenset(self._last_signal)

@@ -32,8 +32,9 @@ class ClusterRuntime:
         self.cfg = cfg
         self.share = share
         self.poller = ClusterPoller(cfg, share=share)
-        self.render_cache = RenderCache(PartitionSeries(cfg.partition_series_linger_seconds,
-                                                        cfg.partition_series_apps))   # the poll thread's only
+        self.render_cache = RenderCache(PartitionSeries(
+            cfg.partition_series_linger_seconds, cfg.partition_series_apps,
+            cfg.partition_series_group_still_seconds))   # used in the poll thread only
         # the page's per-app commit rates: the tap's counters kept between digests
         self._app_counts: CounterWindow | None = None
         self._app_counts_lock = threading.Lock()
