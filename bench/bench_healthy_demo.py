@@ -19,6 +19,7 @@ the exporter's series per partition and group family (txnwatch_series).
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import platform
@@ -27,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -45,6 +47,20 @@ def series_created(prom_port: int) -> float:
             if line.startswith("prometheus_tsdb_head_series_created_total "):
                 return float(line.split()[1])
     raise RuntimeError("Prometheus's /metrics has no prometheus_tsdb_head_series_created_total")
+
+
+def series_gone(prom_port: int, span: int) -> dict[str, int]:
+    """Per family, the series Prometheus held during the last `span` seconds (its series API)
+    less those an instant query finds now: the series that came and went, the 8 largest."""
+    now = time.time()
+    url = f"http://127.0.0.1:{prom_port}/api/v1/"
+    query = urllib.parse.urlencode({"match[]": '{job!=""}', "start": now - span, "end": now})
+    with urllib.request.urlopen(f"{url}series?{query}", timeout=60) as r:
+        seen = collections.Counter(s["__name__"] for s in json.load(r)["data"])
+    query = urllib.parse.urlencode({"query": 'count by (__name__) ({job!=""})'})
+    with urllib.request.urlopen(f"{url}query?{query}", timeout=60) as r:
+        present = {x["metric"]["__name__"]: int(x["value"][1]) for x in json.load(r)["data"]["result"]}
+    return dict(sorted(((name, n - present.get(name, 0)) for name, n in seen.items()), key=lambda kv: -kv[1])[:8])
 
 
 def main() -> int:
@@ -95,11 +111,14 @@ def main() -> int:
                        "reinits": m.get_value("kafka_transactional_id_reinitializations_total", app=a)}
                    for a in apps}
         created = series_created(prom_port) - created_before
+        span = int(time.monotonic() - started)
+        gone = series_gone(prom_port, span)
         hours = (time.monotonic() - started) / 3600
         series = {lbl["family"]: v for lbl, v in m.select("txnwatch_series")}
         summary = {"minutes": round((time.monotonic() - started) / 60, 1),
                    "granularity": args.granularity or "default", "linger": args.partition_series_linger,
                    "head_series_created_per_hour": round(created / hours),
+                   "series_gone_during_the_run_by_family": gone,
                    "series_exported": sum(series.values()),
                    "partition_and_group_series": {f: v for f, v in series.items()
                                                   if f.startswith(("kafka_partition_", "kafka_consumergroup_"))}, "machine": platform.processor() or
