@@ -6,9 +6,9 @@ hanging, consumer-group offsets and lags):
 - topic: every topic (and every group's topic) one series, partition="all";
 - signal (the default): a partition keeps its own series while it carries a signal (an open
   transaction, a stalled LSO, a hanging transaction, a read_committed group behind it that
-  has not committed for a while, a named app's transactions or group), and for `linger` seconds after, so a
-  partition whose transactions come and go keeps one series instead of a new one per
-  transaction; the rest of each topic is one series, partition="__other__".
+  has not committed for a while, a named app's transactions or group), and for `linger`
+  seconds after, so a partition whose transactions come and go keeps one series instead of a
+  new one per transaction; the rest of each topic is one series, partition="__other__".
 A sum over a topic (or a group's topic) is the same at every granularity, so alerts and
 panels that aggregate by topic read the same figures. Pure: the snapshot and time in."""
 
@@ -20,7 +20,7 @@ from ..model import TP, ClusterSnapshot, GroupLag, PartitionState
 
 ALL_PARTITIONS = "all"            # the partition label of a topic's sum at granularity topic
 OTHER_PARTITIONS = "__other__"    # ... of the partitions without a signal at granularity signal
-DEFAULT_LINGER_SECONDS = 3600.0   # longer than Prometheus keeps a vanished series in its head
+DEFAULT_LINGER_SECONDS = 3600.0   # a partition whose transactions come and go keeps one series
 DEFAULT_GROUP_STILL_SECONDS = 120.0
 
 RowKey = tuple[str, str, int]     # group, topic, partition
