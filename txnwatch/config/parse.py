@@ -85,10 +85,10 @@ class _Parser:
         return value.strip()
 
     def strings(self, key: str, value: Any) -> tuple[str, ...]:
-        """A list of strings; one string is a list of one, a comma-separated one (from the
-        environment) a list of its parts."""
+        """A list of strings; one string is a list of one, as for the name filters (the
+        environment gives a list as JSON text: config/env.py)."""
         if isinstance(value, str):
-            value = [part.strip() for part in value.split(",") if part.strip()]
+            value = [value]
         if not isinstance(value, list):
             raise self.err(key, f"expected a list of names, got {type(value).__name__}")
         return tuple(self.string(f"{key}[{i}]", item) for i, item in enumerate(value))
