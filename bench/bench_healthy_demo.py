@@ -1,7 +1,7 @@
 """The demo with no fault for a while: what pages a healthy exactly-once estate gets.
 
     .venv/bin/python bench/bench_healthy_demo.py [--minutes 10] [--rate 200] [--trigger-seconds 1]
-        [--granularity signal|partition|topic] [--partition-series-linger SECONDS]
+        [--granularity signal|partition|topic] [--series-linger SECONDS]
 
 Runs `make demo`'s program (`python -m txnwatch_dev.demo --fault-interval 0`): a Kafka
 broker, the reference Spark pipeline (orders-totals: Kafka source, read_committed, through
@@ -12,8 +12,9 @@ Prometheus with the generated rules at the demo's short `for`s (fencing_for 10 s
 Prometheus: every alert that fired (ALERTS), and per app the highest rate of fences the
 fencing alert reads and the tap's counts of fences and re-initialisations. Prints a JSON
 summary; nothing should fire. It also gives the series Prometheus's head block created per
-hour while it ran (prometheus_tsdb_head_series_created_total, from the first batch on), and
-the exporter's series per partition and group family (txnwatch_series).
+hour while it ran (prometheus_tsdb_head_series_created_total, from the first batch on), per
+family the series that appeared and those that came and went during the run (Prometheus's
+series API), and the exporter's series per partition and group family (txnwatch_series).
 """
 
 from __future__ import annotations
@@ -49,6 +50,21 @@ def series_created(prom_port: int) -> float:
     raise RuntimeError("Prometheus's /metrics has no prometheus_tsdb_head_series_created_total")
 
 
+def series_between(prom_port: int, start: float, end: float) -> set[tuple]:
+    """The label sets of the series Prometheus held between `start` and `end` (its series API)."""
+    query = urllib.parse.urlencode({"match[]": '{job!=""}', "start": start, "end": end})
+    with urllib.request.urlopen(f"http://127.0.0.1:{prom_port}/api/v1/series?{query}", timeout=60) as r:
+        return {tuple(sorted(s.items())) for s in json.load(r)["data"]}
+
+
+def series_new(prom_port: int, since: float) -> dict[str, int]:
+    """Per family, the series that appeared after `since` (held since then, not in the minute
+    before): what the run created, the 8 largest."""
+    before = series_between(prom_port, since - 60, since)
+    new = collections.Counter(dict(lbl)["__name__"] for lbl in series_between(prom_port, since, time.time()) - before)
+    return dict(new.most_common(8))
+
+
 def series_gone(prom_port: int, span: int) -> dict[str, int]:
     """Per family, the series Prometheus held during the last `span` seconds (its series API)
     less those an instant query finds now: the series that came and went, the 8 largest."""
@@ -69,7 +85,7 @@ def main() -> int:
     ap.add_argument("--rate", type=int, default=200)
     ap.add_argument("--trigger-seconds", type=float, default=2.0, help="the Spark pipeline's trigger interval")
     ap.add_argument("--granularity", choices=("signal", "partition", "topic"), default=None)
-    ap.add_argument("--partition-series-linger", type=float, default=None)
+    ap.add_argument("--series-linger", type=float, default=None)
     args = ap.parse_args()
     state = Path(tempfile.mkdtemp(prefix="txnwatch-healthy-demo-"))
     ex_port, prom_port = free_port(), free_port()
@@ -77,7 +93,7 @@ def main() -> int:
            "--exporter-port", str(ex_port), "--prometheus-port", str(prom_port), "--rate", str(args.rate),
            "--trigger-seconds", f"{args.trigger_seconds:g}",
            "--duration", str(args.minutes * 60 + 120)]
-    for flag, value in (("--granularity", args.granularity), ("--partition-series-linger", args.partition_series_linger)):
+    for flag, value in (("--granularity", args.granularity), ("--series-linger", args.series_linger)):
         if value is not None:
             cmd += [flag, str(value)]
     log = open(state / "demo.out", "wb")
@@ -92,6 +108,7 @@ def main() -> int:
         wait_for(lambda: (exporter.metrics().get_value("spark_streaming_batch_id") or 0) > 0
                  or proc.poll() is not None, 300, what="the pipeline's first batch")
         started = time.monotonic()
+        started_at = time.time()
         created_before = series_created(prom_port)
         while time.monotonic() - started < args.minutes * 60 and proc.poll() is None:
             time.sleep(30)
@@ -113,12 +130,14 @@ def main() -> int:
         created = series_created(prom_port) - created_before
         span = int(time.monotonic() - started)
         gone = series_gone(prom_port, span)
+        new = series_new(prom_port, started_at)
         hours = (time.monotonic() - started) / 3600
         series = {lbl["family"]: v for lbl, v in m.select("txnwatch_series")}
         summary = {"minutes": round((time.monotonic() - started) / 60, 1),
-                   "granularity": args.granularity or "default", "linger": args.partition_series_linger,
+                   "granularity": args.granularity or "default", "linger": args.series_linger,
                    "head_series_created_per_hour": round(created / hours),
                    "series_gone_during_the_run_by_family": gone,
+                   "series_new_during_the_run_by_family": new,
                    "series_exported": sum(series.values()),
                    "partition_and_group_series": {f: v for f, v in series.items()
                                                   if f.startswith(("kafka_partition_", "kafka_consumergroup_"))}, "machine": platform.processor() or

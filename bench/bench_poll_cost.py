@@ -1,5 +1,5 @@
-"""Issue 29's figures: what a poll costs and how fresh the scraped data is, before and after,
-beside KMinion and kafka_exporter, in one run on one broker (cluster) per size.
+"""What a poll costs and how fresh the scraped data is, before and after, beside KMinion and
+kafka_exporter and a control, in one run on one broker (cluster) per size.
 
     .venv/bin/python bench/bench_poll_cost.py --sizes 1000,10000,100000 --scrape-every 5,30 \\
         --before ../before [--peers kminion=PATH,kafka_exporter=PATH --peer-sizes 10000]
@@ -34,8 +34,15 @@ static server sending the neighbour's document and doing nothing else (static_se
 scraped the same way beside the same neighbour: the scrape latency the machine gives a
 server with no work of its own. --trace-slow MS: the kernel's scheduler events
 (sched_trace.py; tracefs, root) around each of a subject's scrapes slower than MS: who ran
-on each CPU while its serving threads or its scraper waited for one. Run by hand; figures
-go to docs/benchmarks.md.
+on each CPU while its serving threads or its scraper waited for one.
+
+Side by side, for every subject alike: a marker producer writes a record every 0.25 s to a
+one-partition topic `<prefix>-marker`; each scrape's end and the marker's high watermark it
+shows give, per record, the delay from its ack to the first scrape showing it (median, p90,
+max: the data age at scrape of an exporter that polls and of one that fetches on scrape
+alike), with each subject's CPU, mean RSS (all its processes), series (sample lines) and
+scrape p50/p99 as a ratio to the control's (--control: static_server.py sending the last
+txnwatch subject's document). Run by hand; figures go to docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ import math
 import multiprocessing
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -60,12 +68,14 @@ import yaml
 from bench_freshness import cpu_seconds, own_series, transactions
 from bench_poll import compare  # bench/ is on sys.path as a script
 from bench_scrape import broker_for, commit_groups, create_partitions
+from confluent_kafka import Producer
 from cpu_groups import CpuGroups
 from sched_trace import SchedTrace, analyse, describe
 
 from txnwatch_dev.net import free_port, wait_for
 from txnwatch_dev.observability.exporter_proc import ExporterProcess
 from txnwatch_dev.procs import start_until_ready
+from txnwatch_dev.transactions.workload import create_topics
 
 HEADERS = {"User-Agent": "Prometheus/3.16.0", "Accept-Encoding": "gzip",
            "Accept": "text/plain;version=0.0.4;q=0.5,*/*;q=0.1"}
@@ -89,6 +99,86 @@ class Subject:
     polls: tuple[float, float] = (0.0, 0.0)
     cpu: tuple[dict, dict] = ({}, {})
     wall: float = 0.0
+    shown: list[tuple[float, float]] = field(default_factory=list)   # (scrape done, monotonic; marker HWM)
+    rss: list[float] = field(default_factory=list)     # bytes, all its processes, after each measured scrape
+    series: int = 0                                    # sample lines of its last measured scrape
+
+
+# The marker topic's high watermark, summed over its series, in each subject's exposition: the
+# same fact under three names (txnwatch's granularity may fold the partition into __other__).
+MARKER_HWM = {"txnwatch": (b"kafka_partition_high_watermark", b"topic"),
+              "kminion": (b"kminion_kafka_topic_partition_high_water_mark", b"topic_name"),
+              "kafka_exporter": (b"kafka_topic_partition_current_offset", b"topic")}
+
+
+def marker_hwm(body: bytes, kind: str, topic: str) -> float | None:
+    family, label = MARKER_HWM[kind]
+    found = re.findall(rb"^" + family + rb"\{[^}]*" + label + rb'="' + re.escape(topic.encode()) + rb'"[^}]*\} (\S+)',
+                       body, re.M)
+    return sum(float(v) for v in found) if found else None
+
+
+def rss_bytes(pids) -> float:
+    total = 0
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) * 1024
+        except OSError:
+            continue
+    return total
+
+
+def sample_lines(body: bytes) -> int:
+    return sum(1 for line in body.split(b"\n") if line and not line.startswith(b"#"))
+
+
+class Marker:
+    """One record every `every` s to a one-partition topic, each acknowledged offset with the
+    monotonic time of its ack: the delay from a record's ack to the first scrape of each
+    subject whose high watermark includes it is that subject's data age, measured the same
+    way for exporters that poll and those that fetch on scrape."""
+
+    def __init__(self, bootstrap: str, topic: str, every: float = 0.25) -> None:
+        self.topic, self.every = topic, every
+        self.acks: list[tuple[int, float]] = []
+        self._stop = threading.Event()
+        self._producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "acks": "all"})
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> Marker:
+        self._thread.start()
+        return self
+
+    def _acked(self, err, msg) -> None:
+        if err is None:
+            self.acks.append((msg.offset(), time.monotonic()))
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._producer.produce(self.topic, value=b"m", partition=0, on_delivery=self._acked)
+            self._producer.flush(10)
+            self._stop.wait(self.every)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+
+def delays(acks: list[tuple[int, float]], shown: list[tuple[float, float]], every: float) -> list[float]:
+    """For each record acked while the scrapes were measured (and a period before their end),
+    the time from its ack to the end of the first scrape whose high watermark includes it."""
+    if not shown:
+        return []
+    first, last = shown[0][0], shown[-1][0]
+    out = []
+    for offset, at in acks:
+        if first <= at <= last - every:
+            done = next((d for d, hwm in shown if hwm > offset), None)
+            if done is not None:
+                out.append(max(0.0, done - at))
+    return out
 
 
 def txnwatch(name: str, bootstrap: str, prefix: str, cwd: str | None) -> Subject:
@@ -140,6 +230,11 @@ def peer(name: str, binary: str, bootstrap: str, prefix: str) -> Subject:
         except subprocess.TimeoutExpired:
             proc.kill()
     return Subject(name, proc.pid, url, stop, txnwatch=False)
+
+
+def kind_of(s: Subject) -> str | None:
+    """Which exposition a subject serves (MARKER_HWM), None for the control."""
+    return "txnwatch" if s.txnwatch else (s.name if s.name in MARKER_HWM else None)
 
 
 def control(neighbour: Subject) -> Subject:
@@ -219,7 +314,7 @@ def traced(trace: tuple[str, float, str], t0: float, t1: float, groups: dict[str
 
 def scrape_loop(url: str, pid: int, own: bool, every: float, phase: float, warm: int, measured: int,
                 t0: float, out, others: dict[str, list[int]] | None = None, cgroup: str | None = None,
-                trace: tuple[str, float, str] | None = None) -> None:
+                trace: tuple[str, float, str] | None = None, marker: tuple[str, str] | None = None) -> None:
     """One Prometheus-like scraper at t0 + phase + k * every: the first `warm` scrapes learn
     nothing but the cadence, the next `measured` periods are measured. A scrape that outlasts
     its period (a peer fetching on scrape) makes the scraper skip the slots it missed, as
@@ -232,12 +327,15 @@ def scrape_loop(url: str, pid: int, own: bool, every: float, phase: float, warm:
     the scraper's own run and wait are read apart, just around the request, since its wait
     for a CPU is in the latency it measures. `cgroup`: the cgroup.procs of the scrapers' CPU
     group (--cgroups), joined first. `trace` (--trace-slow): the tracefs instance, the latency
-    in seconds over which a scrape is traced, and the directory the traces go to."""
+    in seconds over which a scrape is traced, and the directory the traces go to. `marker`
+    (the subject's exposition kind, the marker topic): each measured scrape's end and the
+    marker's high watermark it showed, with the subject's RSS after it."""
     if cgroup:
         Path(cgroup).write_text(str(os.getpid()))
     timeout = min(every, 10)
     start_at, end_at = t0 + phase + warm * every, t0 + phase + (warm + measured) * every
     r_lat, r_at, r_ages, r_took, r_stolen, r_waits, r_traces = [], [], [], [], [], [], []
+    r_shown, r_rss, series = [], [], 0
     polls, cpu0, wall = (0.0, 0.0), {}, 0.0
     groups: dict[str, list[int]] = {}
     k = 0
@@ -260,8 +358,15 @@ def scrape_loop(url: str, pid: int, own: bool, every: float, phase: float, warm:
         took, mono1 = time.perf_counter() - began, time.monotonic()
         own1 = sched(os.getpid())
         waits, stolen = where_the_time_went(groups), steal()
-        m = own_series((gzip.decompress(body) if gzipped else body).decode()) if own else None
+        text = gzip.decompress(body) if gzipped else body
+        m = own_series(text.decode()) if own else None
         if slot >= start_at:
+            if marker is not None:
+                hwm = marker_hwm(text, *marker)
+                if hwm is not None:
+                    r_shown.append((mono1, hwm))
+            r_rss.append(rss_bytes(groups["serving"] + groups["workers"]))
+            series = sample_lines(text)
             r_lat.append(took)
             r_at.append(began - t0)
             r_waits.append({**{k: (waits[k][0] - v[0], waits[k][1] - v[1]) for k, v in waits0.items()},
@@ -279,7 +384,7 @@ def scrape_loop(url: str, pid: int, own: bool, every: float, phase: float, warm:
         k = max(k + 1, math.ceil((time.monotonic() - t0 - phase) / every))
     time.sleep(max(0.0, end_at - time.monotonic()))
     out.send({"latencies": r_lat, "at": r_at, "waits": r_waits, "traces": r_traces, "ages": r_ages, "took": r_took,
-              "stolen": r_stolen, "polls": polls,
+              "stolen": r_stolen, "polls": polls, "shown": r_shown, "rss": r_rss, "series": series,
               "cpu": (cpu0, cpu_seconds(pid)), "wall": time.monotonic() - wall})
 
 
@@ -306,9 +411,32 @@ def report(size: int, every: float, s: Subject) -> str:
             f"{per_poll / size * 1e6:.1f} us |")
 
 
+def side_by_side(size: int, every: float, subjects: list[Subject], marker: Marker) -> str:
+    """The subjects in one table: the delay from a marker record's ack to the first scrape
+    showing it (median, p90, max), CPU, mean RSS, series, and scrape p50/p99 against the
+    control's (when it ran)."""
+    ctl = next((s for s in subjects if s.name == "control"), None)
+    rows = [f"\n<!-- side by side, {size:,} partitions, scraped every {every:g} s -->",
+            "| subject | delay from ack to scrape: median / p90 / max | CPU (share of a core) | RSS, mean | series "
+            "| scrape p50 / p99 | against the control's |", "|---|---|---|---|---|---|---|"]
+    for s in subjects:
+        d = delays(marker.acks, s.shown, every)
+        delay = (f"{statistics.median(d):.2f} / {pct(d, 0.9):.2f} / {max(d):.2f} s ({len(d)} records)" if d
+                 else ("" if s.name == "control" else "never shown"))
+        before, after = s.cpu
+        cpu = (sum(after.values()) - sum(before.values())) / s.wall * 100
+        p50, p99 = statistics.median(s.latencies), pct(s.latencies, 0.99)
+        ratio = (f"{p50 / statistics.median(ctl.latencies):.2f}x / {p99 / pct(ctl.latencies, 0.99):.2f}x"
+                 if ctl is not None and s is not ctl else "")
+        rss = f"{statistics.mean(s.rss) / 2**20:.0f} MiB" if s.rss else ""
+        rows.append(f"| {s.name} | {delay} | {cpu:.1f} % | {rss} | {s.series:,} | {p50 * 1000:.0f} / "
+                    f"{p99 * 1000:.0f} ms | {ratio} |")
+    return "\n".join(rows)
+
+
 def phase(size: int, every: float, subjects: list[Subject], warm: int, measured: int,
           broker_pids: list[int], cgroups: CpuGroups | None = None,
-          trace: tuple[str, float, str] | None = None) -> None:
+          trace: tuple[str, float, str] | None = None, marker: Marker | None = None) -> None:
     ctx = multiprocessing.get_context("spawn")   # the bench's producer threads stay out of them
     t0 = time.monotonic() + 5                    # CLOCK_MONOTONIC: one clock for every process
     runs = []
@@ -322,17 +450,21 @@ def phase(size: int, every: float, subjects: list[Subject], warm: int, measured:
                                                       warm, measured, t0, send, others,
                                                       cgroups and str(cgroups.path("scrapers")),
                                                       trace and i == 0 and (trace[0], trace[1],
-                                                                            mkdir(Path(trace[2], f"{size}-{every:g}-{s.name}")))),
+                                                                            mkdir(Path(trace[2], f"{size}-{every:g}-{s.name}"))),
+                                                      marker and kind_of(s) and (kind_of(s), marker.topic)),
                                     daemon=True)
         proc.start()
         runs.append((s, proc, recv))
     for s, proc, recv in runs:
         got = recv.recv()
         proc.join()
-        for name in ("latencies", "at", "waits", "traces", "ages", "took", "stolen", "polls", "cpu", "wall"):
+        for name in ("latencies", "at", "waits", "traces", "ages", "took", "stolen", "polls", "cpu", "wall",
+                     "shown", "rss", "series"):
             setattr(s, name, got[name])
     for s in subjects:
         print(report(size, every, s), flush=True)
+    if marker is not None:
+        print(side_by_side(size, every, subjects, marker), flush=True)
     for s, _, _ in runs:
         if s.txnwatch:     # how the schedule held: polls that were not served by the scrape they were timed for
             late = sum(1 for a in s.ages if a > every / 2)
@@ -363,8 +495,8 @@ def main() -> None:
                     help="each service in a CPU cgroup of its own, of equal weight, as containers or systemd "
                          "units are (the broker, the producers, each subject, the scrapers); needs root")
     ap.add_argument("--control", action="store_true",
-                    help="also measure static_server.py sending the neighbour's document (needs --neighbour): "
-                         "the scrape latency of a server that does nothing else, beside the same neighbour")
+                    help="also measure static_server.py sending the last txnwatch subject's document (the "
+                         "--neighbour's when given): the scrape latency of a server that does nothing else")
     ap.add_argument("--trace-slow", type=float, default=None, metavar="MS",
                     help="trace the scheduler (tracefs, sched_trace.py; needs root) and, for each of the first "
                          "subject's scrapes slower than MS, say who ran on the CPUs while its serving threads or "
@@ -380,8 +512,6 @@ def main() -> None:
     ap.add_argument("--floor-rounds", type=int, default=3,
                     help="per size, first: this checkout's poll against its requests sent bare (bench_poll)")
     a = ap.parse_args()
-    if a.control and not a.neighbour:
-        ap.error("--control serves the --neighbour's document: give --neighbour")
     floors: list[str] = []
     cadences = [float(x) for x in a.scrape_every.split(",")]
     measured = [int(x) for x in a.scrapes.split(",")]
@@ -435,6 +565,8 @@ def run(a, cadences: list[float], measured: list[int], peers: dict[str, str], fl
                 cgroups.join("producers", [os.getpid()])   # the bench: its producer threads
             stop = threading.Event()
             producers = transactions(broker.bootstrap, topics, a.txn_producers, stop)
+            create_topics(broker.bootstrap, [f"{prefix}-marker"], partitions=1)
+            marker = Marker(broker.bootstrap, f"{prefix}-marker").start()
             try:
                 for i, every in enumerate(cadences):
                     names = ([("after", None)] + ([("before", a.before)] if a.before else [])
@@ -456,12 +588,13 @@ def run(a, cadences: list[float], measured: list[int], peers: dict[str, str], fl
                                 for s in subjects:
                                     cgroups.join(s.name, cpu_seconds(s.pid))
                             phase(size, every, subjects, a.warm, measured[min(i, len(measured) - 1)],
-                                  broker_pids, cgroups, trace)
+                                  broker_pids, cgroups, trace, marker)
                         finally:
                             for s in subjects:
                                 s.stop()
             finally:
                 stop.set()
+                marker.stop()
                 for p in producers:
                     p.join(30)
     if floors:

@@ -3,6 +3,7 @@ topic on the real broker polled three times over: signal (the default), partitio
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 
 import pytest
@@ -21,7 +22,7 @@ SUMMED = [f for f in PARTITION_FAMILIES if not f.endswith("_seconds")]   # a sta
 def clusters(bootstrap: str, topic: str) -> dict:
     one = cluster_config(bootstrap, [topic])["clusters"][0]
     # the group behind counts as a signal after 1 s without a commit (default 2 min)
-    return {"clusters": [{**one, "name": "signal", "partition_series_group_still_seconds": 1},
+    return {"clusters": [{**one, "name": "signal", "series_group_still_seconds": 1},
                          {**one, "name": "every", "granularity": "partition"},
                          {**one, "name": "bytopic", "granularity": "topic"}]}
 
@@ -84,3 +85,38 @@ def test_series_sets_at_each_granularity_on_a_real_scrape(broker, producers, uni
     for family in PARTITION_FAMILIES + GROUP_FAMILIES:
         assert m.get_value("txnwatch_series", family=family) == len(m.select(family)), family
     assert m.get_value("txnwatch_series", family="kafka_partition_high_watermark") == 8
+
+
+PER_ID = ("kafka_transaction_timeout_headroom_seconds", "kafka_transaction_state_unchanged_seconds",
+          "kafka_transaction_last_append_age_seconds")
+
+
+def test_per_id_series_at_signal_are_the_transactions_that_matter(broker, producers, unique, exporter_factory):
+    """Two transactions left open with a 10 min timeout, seconds old: at signal the one of an
+    app named in series_apps has its id, the other is its app's __other__; at partition both
+    have theirs; the lowest headroom and the highest ages per app are the same."""
+    topic = unique("grain-ids")
+    create_topics(broker.bootstrap, [topic], partitions=2)
+    young, named = unique("grainyoung"), unique("grainnamed")
+    for partition, tid in enumerate((young, named)):
+        producers(broker.bootstrap, topic, tid, action="commit", count=1, records=2, partition=partition,
+                  then_hang=True, timeout_ms=600_000).wait_line("open")
+    # the session broker holds other tests' open transactions: only these two are watched
+    one = {**cluster_config(broker.bootstrap, [topic])["clusters"][0],
+           "transactional_ids": {"include": [re.escape(young), re.escape(named)]}}
+    exp = exporter_factory({"clusters": [{**one, "name": "signal", "series_apps": ["grainnamed"]},
+                                         {**one, "name": "every", "granularity": "partition"}]})
+
+    def ids(m, family: str, cluster: str) -> dict:
+        return {(lbl["app"], lbl["transactional_id"]): v for lbl, v in m.select(family, kafka_cluster=cluster)}
+
+    m = exp.wait_metric(lambda m: all(len(ids(m, f, c)) == 2 for f in PER_ID for c in ("signal", "every")), 60,
+                        what="both open transactions in every per-id family of both clusters")
+    for family in PER_ID:
+        assert ids(m, family, "every").keys() == {("grainyoung", young), ("grainnamed", named)}, family
+        assert ids(m, family, "signal").keys() == {("grainyoung", "__other__"), ("grainnamed", named)}, family
+        # one transaction per app: its figure, whatever its series is called
+        assert sorted(ids(m, family, "signal").values()) == pytest.approx(
+            sorted(ids(m, family, "every").values()), abs=5.0), family
+    assert 0 < m.get_value("kafka_transaction_timeout_headroom_seconds", kafka_cluster="signal", app="grainyoung",
+                           transactional_id="__other__") <= 600

@@ -859,7 +859,9 @@ def test_exporter_serves_the_real_tap_and_a_restarted_one_counts_only_new_comple
     assert g(m, "kafka_transaction_fencing_events_total", app=inventory, reason="timeout") == 0
     assert g(m, "kafka_transaction_timeouts_total", app=inventory) == 0
     assert g(m, "kafka_transaction_open", app=orders) == 0
-    assert 0 < g(m, "kafka_transaction_timeout_headroom_seconds", app=hang, transactional_id=f"{hang}-1") <= 300
+    # seconds old with a 5 min timeout, it carries no signal: its app's "__other__" (the per-id budget)
+    assert 0 < g(m, "kafka_transaction_timeout_headroom_seconds", app=hang, transactional_id="__other__") <= 300
+    assert g(m, "kafka_transaction_timeout_headroom_seconds", app=hang, transactional_id=f"{hang}-1") is None
     assert 0 < g(m, "kafka_transactional_id_expiration_headroom_seconds", app=orders,
                  transactional_id=f"{orders}-2") <= 3600
     assert g(m, "kafka_transactional_ids", app=orders) == 2

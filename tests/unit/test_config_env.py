@@ -48,10 +48,10 @@ ACCESSORS = {
     "clusters[].app_rules[].scheme": lambda c: _rule(c).name,
     "clusters[].max_transactional_id_series": lambda c: c.clusters[0].max_transactional_id_series,
     "clusters[].granularity": lambda c: c.clusters[0].granularity,
-    "clusters[].partition_series_apps": lambda c: list(c.clusters[0].partition_series_apps),
-    "clusters[].partition_series_linger_seconds": lambda c: c.clusters[0].partition_series_linger_seconds,
-    "clusters[].partition_series_group_still_seconds":
-        lambda c: c.clusters[0].partition_series_group_still_seconds,
+    "clusters[].series_apps": lambda c: list(c.clusters[0].series_apps),
+    "clusters[].series_linger_seconds": lambda c: c.clusters[0].series_linger_seconds,
+    "clusters[].series_group_still_seconds":
+        lambda c: c.clusters[0].series_group_still_seconds,
     "clusters[].transaction_log_tap": lambda c: c.clusters[0].transaction_log_tap,
     "clusters[].hanging_threshold_seconds": lambda c: c.clusters[0].hanging_threshold_seconds,
     "clusters[].two_phase_commit_max_age_seconds": lambda c: c.clusters[0].two_phase_commit_max_age_seconds,

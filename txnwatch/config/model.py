@@ -110,11 +110,11 @@ class ClusterConfig:
     app_rules: tuple[AppRule, ...] = ()
     max_transactional_id_series: int = 500
     # signal | partition | topic (exporter/poll/granularity.py): signal keeps a partition's own
-    # series while it carries a signal and partition_series_linger_seconds after
+    # series while it carries a signal and series_linger_seconds after
     granularity: str = "signal"
-    partition_series_apps: tuple[str, ...] = ()     # apps whose partitions always keep their series
-    partition_series_linger_seconds: float = 3600.0
-    partition_series_group_still_seconds: float = 120.0   # a group behind this long without a commit
+    series_apps: tuple[str, ...] = ()     # apps whose partitions and ids always keep their series
+    series_linger_seconds: float = 3600.0
+    series_group_still_seconds: float = 120.0   # a group behind this long without a commit
     transaction_log_tap: bool = False
     # Without KIP-664: an LSO stalled below the HWM this long counts as hanging.
     # None: the broker's transaction.max.timeout.ms + 5 min when known, else 20 min.

@@ -169,7 +169,7 @@ class _Parser:
                                                                _join(v["bootstrap_servers"]))}
         for num in ("poll_interval_seconds", "poll_idle_interval_seconds", "poll_timeout_seconds",
                     "hanging_threshold_seconds", "two_phase_commit_max_age_seconds",
-                    "partition_series_linger_seconds", "partition_series_group_still_seconds"):
+                    "series_linger_seconds", "series_group_still_seconds"):
             if v.get(num) is not None:
                 kw[num] = self.number(f"{key}.{num}", v[num])
         if v.get("poll_schedule") is not None:
@@ -201,8 +201,8 @@ class _Parser:
                                "a partition's own series while it carries a signal, partition keeps every "
                                "partition's, topic sums each topic's")
             kw["granularity"] = g
-        if v.get("partition_series_apps") is not None:
-            kw["partition_series_apps"] = self.strings(f"{key}.partition_series_apps", v["partition_series_apps"])
+        if v.get("series_apps") is not None:
+            kw["series_apps"] = self.strings(f"{key}.series_apps", v["series_apps"])
         if "transaction_log_tap" in v:
             kw["transaction_log_tap"] = self.boolean(f"{key}.transaction_log_tap", v["transaction_log_tap"])
         kw["client"] = self.client(f"{key}.client", v.get("client"))

@@ -149,18 +149,20 @@ CLUSTER = Key(
             nullable=True, items=APP_RULE),
         _num("max_transactional_id_series", "per-transactional-id series at most", 500, integer=True,
              exclusive_minimum=0, example=100),
-        _str("granularity", "signal: a partition's own series while it carries a signal (open transaction, "
-             "stalled LSO, hanging, a read_committed group behind it without a commit for "
-             "partition_series_group_still_seconds, a partition_series_apps app) and "
-             "partition_series_linger_seconds after, the rest summed per topic (partition=\"__other__\"); "
-             "partition: every partition's; topic: summed per topic (partition=\"all\")", "signal",
-             enum=GRANULARITIES, example="topic"),
-        Key("partition_series_apps", ("array", "string"), "granularity signal: apps whose transactions' partitions "
-            "and groups (a group named as the app) always keep their own series", [], ["orders-etl"],
+        _str("granularity", "which partitions keep series of their own. signal: a partition while it carries a "
+             "signal (open transaction, stalled LSO, hanging, a read_committed group behind it without a commit for "
+             "series_group_still_seconds, a series_apps app) and series_linger_seconds after, the rest summed per "
+             "topic (partition=\"__other__\"); partition: every one; topic: none, summed per topic "
+             "(partition=\"all\"). At signal and topic an open transaction keeps per-id series only while it "
+             "carries a signal (half its timeout used, 10 s or less left, a timeout above the broker's cap, a "
+             "series_apps app) and its id series_linger_seconds after, the rest per app "
+             "(transactional_id=\"__other__\")", "signal", enum=GRANULARITIES, example="topic"),
+        Key("series_apps", ("array", "string"), "granularity signal: apps whose transactions' partitions "
+            "and ids and whose groups (a group named as the app) always keep their own series", [], ["orders-etl"],
             nullable=True, items=_str("app", "an app label value")),
-        _num("partition_series_linger_seconds", "granularity signal: how long a partition keeps its own series "
-             "after its last signal", 3600.0, exclusive_minimum=0, nullable=True, example=7200),
-        _num("partition_series_group_still_seconds", "granularity signal: a read_committed group behind its LSO "
+        _num("series_linger_seconds", "granularity signal: how long a partition or transactional id keeps its "
+             "own series after its last signal", 3600.0, exclusive_minimum=0, nullable=True, example=7200),
+        _num("series_group_still_seconds", "granularity signal: a read_committed group behind its LSO "
              "without a commit this long is a signal on its partition (a consumer that keeps up commits sooner: "
              "Kafka's auto-commit every 5 s, Flink at each checkpoint)", 120.0, exclusive_minimum=0, nullable=True,
              example=600),

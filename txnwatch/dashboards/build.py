@@ -405,7 +405,8 @@ def transactions(cfg: AlertConfig) -> list[Panel]:
               thresholds=steps(GREEN)),
         Panel("headroom", "Timeout headroom of open transactions",
               "start + transaction.timeout.ms - now for open transactions, the minimum per transactional id "
-              f"(ids past the cap fold into __other__). Yellow below {cfg.headroom_low_seconds:g}s, red "
+              f"(by default an id has its own series once its transaction used half its timeout or has 10 s "
+              f"or less left; the app's other open transactions, and ids past the cap, are __other__). Yellow below {cfg.headroom_low_seconds:g}s, red "
               "below 0: past its timeout and not aborted means the transaction hangs.", "s",
               [(f"min by (cluster, app, transactional_id) "
                 f"(kafka_transaction_timeout_headroom_seconds{cluster_app_id})",

@@ -79,6 +79,10 @@ def observed_suffix(observation: str, metric: str) -> str:
     characters as one underscore."""
     return re.sub(r"[^a-z0-9]+", "_", f"{observation}_{metric}".lower()).strip("_") or "unnamed"
 CTP = ("cluster", "topic", "partition")
+# the per-id series budget of open transactions (exporter/transaction_series.py)
+PER_ID_BUDGET = (" At granularity signal and topic an open transaction has a series of its own while it carries a "
+                 "signal (half its timeout used, 10 s or less left, a timeout above the broker's cap, a named app) "
+                 "and its id for the linger after; the app's other open transactions are transactional_id=\"__other__\".")
 Q = ("query", "query_id")
 
 CATALOG: dict[str, MetricSpec] = {s.name: s for s in [
@@ -96,20 +100,21 @@ CATALOG: dict[str, MetricSpec] = {s.name: s for s in [
     _m("kafka_transaction_timeout_headroom_seconds", "gauge",
        "start + transaction.timeout.ms - now for open transactions; the minimum per series. "
        "Negative means the transaction is past its timeout. Not for two-phase-commit transactions "
-       "(they never time out).", CA + ("transactional_id",)),
+       "(they never time out)." + PER_ID_BUDGET, CA + ("transactional_id",)),
     _m("kafka_transaction_state_unchanged_seconds", "gauge",
        "now - the coordinator's last change of an open transaction's state (status, producer id and "
        "epoch, partitions); the maximum per series. With the transaction-log tap, from the id's last "
        "record (TransactionLastUpdateTimestampMs); with the poller alone, from the poll that first saw "
        "that state (a transaction first seen counts from its start). A producer appending records to "
        "partitions already in its transaction changes no coordinator state: its appends are "
-       "kafka_transaction_last_append_age_seconds.", CA + ("transactional_id",)),
+       "kafka_transaction_last_append_age_seconds." + PER_ID_BUDGET, CA + ("transactional_id",)),
     _m("kafka_transaction_last_append_age_seconds", "gauge",
        "now - the last append of an open transaction's producer on any of its partitions, as their "
        "leaders report it (DescribeProducers' last timestamp: the record time of its last batch, the "
        "producer's clock unless the topic uses LogAppendTime); the maximum per series. Read for the "
        "watched partitions whose LSO the transaction holds; absent where none was described (no KIP-664, "
-       "no READ on the topic). Comes from the poller also when the tap runs.", CA + ("transactional_id",)),
+       "no READ on the topic). Comes from the poller also when the tap runs." + PER_ID_BUDGET,
+       CA + ("transactional_id",)),
     _m("kafka_transactions", "counter", "Completed transactions by outcome (committed|aborted).",
        CA + ("outcome",), source="tap"),
     _m("kafka_transaction_duration_seconds", "histogram",

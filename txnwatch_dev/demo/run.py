@@ -174,8 +174,8 @@ class Demo:
                    "transaction_log_tap": tap, "topics": {"include": TOPIC_FILTER}}
         if a.granularity is not None:
             cluster["granularity"] = a.granularity
-        if a.partition_series_linger is not None:
-            cluster["partition_series_linger_seconds"] = a.partition_series_linger
+        if a.series_linger is not None:
+            cluster["series_linger_seconds"] = a.series_linger
         if tap:
             cluster["canary"] = {"interval_seconds": 5, "abort_every": 5}
         self.exporter = ExporterProcess({"clusters": [cluster]}, port=self.exporter_port,
@@ -687,7 +687,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--poll-interval", type=float, default=5.0)
     p.add_argument("--granularity", choices=("signal", "partition", "topic"), default=None,
                    help="the exporter's series per partition (default: the exporter's, signal)")
-    p.add_argument("--partition-series-linger", type=float, default=None,
+    p.add_argument("--series-linger", type=float, default=None,
                    help="granularity signal: seconds a partition keeps its series after its last signal")
     p.add_argument("--hanging-threshold", type=float, default=20.0,
                    help="seconds an LSO may stall before a read_committed group counts as blocked")

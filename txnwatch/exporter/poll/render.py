@@ -9,12 +9,19 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-from ...apps import fold_ids
 from ...metrics import FamilyWriter
 from ...metrics.exposition import escape_label, format_value
 from ..model import ClusterSnapshot, GroupLag, PartitionState
+from ..transaction_series import OpenSeen, TransactionSeries, budgeted
 from . import derive
-from .granularity import ALL_PARTITIONS, OTHER_PARTITIONS, PartitionSeries, group_sums, topic_sums
+from .granularity import (
+    ALL_PARTITIONS,
+    DEFAULT_LINGER_SECONDS,
+    OTHER_PARTITIONS,
+    PartitionSeries,
+    group_sums,
+    topic_sums,
+)
 
 PARTITION_FAMILIES = ("kafka_partition_high_watermark", "kafka_partition_last_stable_offset",
                       "kafka_partition_lso_lag_offsets", "kafka_partition_lso_stalled_seconds",
@@ -29,8 +36,9 @@ class RenderCache:
     one of its partitions changed (derive.partition_states keeps the same state object for
     a partition that did not move) or its hanging count did; a group when a row changed."""
 
-    def __init__(self, series: PartitionSeries | None = None) -> None:
+    def __init__(self, series: PartitionSeries | None = None, transactions: TransactionSeries | None = None) -> None:
         self.series = series if series is not None else PartitionSeries()   # granularity signal
+        self.transactions = transactions if transactions is not None else TransactionSeries(DEFAULT_LINGER_SECONDS)
         self._topics: dict[str, tuple] = {}
         self._groups: dict[str, tuple] = {}
         self.formatted = 0     # topics and groups formatted by the last render (tests, bench)
@@ -175,47 +183,41 @@ def _render_partitions_and_transactions(w: FamilyWriter, snap: ClusterSnapshot, 
         w.add("kafka_transaction_hanging_ended", {"cluster": c, "app": app, "how": how}, n)
 
     folded: dict[str, int] = {}
-    if snap.open_transactions is not None:
-        # the partition leaders' word on the producers: the tap cannot tell, so also beside it
-        folded["kafka_transaction_last_append_age_seconds"] = _per_id(
-            w, c, "kafka_transaction_last_append_age_seconds", id_cap,
-            ((t.app, t.transactional_id, t.last_append_age_seconds) for t in snap.open_transactions), highest=True)
-    if snap.open_transactions is not None and render_open_transactions:
-        per_app: dict[str, list] = defaultdict(list)
-        for t in snap.open_transactions:
-            per_app[t.app].append(t)
-        for app, txns in per_app.items():
-            lbl = {"cluster": c, "app": app}
-            w.add("kafka_transaction_open", lbl, len(txns))
-            for name, group in (("kafka_transaction_oldest_open_age_seconds", [t for t in txns if not t.two_phase]),
-                                ("kafka_transaction_two_phase_oldest_age_seconds", [t for t in txns if t.two_phase])):
-                ages = [t.age_seconds for t in group if t.age_seconds is not None]
-                if group:
-                    w.add(name, lbl, max(ages) if ages else None)
-            two_phase = sum(1 for t in txns if t.two_phase)
-            if two_phase:
-                w.add("kafka_transaction_two_phase_open", lbl, two_phase)
-        folded["kafka_transaction_timeout_headroom_seconds"] = _per_id(
-            w, c, "kafka_transaction_timeout_headroom_seconds", id_cap,
-            ((t.app, t.transactional_id, t.headroom_seconds) for t in snap.open_transactions))
-        folded["kafka_transaction_state_unchanged_seconds"] = _per_id(
-            w, c, "kafka_transaction_state_unchanged_seconds", id_cap,
-            ((t.app, t.transactional_id, t.state_unchanged_seconds) for t in snap.open_transactions), highest=True)
+    if snap.open_transactions is None:
+        return folded
+    txns = snap.open_transactions
+    own = None if granularity == "partition" else cache.transactions.update(
+        (OpenSeen(t.app, t.transactional_id, t.age_seconds, t.timeout_ms, t.two_phase) for t in txns), snap.taken_at,
+        snap.facts.transaction_max_timeout_ms)
+    # the partition leaders' word on the producers: the tap cannot tell, so also beside it
+    families = [("kafka_transaction_last_append_age_seconds", lambda t: t.last_append_age_seconds, True)]
+    if render_open_transactions:
+        _render_open_counts(w, c, txns)
+        families += [("kafka_transaction_timeout_headroom_seconds", lambda t: t.headroom_seconds, False),
+                     ("kafka_transaction_state_unchanged_seconds", lambda t: t.state_unchanged_seconds, True)]
+    for name, value, highest in families:
+        series, folded[name] = budgeted(((t.app, t.transactional_id, value(t)) for t in txns), own, id_cap,
+                                        highest=highest)
+        for app, tid, v in series:
+            w.add(name, {"cluster": c, "app": app, "transactional_id": tid}, v)
     return folded
 
 
-def _per_id(w: FamilyWriter, cluster: str, name: str, id_cap: int, values, highest: bool = False) -> int:
-    """One series per (app, transactional id) of the (app, id, value)s whose value is known, at
-    most `id_cap`: the lowest (with `highest`, the highest) are kept, the rest fold into their
-    app's "__other__" with its lowest (highest). Returns how many ids were folded."""
-    worst = max if highest else min
-    series, folded = fold_ids((v for v in values if v[2] is not None), id_cap, highest=highest)
-    best: dict[tuple[str, str], float] = {}
-    for app, tid, v in series:
-        best[(app, tid)] = worst(v, best.get((app, tid), v))
-    for (app, tid), v in best.items():
-        w.add(name, {"cluster": cluster, "app": app, "transactional_id": tid}, v)
-    return folded
+def _render_open_counts(w: FamilyWriter, cluster: str, txns) -> None:
+    per_app: dict[str, list] = defaultdict(list)
+    for t in txns:
+        per_app[t.app].append(t)
+    for app, app_txns in per_app.items():
+        lbl = {"cluster": cluster, "app": app}
+        w.add("kafka_transaction_open", lbl, len(app_txns))
+        for name, group in (("kafka_transaction_oldest_open_age_seconds", [t for t in app_txns if not t.two_phase]),
+                            ("kafka_transaction_two_phase_oldest_age_seconds", [t for t in app_txns if t.two_phase])):
+            ages = [t.age_seconds for t in group if t.age_seconds is not None]
+            if group:
+                w.add(name, lbl, max(ages) if ages else None)
+        two_phase = sum(1 for t in app_txns if t.two_phase)
+        if two_phase:
+            w.add("kafka_transaction_two_phase_open", lbl, two_phase)
 
 
 def _render_offsets(w: FamilyWriter, snap: ClusterSnapshot, granularity: str, hanging, cache: RenderCache) -> None:

@@ -22,6 +22,7 @@ from ..serve.app_view import CounterWindow, advance, tap_counters
 from ..serve.collector import ExporterCollector
 from ..tap.render import render_tap
 from ..tap.source import TransactionLogTap
+from ..transaction_series import TransactionSeries
 from .published import ClusterDigest, digest_of, login_summary
 
 
@@ -33,8 +34,12 @@ class ClusterRuntime:
         self.share = share
         self.poller = ClusterPoller(cfg, share=share)
         self.render_cache = RenderCache(PartitionSeries(
-            cfg.partition_series_linger_seconds, cfg.partition_series_apps,
-            cfg.partition_series_group_still_seconds))   # used in the poll thread only
+            cfg.series_linger_seconds, cfg.series_apps,
+            cfg.series_group_still_seconds),
+            TransactionSeries(cfg.series_linger_seconds, cfg.series_apps))   # used in the poll thread only
+        # which of the tap's open transactions keep per-id series (every one at granularity partition)
+        self.tap_series = None if cfg.granularity == "partition" else TransactionSeries(
+            cfg.series_linger_seconds, cfg.series_apps)
         # the page's per-app commit rates: the tap's counters kept between digests
         self._app_counts: CounterWindow | None = None
         self._app_counts_lock = threading.Lock()
@@ -140,8 +145,13 @@ class ClusterRuntime:
         for metric, n in folded.items():
             collector.count_dropped(self.cfg.name, metric, "id_cap", n)
 
+    def tap_families(self, w: FamilyWriter, view) -> dict[str, int]:
+        """The tap's `view` written into `w`; returns {metric: ids folded by the cap}."""
+        snap = self.poller.snapshot
+        return render_tap(w, self.cfg.name, view, cap=self.cfg.max_transactional_id_series, series=self.tap_series,
+                          max_timeout_ms=snap.facts.transaction_max_timeout_ms if snap is not None else None)
+
     def render_tap(self, w: FamilyWriter, collector: ExporterCollector) -> None:
         """The tap's last view (cached by view identity; headroom is as of the view)."""
-        folded_by_metric = render_tap(w, self.cfg.name, self.tap.view(), cap=self.cfg.max_transactional_id_series)
-        for metric, n in folded_by_metric.items():
+        for metric, n in self.tap_families(w, self.tap.view()).items():
             collector.count_dropped(self.cfg.name, metric, "id_cap", n)

@@ -37,7 +37,6 @@ from ...metrics import DEFAULT_CLUSTER_LABEL, FamilyWriter
 from ...sharding import WHOLE
 from ..poll.render import render_snapshot
 from ..poll.scrape_clock import NOBODY, Cadence, ScrapeView
-from ..tap.render import render_tap
 from .cluster import ClusterRuntime
 from .gc_tuning import FullCollections, tune_gc
 from .published import (
@@ -155,7 +154,7 @@ class Worker:
         if view is self._last_tap_view:
             return
         w = FamilyWriter(cluster_label=self.cluster_label)
-        folded = render_tap(w, self.cfg.name, view, cap=self.cfg.max_transactional_id_series)
+        folded = self.rt.tap_families(w, view)
         for metric, n in folded.items():
             self.dropped.count_dropped(self.cfg.name, metric, "id_cap", n)
         taken = time.time()

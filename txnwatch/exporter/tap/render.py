@@ -9,21 +9,24 @@ from __future__ import annotations
 
 import time
 
-from ...apps import fold_ids
 from ...metrics import FamilyWriter
 from ..model import is_two_phase
+from ..transaction_series import OpenSeen, TransactionSeries, budgeted
 from .state import ABORTED, COMMITTED, NEW_INSTANCE, OPERATOR, STARTUP_ABORT, TIMEOUT, TapView
 
 OTHER = "__other__"
 
 
 def render_tap(writer: FamilyWriter, cluster: str, view: TapView, now: float | None = None,
-               cap: int | None = None, health=None) -> dict[str, int]:
+               cap: int | None = None, health=None, series: TransactionSeries | None = None,
+               max_timeout_ms: int | None = None) -> dict[str, int]:
     """Write every series of the tap for `cluster` into `writer`.
 
     `now` is unix seconds (default: the wall clock); `cap` overrides the per-id series
     cap of the view; `health` (a SourceHealth) is rendered as txnwatch_up & co. when
-    given (leave it None when the caller renders source health itself).
+    given (leave it None when the caller renders source health itself); `series` says which
+    open transactions keep per-id series of their own (None: every one, granularity partition),
+    with the broker's transaction.max.timeout.ms when known.
     Returns {metric name: ids folded into transactional_id="__other__"} so the caller
     can count folds (e.g. in txnwatch_series_dropped_total) once per view.
     """
@@ -44,10 +47,13 @@ def render_tap(writer: FamilyWriter, cluster: str, view: TapView, now: float | N
     two_phase_oldest: dict[str, int] = {}
     headrooms = []
     unchanged = []
+    seen = []
     for t in view.open_txns:
         open_count[t.app] = open_count.get(t.app, 0) + 1
         unchanged.append((t.app, t.transactional_id, max(0.0, (now_ms - t.last_update_ms) / 1000.0)))
         two_phase = is_two_phase(t.timeout_ms)
+        seen.append(OpenSeen(t.app, t.transactional_id, (now_ms - t.start_ms) / 1000.0 if t.start_ms >= 0 else None,
+                             t.timeout_ms, two_phase))
         if two_phase:
             two_phase_count[t.app] = two_phase_count.get(t.app, 0) + 1
         if t.start_ms >= 0:
@@ -66,17 +72,14 @@ def render_tap(writer: FamilyWriter, cluster: str, view: TapView, now: float | N
         start = two_phase_oldest.get(app)
         writer.add("kafka_transaction_two_phase_oldest_age_seconds", {**c, "app": app},
                    None if start is None else max(0.0, (now_ms - start) / 1000.0))
-    series, n_folded = fold_ids(headrooms, cap)
-    for app, tid, v in series:
-        writer.add("kafka_transaction_timeout_headroom_seconds",
-                   {**c, "app": app, "transactional_id": tid}, v)
-    folded["kafka_transaction_timeout_headroom_seconds"] = n_folded
-    # the longest unchanged matter most: they are kept, the rest fold into their app's maximum
-    series, n_folded = fold_ids(unchanged, cap, highest=True)
-    for app, tid, v in series:
-        writer.add("kafka_transaction_state_unchanged_seconds",
-                   {**c, "app": app, "transactional_id": tid}, v)
-    folded["kafka_transaction_state_unchanged_seconds"] = n_folded
+    own = None if series is None else series.update(seen, now_ms / 1000.0, max_timeout_ms)
+    # the lowest headrooms and the longest unchanged matter most: kept under the cap, the rest
+    # fold into their app's "__other__"
+    for name, values, highest in (("kafka_transaction_timeout_headroom_seconds", headrooms, False),
+                                  ("kafka_transaction_state_unchanged_seconds", unchanged, True)):
+        kept, folded[name] = budgeted(values, own, cap, highest=highest)
+        for app, tid, v in kept:
+            writer.add(name, {**c, "app": app, "transactional_id": tid}, v)
 
     # completions, durations, completion latencies
     for app in apps:
