@@ -824,3 +824,23 @@ def test_apps_without_ids_leave_the_view_and_only_flink_apps_reinitialise():
     assert dict(view.ids_per_app) == {"orders-producer": 1, "orders-sink": 1}
     assert view.expirations == {"gone": 1}
     assert view.reinit_apps == frozenset({"orders-sink"})
+
+
+def test_a_flink_sinks_idle_ids_are_one_series_its_newest():
+    """Flink's KafkaSink names an id per checkpoint (<prefix>-<subtask>-<checkpoint>) and never
+    uses an old one again: its idle ids are one figure per app, the newest last update, so
+    they neither make a series per checkpoint nor page as each old id nears expiration."""
+    st = new_state(expiration_ms=3_600_000)
+    for checkpoint in range(1, 6):
+        play(st, f"enrich-0-{checkpoint}", commit_history(start=T0 + checkpoint * 10_000))
+    play(st, "enrich-0-6", [v(ON, 0, start=T0 + 60_000, last=T0 + 60_000)])    # open: not idle
+    play(st, "batch-1", commit_history(start=T0))                                # another scheme: per id
+    idle = st.idle_scan(500, T0 + 100_000)
+    assert [k[0] for k in idle.kept] == ["batch-1"] and idle.folded == 0
+    assert dict(idle.newest) == {"enrich": T0 + 50_000 + 1520}
+    ms, _ = metrics(st, T0 + 100_000)
+    headrooms = {dict(lb)["transactional_id"]: val for (name, lb), val in ms.items()
+                 if name == "kafka_transactional_id_expiration_headroom_seconds" and dict(lb)["app"] == "enrich"}
+    assert headrooms == {"__newest__": pytest.approx(3600 - (100_000 - 51_520) / 1000)}
+    assert sample(ms, "kafka_transactional_id_expiration_headroom_seconds", app="batch",
+                  transactional_id="batch-1") == pytest.approx(3600 - (100_000 - 1520) / 1000)

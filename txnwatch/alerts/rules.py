@@ -296,10 +296,18 @@ def transaction_alerts(cfg: AlertConfig) -> list[Alert]:
         f"min by (cluster, app, transactional_id) (kafka_transactional_id_expiration_headroom_seconds{matchers(c)})"
         f" < {_num(cfg.id_expiration_headroom_seconds)}",
         cfg.id_expiration_for, "warning",
-        "Transactional id {{ $labels.transactional_id }} is close to expiring",
+        '{{ if eq $labels.transactional_id "__newest__" }}The newest transactional id of app {{ $labels.app }} '
+        "is close to expiring{{ else }}Transactional id {{ $labels.transactional_id }} is close to expiring{{ end }}",
+        '{{ if eq $labels.transactional_id "__newest__" }}'
+        "App {{ $labels.app }} names a transactional id per checkpoint (Flink's KafkaSink) and even its newest "
+        "idle id expires in {{ $value | humanizeDuration }} (transactional.id.expiration.ms): it has committed "
+        "nothing for that long. Its older ids expiring fails nobody; a restore from its last checkpoint commits "
+        "under the newest, which the coordinator will no longer know."
+        "{{ else }}"
         "Transactional id {{ $labels.transactional_id }} (app {{ $labels.app }}) has been idle so long that "
         "it expires in {{ $value | humanizeDuration }} (transactional.id.expiration.ms). The next "
-        "transaction of that producer will fail with InvalidPidMappingException.",
+        "transaction of that producer will fail with InvalidPidMappingException."
+        "{{ end }}",
         ids.TRANSACTIONS, "expiration_headroom", VAR_CLUSTER + VAR_APP))
 
     # Cap: the broker rejects a transaction.timeout.ms above transaction.max.timeout.ms at

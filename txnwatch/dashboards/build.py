@@ -444,7 +444,8 @@ def transactions(cfg: AlertConfig) -> list[Panel]:
               thresholds=steps(GREEN)),
         Panel("expiration_headroom", "Transactional id expiration headroom",
               "transactional.id.expiration.ms - idle time of idle transactional ids (tap). At 0 the "
-              "coordinator expires the id and its producer fails with InvalidPidMappingException.", "s",
+              "coordinator expires the id and its producer fails with InvalidPidMappingException. A Flink "
+              "KafkaSink's ids (one per checkpoint) are one series per app, __newest__: its newest idle id's.", "s",
               [(f"min by (cluster, app, transactional_id) "
                 f"(kafka_transactional_id_expiration_headroom_seconds{cluster_app_id})",
                 "{{cluster}}/{{transactional_id}}")],

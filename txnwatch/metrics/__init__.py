@@ -142,7 +142,10 @@ CATALOG: dict[str, MetricSpec] = {s.name: s for s in [
     _m("kafka_transactional_ids", "gauge", "Transactional ids known to the coordinator's log.", CA,
        source="tap"),
     _m("kafka_transactional_id_expiration_headroom_seconds", "gauge",
-       "transactional.id.expiration.ms - idle time, for idle (not open) transactional ids; min per series.",
+       "transactional.id.expiration.ms - idle time, for idle (not open) transactional ids; min per series. "
+       "An app of Flink's KafkaSink id scheme (an id per checkpoint, never used again) has one series, "
+       "transactional_id=\"__newest__\": its newest idle id's, the one a restore from its last checkpoint "
+       "commits; ids past the per-id cap are transactional_id=\"__other__\".",
        CA + ("transactional_id",), source="tap"),
     _m("kafka_transaction_epoch_bumps", "counter",
        "Producer epoch changes seen between polls of DescribeTransactions (KIP-664 poller).", CA),

@@ -15,6 +15,8 @@ from ..transaction_series import OpenSeen, TransactionSeries, budgeted
 from .state import ABORTED, COMMITTED, NEW_INSTANCE, OPERATOR, STARTUP_ABORT, TIMEOUT, TapView
 
 OTHER = "__other__"
+# an app whose sink names an id per checkpoint (Flink's KafkaSink): its newest idle id's figure
+NEWEST = "__newest__"
 
 
 def render_tap(writer: FamilyWriter, cluster: str, view: TapView, now: float | None = None,
@@ -120,6 +122,9 @@ def render_tap(writer: FamilyWriter, cluster: str, view: TapView, now: float | N
     for app, last in idle.folded_min.items():
         writer.add("kafka_transactional_id_expiration_headroom_seconds",
                    {**c, "app": app, "transactional_id": OTHER}, (exp - (now_ms - last)) / 1000.0)
+    for app, last in idle.newest.items():
+        writer.add("kafka_transactional_id_expiration_headroom_seconds",
+                   {**c, "app": app, "transactional_id": NEWEST}, (exp - (now_ms - last)) / 1000.0)
     folded["kafka_transactional_id_expiration_headroom_seconds"] = idle.folded
 
     # the tap's own position

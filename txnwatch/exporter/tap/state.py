@@ -165,6 +165,9 @@ class IdleSummary:
     folded_min: Mapping[str, int] = field(default_factory=dict)   # app -> oldest last update
     folded: int = 0
     scanned_at_ms: int | None = None
+    # app -> the newest last update of its idle ids, for apps of a re-initialising scheme
+    # (Flink's KafkaSink, an id per checkpoint): one figure per app, not one per id
+    newest: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -415,29 +418,43 @@ class TxnLogState:
     def idle_scan(self, cap: int, now_ms: int | None = None) -> IdleSummary:
         """The `cap` idle ids closest to expiration, and per app the oldest of the rest.
 
+        The idle ids of an app of a re-initialising scheme (Flink's KafkaSink) are one figure
+        per app, the newest last update: its sink names an id per checkpoint and never uses
+        an old one again, so an old id expiring fails nobody, while the newest (what a restore
+        from the last checkpoint commits) expiring means the job has not committed for
+        transactional.id.expiration.ms.
         O(ids): the source runs it on its own schedule, never per scrape."""
-        last, open_ = self._last, self._open
-        idle = (s for s in self._slots.values() if s not in open_)
+        last, open_, app_of, reinit = self._last, self._open, self._app, self._app_reinit
+        per_id: list[int] = []
+        newest: dict[int, int] = {}
+        for s in self._slots.values():
+            if s in open_:
+                continue
+            a = app_of[s]
+            if reinit[a]:
+                if last[s] > newest.get(a, -1):
+                    newest[a] = last[s]
+            else:
+                per_id.append(s)
         cap = max(0, cap)
-        kept_slots = heapq.nsmallest(cap, idle, key=last.__getitem__)
-        kept = tuple((self._tids[s], self._apps[self._app[s]], last[s]) for s in kept_slots)
+        kept_slots = heapq.nsmallest(cap, per_id, key=last.__getitem__)
+        kept = tuple((self._tids[s], self._apps[app_of[s]], last[s]) for s in kept_slots)
         folded_min: dict[str, int] = {}
-        folded = 0
-        idle_total = len(self._slots) - len(open_)
-        if idle_total > len(kept_slots):
+        folded = len(per_id) - len(kept_slots)
+        if folded:
             ks = set(kept_slots)
             mins: dict[int, int] = {}
-            for s in self._slots.values():
-                if s in open_ or s in ks:
+            for s in per_id:
+                if s in ks:
                     continue
-                folded += 1
-                a = self._app[s]
+                a = app_of[s]
                 v = last[s]
                 m = mins.get(a)
                 if m is None or v < m:
                     mins[a] = v
             folded_min = {self._apps[a]: v for a, v in mins.items()}
-        return IdleSummary(kept, MappingProxyType(folded_min), folded, now_ms)
+        return IdleSummary(kept, MappingProxyType(folded_min), folded, now_ms,
+                           MappingProxyType({self._apps[a]: v for a, v in newest.items()}))
 
     def view(self, idle: IdleSummary | None = None, cap: int = 500) -> TapView:
         """An immutable snapshot (counters copied, histograms copied)."""
