@@ -190,7 +190,7 @@ def txnwatch(name: str, bootstrap: str, prefix: str, cwd: str | None) -> Subject
     return Subject(name, exp.proc.pid, exp.url + "/metrics", exp.stop)
 
 
-def peer(name: str, binary: str, bootstrap: str, prefix: str) -> Subject:
+def peer(name: str, binary: str, bootstrap: str, prefix: str, start_seconds: float = 600) -> Subject:
     port = free_port()
     workdir = Path(tempfile.mkdtemp(prefix=f"bench-{name}-"))
     if name == "kminion":
@@ -228,7 +228,7 @@ def peer(name: str, binary: str, bootstrap: str, prefix: str) -> Subject:
         except subprocess.TimeoutExpired:
             proc.kill()
     try:
-        wait_for(ready, 600, interval=1, what=f"{name} serving partition series")
+        wait_for(ready, start_seconds, interval=1, what=f"{name} serving partition series")
     except BaseException:
         stop()
         raise
@@ -508,6 +508,8 @@ def main() -> None:
                     help="where --trace-slow keeps each slow scrape's events (default: a new temporary directory)")
     ap.add_argument("--peers", default="", help="name=binary,... (kminion, kafka_exporter)")
     ap.add_argument("--peer-sizes", default="10000", help="sizes at which the peers run (first cadence)")
+    ap.add_argument("--peer-start-seconds", type=float, default=600,
+                    help="how long a peer may take to serve its first partition series before it is left out")
     ap.add_argument("--groups", type=int, default=500)
     ap.add_argument("--txn-producers", type=int, default=20)
     ap.add_argument("--warm", type=int, default=5)
@@ -587,7 +589,7 @@ def run(a, cadences: list[float], measured: list[int], peers: dict[str, str], fl
                             if i == 0 and str(size) in a.peer_sizes.split(","):
                                 for n, b in peers.items():
                                     try:
-                                        subjects.append(peer(n, b, broker.bootstrap, prefix))
+                                        subjects.append(peer(n, b, broker.bootstrap, prefix, a.peer_start_seconds))
                                     except TimeoutError as exc:   # a peer too slow to serve: said, not fatal
                                         print(f"<!-- {n} at {size:,}: {exc} -->", flush=True)
                             if cgroups is not None:   # a subject's serving process and its workers

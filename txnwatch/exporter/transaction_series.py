@@ -16,7 +16,8 @@ A transaction carries a signal when:
   highest headroom of each id, which "__other__", the lowest, would hide);
 - it is a two-phase-commit transaction open TWO_PHASE_SECONDS or more (it never times out);
 - its app is named in `series_apps`.
-Pure: the transactions and the time in."""
+The rule and the linger are pure (the transactions and the time in); TransactionSeries holds
+what one renderer remembers between renders."""
 
 from __future__ import annotations
 
