@@ -14,6 +14,8 @@ from dataclasses import dataclass
 # The app of txnwatch's own transactional canary: its planned aborts are left out of the
 # transaction alerts (the canary has alerts of its own).
 CANARY_APP = "txnwatch-canary"
+# the transactional_id of an app's ids folded into one series (the per-id cap, the series budget)
+OTHER_IDS = "__other__"
 
 _UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
 
@@ -117,5 +119,5 @@ def fold_ids(items: Iterable[tuple[str, str, float]], cap: int,
     other: dict[str, float] = {}
     for app, _, value in rest:
         other[app] = worst(other.get(app, value), value)
-    kept.extend((app, "__other__", v) for app, v in other.items())
+    kept.extend((app, OTHER_IDS, v) for app, v in other.items())
     return kept, len(rest)

@@ -10,6 +10,7 @@ from types import MappingProxyType
 from txnwatch.apps import AppResolver
 from txnwatch.exporter.model import ClusterSnapshot
 from txnwatch.exporter.poll import derive
+from txnwatch.exporter.poll.granularity import linger
 from txnwatch.exporter.poll.render import RenderCache, render_snapshot
 from txnwatch.exporter.tap.render import render_tap
 from txnwatch.exporter.tap.state import ONGOING, OpenTxn, TapView
@@ -21,7 +22,6 @@ from txnwatch.exporter.transaction_series import (
     TransactionSeries,
     budgeted,
     carries_signal,
-    linger,
 )
 from txnwatch.kafka.answers import ClusterFacts, TxnDescription
 from txnwatch.metrics import FamilyWriter

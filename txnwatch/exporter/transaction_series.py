@@ -22,14 +22,14 @@ what one renderer remembers between renders."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import NamedTuple
 
-from ..apps import fold_ids
+from ..apps import OTHER_IDS, fold_ids
+from .poll.granularity import linger
 
 NEAR_TIMEOUT_SECONDS = 10.0      # twice the headroom alert's default threshold
 TWO_PHASE_SECONDS = 60.0
-OTHER_IDS = "__other__"
 
 
 class OpenSeen(NamedTuple):
@@ -50,15 +50,6 @@ def carries_signal(t: OpenSeen, apps: frozenset[str], max_timeout_ms: int | None
         return t.age_seconds >= TWO_PHASE_SECONDS
     headroom = t.timeout_ms / 1000.0 - t.age_seconds
     return headroom <= NEAR_TIMEOUT_SECONDS or t.age_seconds >= t.timeout_ms / 2000.0
-
-
-def linger(last_signal: Mapping[str, float], now_signalled: Iterable[str], now: float,
-           seconds: float) -> dict[str, float]:
-    """When each id last carried a signal, kept while within `seconds` of `now`: an id whose
-    transactions keep reaching half their timeout keeps one series, not one per transaction."""
-    out = {tid: at for tid, at in last_signal.items() if now - at < seconds}
-    out.update((tid, now) for tid in now_signalled)
-    return out
 
 
 class TransactionSeries:

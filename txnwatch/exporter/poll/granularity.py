@@ -14,7 +14,8 @@ panels that aggregate by topic read the same figures. Pure: the snapshot and tim
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
+from typing import TypeVar
 
 from ..model import TP, ClusterSnapshot, GroupLag, PartitionState
 
@@ -24,6 +25,7 @@ DEFAULT_LINGER_SECONDS = 3600.0   # a partition whose transactions come and go k
 DEFAULT_GROUP_STILL_SECONDS = 120.0
 
 RowKey = tuple[str, str, int]     # group, topic, partition
+K = TypeVar("K")
 
 
 def signalled(snap: ClusterSnapshot, behind: Mapping[RowKey, tuple[int, float]], apps: frozenset[str],
@@ -57,12 +59,12 @@ def behind_since(groups: Iterable[GroupLag], before: Mapping[RowKey, tuple[int, 
     return out
 
 
-def linger(last_signal: Mapping[TP, float], now_signalled: Iterable[TP], now: float, seconds: float,
-           partitions: Mapping[TP, PartitionState]) -> dict[TP, float]:
-    """When each partition last carried a signal, kept while within `seconds` of `now` and still
-    among the snapshot's partitions."""
-    out = {tp: at for tp, at in last_signal.items() if now - at < seconds and tp in partitions}
-    out.update((tp, now) for tp in now_signalled if tp in partitions)
+def linger(last_signal: Mapping[K, float], now_signalled: Iterable[K], now: float, seconds: float,
+           among: Container[K] | None = None) -> dict[K, float]:
+    """When each key (a partition, a transactional id) last carried a signal, kept while within
+    `seconds` of `now` and, with `among`, while still in it (the snapshot's partitions)."""
+    out = {k: at for k, at in last_signal.items() if now - at < seconds and (among is None or k in among)}
+    out.update((k, now) for k in now_signalled if among is None or k in among)
     return out
 
 

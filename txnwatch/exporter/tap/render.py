@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import time
 
+from ...apps import OTHER_IDS
 from ...metrics import FamilyWriter
 from ..model import is_two_phase
 from ..transaction_series import OpenSeen, TransactionSeries, budgeted
 from .state import ABORTED, COMMITTED, NEW_INSTANCE, OPERATOR, STARTUP_ABORT, TIMEOUT, TapView
 
-OTHER = "__other__"
 # an app whose sink names an id per checkpoint (Flink's KafkaSink): its newest idle id's figure
 NEWEST = "__newest__"
 
@@ -121,7 +121,7 @@ def render_tap(writer: FamilyWriter, cluster: str, view: TapView, now: float | N
                    {**c, "app": app, "transactional_id": tid}, (exp - (now_ms - last)) / 1000.0)
     for app, last in idle.folded_min.items():
         writer.add("kafka_transactional_id_expiration_headroom_seconds",
-                   {**c, "app": app, "transactional_id": OTHER}, (exp - (now_ms - last)) / 1000.0)
+                   {**c, "app": app, "transactional_id": OTHER_IDS}, (exp - (now_ms - last)) / 1000.0)
     for app, last in idle.newest.items():
         writer.add("kafka_transactional_id_expiration_headroom_seconds",
                    {**c, "app": app, "transactional_id": NEWEST}, (exp - (now_ms - last)) / 1000.0)
