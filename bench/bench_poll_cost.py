@@ -18,6 +18,8 @@ no two scrapes coincide:
   before  the same from the --before checkout (e.g. `git worktree add ../before 950b61a`)
   peers   (--peer-sizes, at the first cadence) KMinion and kafka_exporter binaries
   neighbour  (--neighbour) a txnwatch checkout beside each of them, a noisy neighbour on the CPUs
+  shards  (--shards 1,2,4) in place of `after`: for each N in turn, N replicas of this checkout
+          (`--shard i --total-shards N`) side by side, with a table of what each shard costs
 
 After each scraper's first --warm scrapes (txnwatch learns the cadence from them), over
 --scrapes more: the scrape latency (the whole body read, p50/p99/max; a p99 needs 100 scrapes
@@ -181,11 +183,11 @@ def delays(acks: list[tuple[int, float]], shown: list[tuple[float, float]], ever
     return out
 
 
-def txnwatch(name: str, bootstrap: str, prefix: str, cwd: str | None) -> Subject:
+def txnwatch(name: str, bootstrap: str, prefix: str, cwd: str | None, args: tuple[str, ...] = ()) -> Subject:
     cluster = {"name": "bench", "bootstrap_servers": bootstrap, "poll_timeout_seconds": 60,
                "topics": {"include": [f"{prefix}-.*"]}, "groups": {"include": [f"{prefix}-group-.*"]},
                "poll_schedule": "scrapes", "poll_interval_seconds": 1}
-    exp = ExporterProcess({"clusters": [cluster]}, cwd=cwd).start(timeout=60)
+    exp = ExporterProcess({"clusters": [cluster]}, cwd=cwd, extra_args=list(args)).start(timeout=60)
     exp.wait_metric(lambda m: m.get_value("txnwatch_up", source="poller") == 1, 600, what=f"{name}: first poll")
     return Subject(name, exp.proc.pid, exp.url + "/metrics", exp.stop)
 
@@ -510,6 +512,12 @@ def main() -> None:
     ap.add_argument("--peer-sizes", default="10000", help="sizes at which the peers run (first cadence)")
     ap.add_argument("--peer-start-seconds", type=float, default=600,
                     help="how long a peer may take to serve its first partition series before it is left out")
+    ap.add_argument("--shards", default="",
+                    help="shard counts (1,2,4): in place of `after`, N replicas of this checkout side by side, "
+                         "for each N in turn")
+    ap.add_argument("--bootstrap", default=None,
+                    help="measure against this cluster, already set up with --prefix (one size), not a new one")
+    ap.add_argument("--prefix", default=None, help="with --bootstrap: its topics' and groups' prefix")
     ap.add_argument("--groups", type=int, default=500)
     ap.add_argument("--txn-producers", type=int, default=20)
     ap.add_argument("--warm", type=int, default=5)
@@ -535,6 +543,52 @@ def main() -> None:
             tracer.close()
 
 
+class Existing:
+    """--bootstrap: a cluster set up before (bench_scrape.create_partitions and commit_groups
+    with --prefix, --sizes partitions), left running afterwards."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+
+    def __enter__(self) -> Existing:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    def describe(self) -> str:
+        return f"the cluster at {self.bootstrap}"
+
+
+def subject_groups(a) -> list[list[tuple[str, str | None, tuple[str, ...]]]]:
+    """The subjects run together, group after group: (name, checkout, serve's extra arguments).
+    Side by side, or each in turn (--one-at-a-time), beside the --neighbour if any; with
+    --shards, one group per shard count: its replicas side by side."""
+    ctl = [("control", None, ())] if a.control else []
+    nb = [("neighbour", a.neighbour, ())] if a.neighbour else []
+    if a.shards:
+        return [[(f"shard {i}/{n}", None, ("--shard", str(i), "--total-shards", str(n))) for i in range(n)] + ctl + nb
+                for n in (int(x) for x in a.shards.split(","))]
+    names = [("after", None, ())] + ([("before", a.before, ())] if a.before else []) + ctl
+    return [[n] + nb for n in names] if a.one_at_a_time else [names + nb]
+
+
+def shard_row(size: int, every: float, shards: list[Subject]) -> str:
+    """What each of N replicas cost while they ran side by side: CPU and RSS (mean and the
+    most loaded shard), the data age of all their scrapes, series and worker CPU per poll."""
+    cpus, rss, per_poll = [], [], []
+    for s in shards:
+        before, after = s.cpu
+        cpus.append((sum(after.values()) - sum(before.values())) / s.wall * 100)
+        rss.append(statistics.mean(s.rss) / 2**20)
+        worker = sum(v - before.get(p, 0.0) for p, v in after.items() if p != s.pid)
+        per_poll.append(worker / max(s.polls[1] - s.polls[0], 1))
+    ages = [x for s in shards for x in s.ages]
+    return (f"| {size:,} | {every:g} s | {len(shards)} | {statistics.mean(cpus):.1f} / {max(cpus):.1f} % | "
+            f"{statistics.mean(rss):.0f} / {max(rss):.0f} MiB | {statistics.median(ages):.2f} / {pct(ages, 0.9):.2f} s | "
+            f"{statistics.mean(s.series for s in shards):,.0f} | {statistics.mean(per_poll) * 1000:.0f} ms |")
+
+
 def mkdir(path: Path) -> str:
     path.mkdir(parents=True, exist_ok=True)
     return str(path)
@@ -542,6 +596,7 @@ def mkdir(path: Path) -> str:
 
 def run(a, cadences: list[float], measured: list[int], peers: dict[str, str], floors: list[str],
         cgroups: CpuGroups | None, trace: tuple[str, float, str] | None) -> None:
+    sharded: list[str] = []
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
           f"{a.groups} groups, {a.txn_producers} transactional producers"
           + (f"; each service in a CPU cgroup of its own under {cgroups.root}" if cgroups else "")
@@ -549,11 +604,14 @@ def run(a, cadences: list[float], measured: list[int], peers: dict[str, str], fl
     print("| partitions | scraped every | subject | scrapes | scrape p50 / p99 / max | data age median | p90 | polls "
           "| CPU (share of a core) | worker CPU per poll | per partition |\n|---|---|---|---|---|---|---|---|---|---|---|")
     for size in [int(x) for x in a.sizes.split(",")]:
-        with broker_for(size) as broker:
+        with (Existing(a.bootstrap) if a.bootstrap else broker_for(size)) as broker:
             t = time.monotonic()
-            prefix = f"fresh{size}"
-            topics = create_partitions(broker.bootstrap, size, prefix)
-            commit_groups(broker.bootstrap, topics, a.groups, prefix)
+            prefix = a.prefix or f"fresh{size}"
+            if a.bootstrap:
+                topics = [f"{prefix}-{i:05d}" for i in range(max(size // 100, 1))]
+            else:
+                topics = create_partitions(broker.bootstrap, size, prefix)
+                commit_groups(broker.bootstrap, topics, a.groups, prefix)
             print(f"<!-- {size}: set up in {time.monotonic() - t:.0f} s on {broker.describe()} -->", flush=True)
             if a.floor_rounds:
                 # before the transactional producers start: the poll then sends what the floor
@@ -564,7 +622,7 @@ def run(a, cadences: list[float], measured: list[int], peers: dict[str, str], fl
                               f"**{r['poll'] / r['floor']:.2f}x** | {r['cpu'] * 1000:.0f} ms | "
                               f"**{r['cpu'] / r['partitions'] * 1e6:.1f} us** |")
                 print("<!-- poll vs floor: " + floors[-1] + " -->", flush=True)
-            broker_pids = [n.pid for n in getattr(broker, "nodes", [broker]) if n.pid]
+            broker_pids = [n.pid for n in getattr(broker, "nodes", [broker]) if getattr(n, "pid", None)]
             if cgroups is not None:
                 cgroups.join("broker", broker_pids)
                 cgroups.join("producers", [os.getpid()])   # the bench: its producer threads
@@ -574,17 +632,13 @@ def run(a, cadences: list[float], measured: list[int], peers: dict[str, str], fl
             marker = Marker(broker.bootstrap, f"{prefix}-marker").start()
             try:
                 for i, every in enumerate(cadences):
-                    names = ([("after", None)] + ([("before", a.before)] if a.before else [])
-                             + ([("control", None)] if a.control else []))
-                    # side by side, or each in turn (beside the --neighbour, if any)
-                    for group in ([[n] for n in names] if a.one_at_a_time else [names]):
-                        group = group + ([("neighbour", a.neighbour)] if a.neighbour else [])
+                    for group in subject_groups(a):
                         subjects: list[Subject] = []
                         try:   # each subject stopped even when a later one fails to start
-                            for n, cwd in group:
+                            for n, cwd, args in group:
                                 if n != "control":
-                                    subjects.append(txnwatch(n, broker.bootstrap, prefix, cwd))
-                            if ("control", None) in group:   # first, as the subject its scraper measures
+                                    subjects.append(txnwatch(n, broker.bootstrap, prefix, cwd, args))
+                            if ("control", None, ()) in group:   # first, as the subject its scraper measures
                                 subjects.insert(0, control(subjects[-1]))
                             if i == 0 and str(size) in a.peer_sizes.split(","):
                                 for n, b in peers.items():
@@ -597,6 +651,9 @@ def run(a, cadences: list[float], measured: list[int], peers: dict[str, str], fl
                                     cgroups.join(s.name, cpu_seconds(s.pid))
                             phase(size, every, subjects, a.warm, measured[min(i, len(measured) - 1)],
                                   broker_pids, cgroups, trace, marker)
+                            if a.shards:
+                                sharded.append(shard_row(size, every, [s for s in subjects if s.name.startswith("shard")]))
+                                print(f"<!-- {sharded[-1]} -->", flush=True)
                         finally:
                             for s in subjects:
                                 s.stop()
@@ -605,6 +662,11 @@ def run(a, cadences: list[float], measured: list[int], peers: dict[str, str], fl
                 marker.stop()
                 for p in producers:
                     p.join(30)
+    if sharded:
+        print("\n| partitions | scraped every | shards | CPU per shard, mean / max (share of a core) | RSS per shard, "
+              "mean / max | data age at scrape, median / p90 | series per shard, mean | worker CPU per poll, mean "
+              "|\n|---|---|---|---|---|---|---|---|")
+        print("\n".join(sharded))
     if floors:
         print("\n| partitions | group rows | ListOffsets version, requests | floor (median) | poll + render (median) "
               "| ratio | poll CPU (all threads) | per partition |\n|---|---|---|---|---|---|---|---|")

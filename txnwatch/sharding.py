@@ -22,6 +22,7 @@ import os
 import re
 import zlib
 from dataclasses import dataclass
+from functools import lru_cache
 
 
 class ShardError(ValueError):
@@ -30,6 +31,12 @@ class ShardError(ValueError):
 
 def stable_hash(text: str) -> int:
     return zlib.crc32(text.encode("utf-8"))
+
+
+@lru_cache(maxsize=1 << 17)
+def topic_hash(topic: str) -> int:
+    """stable_hash of a topic name, remembered: a sharded poll asks it for every group row."""
+    return stable_hash(topic)
 
 
 @dataclass(frozen=True)
@@ -51,7 +58,12 @@ class Shard:
         return stable_hash(key) % self.total == self.index
 
     def owns_partition(self, topic: str, partition: int) -> bool:
-        return (stable_hash(topic) + partition) % self.total == self.index
+        return (topic_hash(topic) + partition) % self.total == self.index
+
+    def partitions_of(self, topic: str, count: int) -> range:
+        """The partitions of a topic of `count` that owns_partition accepts, found at once:
+        every total-th from the first whose number brings the topic's hash to this index."""
+        return range((self.index - topic_hash(topic)) % self.total, count, self.total)
 
     def owns_log_partition(self, partition: int) -> bool:
         return partition % self.total == self.index

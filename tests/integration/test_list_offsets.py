@@ -70,7 +70,7 @@ def test_offsets_per_leader_on_a_real_broker(line, version, md_version, broker, 
         got = want
         # librdkafka's ListOffsets says the same
         assert sorted(got, key=lambda o: o.partition) == sorted(
-            io._offsets_librdkafka(md.topics, None, set())[0], key=lambda o: o.partition)
+            io._offsets_librdkafka(md.topics, None)[0], key=lambda o: o.partition)
         # one request per isolation level to the one leader, encoded once
         sent = io._kp.sent["ListOffsets"]
         assert sent % 2 == 0 and io._offsets_requests.encoded == 1

@@ -17,6 +17,7 @@ from txnwatch.exporter.poll.granularity import (
     behind_since,
     linger,
     signalled,
+    topic_sums,
 )
 from txnwatch.exporter.poll.render import GROUP_FAMILIES, PARTITION_FAMILIES, RenderCache, render_snapshot
 from txnwatch.kafka.answers import ClusterFacts, TxnDescription
@@ -133,6 +134,14 @@ def test_sums_per_topic_and_per_groups_topic_are_those_of_partition_granularity(
         assert by_key(folded, family, ("topic",)) == by_key(every, family, ("topic",)), family
     for family in GROUP_FAMILIES:
         assert by_key(folded, family, ("group", "topic")) == by_key(every, family, ("group", "topic")), family
+
+
+def test_topic_sums_take_partitions_in_any_order_and_odd_states_one_by_one():
+    states = [PartitionState("a", 0, 10, 7, 990.0, 10.0), PartitionState("b", 0, 5, 5),
+              PartitionState("a", 1, 20, 20), PartitionState("b", 1, 3, 4)]     # b/1: LSO past the HWM
+    assert topic_sums(states, {("a", 0): 1}) == {"a": [30, 27, 3, 10.0, 1], "b": [8, 9, 0, 0.0, 0]}
+    assert topic_sums(reversed(states), {}) == {"b": [8, 9, 0, 0.0, 0], "a": [30, 27, 3, 10.0, 0]}
+    assert topic_sums([], {}) == {}
 
 
 def label_sets(found: dict, family: str) -> set[tuple[str, str]]:

@@ -90,7 +90,7 @@ def test_no_common_version_is_unsupported(broker):
 def test_partitions_go_to_their_leaders_and_leaderless_ones_nowhere():
     leaders = {"a": (1, 2, -1, 1), "b": (2,)}
     assert lo.group_by_leader(leaders) == {1: [("a", [0, 3])], 2: [("a", [1]), ("b", [0])]}
-    assert lo.group_by_leader(leaders, [("a", 3), ("b", 0), ("a", 2), ("c", 0), ("a", 9)]) == {
+    assert lo.group_by_leader(leaders, {"a": [3, 2, 9], "b": [0], "c": [0]}) == {
         1: [("a", [3])], 2: [("b", [0])]}
 
 
@@ -148,7 +148,7 @@ def test_the_plan_is_kept_while_the_leaders_are_the_same():
     moved = cache.plan(9, {"a": (1, 1, 2), "b": (2, 2)}, None, 1000)
     assert moved is not first and moved[1] == []
     # a shard's partitions only; one it wants that has no leader, one the topic does not have
-    mine = cache.plan(9, leaders, [("a", 1), ("b", 1), ("a", 7)], 1000)
+    mine = cache.plan(9, leaders, {"a": (1, 7), "b": range(1, 2)}, 1000)
     assert [(r.leader, r.topics) for r in mine[0]] == [(2, (("b", (1,)),))]
     assert mine[1] == [("a", 1), ("a", 7)]
 

@@ -114,6 +114,29 @@ def test_the_plan_follows_the_scrapers():
     assert plan_next_poll(1001.0, NOBODY, 999.0, 1.0, 2.0, 60.0) == 1059.0
 
 
+def test_polls_whose_duration_varies_start_earlier_by_the_spread():
+    from txnwatch.exporter.poll.scrape_clock import duration_spread
+
+    assert duration_spread([1.0, 1.0]) == 0.0                      # too few to say
+    assert duration_spread([1.0, 1.1, 0.9, 1.0, 1.0]) == pytest.approx(0.0)
+    # a busy host: polls of 1.5 s that now and then take 2.5 s
+    durations = [1.5, 2.5, 1.4, 1.5, 2.4]
+    assert duration_spread(durations) == pytest.approx(2.4 - 1.5)
+    # one pause alone does not move every later poll earlier
+    assert duration_spread([1.5, 1.4, 9.0, 1.5, 1.6]) == pytest.approx(0.1)
+    steady = ScrapeView((Cadence(5.0, 1000.0),))
+    spread = duration_spread(durations)
+    due = plan_next_poll(1001.0, steady, 999.0, 1.5, 3.0, 60.0, 0.02, spread)
+    assert due == pytest.approx(1005.0 - 1.5 - 0.1 - spread - 0.02)
+    # each of those durations again: every one done before the scrape at 1005
+    assert all(due + d < 1005.0 for d in durations)
+    # on the median alone (the plan before) only the polls no slower than the median were
+    no_spread = plan_next_poll(1001.0, steady, 999.0, 1.5, 3.0, 60.0, 0.02)
+    assert sum(no_spread + d < 1005.0 for d in durations) == 3
+    # a quarter of the duration stays the least margin
+    assert poll_margin(2.0, 0.1) == pytest.approx(0.6)
+
+
 def test_a_flood_of_user_agents_is_remembered_no_more_than_the_cap():
     from txnwatch.exporter.poll.scrape_clock import MAX_SCRAPERS
 

@@ -19,6 +19,16 @@ def test_every_partition_has_exactly_one_owner_and_topics_spread():
         assert {ws.count(i) for i in range(3)} == {100}, topic   # consecutive partitions rotate
 
 
+@pytest.mark.parametrize("total", [1, 2, 3, 7])
+def test_a_shards_partitions_of_a_topic_are_those_it_owns(total):
+    for topic in ["orders", "payments-eu", "t", "ünïcode", "a-much-longer-topic-name.with.dots"]:
+        for count in (0, 1, 5, 100):
+            shares = [Shard(i, total).partitions_of(topic, count) for i in range(total)]
+            for i, share in enumerate(shares):
+                assert list(share) == [p for p in range(count) if Shard(i, total).owns_partition(topic, p)]
+            assert sorted(p for share in shares for p in share) == list(range(count))
+
+
 def test_log_partitions_and_keys_split_without_overlap():
     shards = [Shard(i, 4) for i in range(4)]
     for p in range(50):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 
 from confluent_kafka import (
@@ -289,30 +289,31 @@ class KafkaIO:
             for r in log_topic.replicas or ())
         return ClusterMetadata(answer.brokers, topics, txn_log, tuple(degraded), leaders)
 
-    def offsets(self, topics: dict[str, int], owns: Callable[[str, int], bool] | None = None,
+    def offsets(self, topics: dict[str, int], partitions_of: Callable[[str, int], Iterable[int]] | None = None,
                 skip: Iterable[tuple[str, int]] = (), leaders: Mapping[str, tuple[int, ...]] | None = None,
                 ) -> tuple[list[PartitionOffsets], dict[tuple[str, int], str]]:
-        """HWM and LSO for every partition (those `owns` accepts, but `skip`: offline ones),
-        and {partition: cause} for those left without an answer (a leader that failed or did
-        not answer in time): one partition never costs the others theirs. Raises only when no
-        partition at all was answered.
+        """HWM and LSO for every partition (of each topic and its partition count, those
+        `partitions_of` gives; None: all), but `skip` (offline ones), and {partition: cause}
+        for those left without an answer (a leader that failed or did not answer in time):
+        one partition never costs the others theirs. Raises only when no partition at all
+        was answered.
 
         With the metadata's `leaders` (topic -> leader per partition index), one ListOffsets
         per leader and isolation level over kafka-python (list_offsets.py); else, or where
         that path cannot be used, librdkafka's futures in chunks."""
-        skip = set(skip)
         if not topics:
             return [], {}
+        wanted = wanted_partitions(topics, partitions_of, skip)
         if leaders is not None:
-            batched = self._offsets_batched(topics, leaders, owns, skip)
+            batched = self._offsets_batched(topics, leaders, wanted)
             if batched is not None:
                 return batched
-        return self._offsets_librdkafka(topics, owns, skip)
+        return self._offsets_librdkafka(topics, wanted)
 
-    def _offsets_librdkafka(self, topics: dict[str, int], owns: Callable[[str, int], bool] | None,
-                            skip: set[tuple[str, int]]) -> tuple[list[PartitionOffsets], dict[tuple[str, int], str]]:
-        tps = [TopicPartition(t, p) for t, n in topics.items() for p in range(n)
-               if (owns is None or owns(t, p)) and (t, p) not in skip]
+    def _offsets_librdkafka(self, topics: dict[str, int], wanted: Mapping[str, Sequence[int]] | None,
+                            ) -> tuple[list[PartitionOffsets], dict[tuple[str, int], str]]:
+        tps = [TopicPartition(t, p) for t, ps in (wanted or {t: range(n) for t, n in topics.items()}).items()
+               for p in ps]
         if not tps:
             return [], {}
         deadline = time.monotonic() + self.timeout
@@ -349,7 +350,7 @@ class KafkaIO:
         return out, failed
 
     def _offsets_batched(self, topics: dict[str, int], leaders: Mapping[str, tuple[int, ...]],
-                         owns: Callable[[str, int], bool] | None, skip: set[tuple[str, int]],
+                         wanted: Mapping[str, Sequence[int]] | None,
                          ) -> tuple[list[PartitionOffsets], dict[tuple[str, int], str]] | None:
         """One ListOffsets per leader and isolation level (list_offsets.py); None where this
         path cannot be used (the caller takes librdkafka's)."""
@@ -361,8 +362,6 @@ class KafkaIO:
             return None
         transport, version = path
         self.list_offsets_path.turn_on(f"one ListOffsets v{version} per leader and isolation level", version)
-        wanted = [(t, p) for t, n in topics.items() for p in range(n)
-                  if (owns is None or owns(t, p)) and (t, p) not in skip] if owns is not None or skip else None
         selected = {t: leaders.get(t, (-1,) * n) for t, n in topics.items()}
         requests, leaderless = self._offsets_requests.plan(version, selected, wanted, int(self.timeout * 1000))
         # partitions without a leader in this metadata (offline ones the caller skips already)
@@ -696,3 +695,21 @@ def _failure(f: Future) -> BaseException | None:
     if not f.done():
         return PollError("timeout", "no answer within poll_timeout_seconds")
     return f.exception()
+
+
+def wanted_partitions(topics: Mapping[str, int], partitions_of: Callable[[str, int], Iterable[int]] | None,
+                      skip: Iterable[tuple[str, int]]) -> dict[str, Sequence[int]] | None:
+    """{topic: its partitions to read}: those `partitions_of` gives (None: all) but `skip`;
+    None when that is every partition of every topic. A shard's share is a range per topic,
+    kept as such: the request plan compares it whole, not partition by partition."""
+    skipped: dict[str, set[int]] = {}
+    for t, p in skip:
+        skipped.setdefault(t, set()).add(p)
+    if partitions_of is None and not skipped:
+        return None
+    out: dict[str, Sequence[int]] = {}
+    for t, n in topics.items():
+        ps = range(n) if partitions_of is None else partitions_of(t, n)
+        gone = skipped.get(t)
+        out[t] = ps if gone is None else tuple(p for p in ps if p not in gone)
+    return out

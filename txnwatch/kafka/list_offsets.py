@@ -171,10 +171,10 @@ class LeaderRequest:
         return sum(len(ps) for _, ps in self.topics)
 
 
-def group_by_leader(leaders: Mapping[str, Sequence[int]], wanted: Iterable[tuple[str, int]] | None = None,
+def group_by_leader(leaders: Mapping[str, Sequence[int]], wanted: Mapping[str, Iterable[int]] | None = None,
                     ) -> dict[int, list[tuple[str, list[int]]]]:
     """{leader: [(topic, partitions)]} from each topic's leader per partition index (-1: none,
-    left out). `wanted` limits it to those partitions (None: all)."""
+    left out). `wanted` ({topic: partitions}) limits it to those partitions (None: all)."""
     out: dict[int, dict[str, list[int]]] = {}
     if wanted is None:
         for topic, by_index in leaders.items():
@@ -182,10 +182,11 @@ def group_by_leader(leaders: Mapping[str, Sequence[int]], wanted: Iterable[tuple
                 if leader >= 0:
                     out.setdefault(leader, {}).setdefault(topic, []).append(p)
     else:
-        for topic, p in wanted:
-            by_index = leaders.get(topic)
-            if by_index is not None and 0 <= p < len(by_index) and by_index[p] >= 0:
-                out.setdefault(by_index[p], {}).setdefault(topic, []).append(p)
+        for topic, ps in wanted.items():
+            by_index = leaders.get(topic, ())
+            for p in ps:
+                if 0 <= p < len(by_index) and by_index[p] >= 0:
+                    out.setdefault(by_index[p], {}).setdefault(topic, []).append(p)
     return {leader: list(topics.items()) for leader, topics in out.items()}
 
 
@@ -201,16 +202,18 @@ class RequestCache:
         self._plan: tuple[list[LeaderRequest], list[tuple[str, int]]] = ([], [])
 
     def plan(self, version: int, leaders: Mapping[str, Sequence[int]],
-             wanted: Sequence[tuple[str, int]] | None, timeout_ms: int,
+             wanted: Mapping[str, Sequence[int]] | None, timeout_ms: int,
              ) -> tuple[list[LeaderRequest], list[tuple[str, int]]]:
-        """The requests for `leaders` (topic -> leader per partition index; `wanted` limits
-        the partitions, None: all) and the wanted partitions without a leader. While the
-        leaders are the same as last time (compared whole, at C speed), the last plan."""
-        key = (version, timeout_ms, leaders, None if wanted is None else tuple(wanted))
+        """The requests for `leaders` (topic -> leader per partition index; `wanted`, {topic:
+        partitions}, limits the partitions, None: all) and the wanted partitions without a
+        leader. While the leaders and the wanted partitions are the same as last time
+        (compared whole, at C speed: a shard's share is a range per topic), the last plan."""
+        key = (version, timeout_ms, leaders, None if wanted is None else tuple(wanted.items()))
         if key != self._plan_key:
             leaderless = [(t, p) for t, by_index in leaders.items() for p, leader in enumerate(by_index)
                           if leader < 0] if wanted is None else \
-                [(t, p) for t, p in wanted if not (0 <= p < len(leaders.get(t, ()))) or leaders[t][p] < 0]
+                [(t, p) for t, ps in wanted.items() for p in ps
+                 if not (0 <= p < len(leaders.get(t, ()))) or leaders[t][p] < 0]
             self._plan = (self.requests(version, group_by_leader(leaders, wanted), timeout_ms), leaderless)
             self._plan_key = key
         return self._plan

@@ -139,9 +139,9 @@ class Surveyor:
                    for p in self._open_producers([(pin.topic, pin.partition)]))
 
     def last_stable_offsets(self, tps: Iterable[TP]) -> dict[TP, int]:
-        wanted = sorted(set(tps))
+        wanted = set(tps)
         topics = {t: n for t, n in self.io.metadata(lambda name: name in {t for t, _ in wanted}).topics.items()}
-        offsets, _ = self.io.offsets(topics, lambda t, p: (t, p) in wanted)
+        offsets, _ = self.io.offsets(topics, lambda t, n: [p for p in range(n) if (t, p) in wanted])
         return {(o.topic, o.partition): o.last_stable_offset for o in offsets}
 
     def committed(self, groups: Iterable[str], tps: Iterable[TP]) -> dict[tuple[str, str, int], int]:

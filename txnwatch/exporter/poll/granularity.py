@@ -15,6 +15,8 @@ panels that aggregate by topic read the same figures. Pure: the snapshot and tim
 from __future__ import annotations
 
 from collections.abc import Container, Iterable, Mapping
+from itertools import groupby
+from operator import attrgetter, le
 from typing import TypeVar
 
 from ..model import TP, ClusterSnapshot, GroupLag, PartitionState
@@ -89,19 +91,25 @@ class PartitionSeries:
         return frozenset(self._last_signal)
 
 
+_TOPIC = attrgetter("topic")
+
+
 def topic_sums(states: Iterable[PartitionState], hanging: Mapping[TP, int]) -> dict[str, list]:
     """{topic: [HWM, LSO, LSO lag, longest stall, hanging]} summed over `states` (the stall is
-    the longest: a sum of seconds means nothing)."""
+    the longest: a sum of seconds means nothing). By columns, each topic's partitions at once:
+    at 100,000 partitions a loop over the states was most of a render's CPU."""
+    by_topic: dict[str, list[PartitionState]] = {}
+    for topic, run in groupby(states, key=_TOPIC):     # a snapshot lists a topic's partitions together
+        by_topic.setdefault(topic, []).extend(run)
     out: dict[str, list] = {}
-    for s in states:
-        a = out.get(s.topic)
-        if a is None:
-            a = out[s.topic] = [0, 0, 0, 0.0, 0]
-        a[0] += s.high_watermark
-        a[1] += s.last_stable_offset
-        a[2] += s.lso_lag
-        a[3] = max(a[3], s.stalled_seconds)
-        a[4] += hanging.get((s.topic, s.partition), 0)
+    for topic, run in by_topic.items():
+        _, parts, hwms, lsos, _, stalls = zip(*run, strict=True)
+        hwm, lso = sum(hwms), sum(lsos)
+        # the LSO never passes the HWM in a snapshot (derivation clamps it), so the lags' sum is
+        # the sums' difference; an odd state is summed one by one
+        lag = hwm - lso if all(map(le, lsos, hwms)) else sum(max(h - s, 0) for h, s in zip(hwms, lsos, strict=True))
+        hung = sum(hanging.get((topic, p), 0) for p in parts) if hanging else 0
+        out[topic] = [hwm, lso, lag, max(0.0, max(stalls)), hung]
     return out
 
 

@@ -34,7 +34,7 @@ from . import derive
 from .access_probe import AccessProbe
 from .findings import PollReading, config_findings
 from .schedule import poll_period, wait_before_next_poll
-from .scrape_clock import NOBODY, ScrapeView, plan_next_poll
+from .scrape_clock import NOBODY, ScrapeView, duration_spread, plan_next_poll
 
 log = logging.getLogger(__name__)
 
@@ -105,19 +105,23 @@ class ClusterPoller:
         md = self.io.metadata(cfg.topics)
         owns = self.split.owns_partition if self.split.sharded else None
         offline = [(p.topic, p.partition) for p in md.degraded if p.offline and (owns is None or owns(p.topic, p.partition))]
-        # one offline partition, or a leader that does not answer, costs its own partitions'
-        # offsets only: they are served as last read, and named
-        offsets, failed = self.io.offsets(md.topics, owns, skip=offline, leaders=md.leaders)
-        unavailable = {**dict.fromkeys(offline, "offline"), **failed}
-        self._refresh_lso_timestamps(derive.stalled_lsos(offsets), now)
-        partitions = derive.with_unavailable(
-            derive.partition_states(offsets, self._prev_partitions, now, self._lso_ts), self._prev_partitions,
-            unavailable)
+        # committed offsets before the log ends, as kafka-consumer-groups does: a consumer that
+        # moves on meanwhile shows a little more lag, never less than it has; and the offsets
+        # read last are the freshest when the poll is published
         committed = self.io.group_offsets(cfg.groups)
         if owns is not None:
             committed = [c for c in committed if owns(c[1], c[2])]
         # groups whose coordinator did not answer keep their last lags, named as such
         groups_unavailable = dict(self.io.groups_left_out)
+        # one offline partition, or a leader that does not answer, costs its own partitions'
+        # offsets only: they are served as last read, and named
+        offsets, failed = self.io.offsets(md.topics, self.split.partitions_of if self.split.sharded else None,
+                                          skip=offline, leaders=md.leaders)
+        unavailable = {**dict.fromkeys(offline, "offline"), **failed}
+        self._refresh_lso_timestamps(derive.stalled_lsos(offsets), now)
+        partitions = derive.with_unavailable(
+            derive.partition_states(offsets, self._prev_partitions, now, self._lso_ts), self._prev_partitions,
+            unavailable)
         lags = self._without_marker_gaps(derive.group_lags(committed, partitions), partitions)
         groups = derive.with_groups_unavailable(lags, self._prev_groups, groups_unavailable)
 
@@ -404,17 +408,21 @@ class ClusterPoller:
                 self._stop.wait(wait_before_next_poll(interval, self.cfg.poll_duty_cycle, took))
                 continue
             durations.append(took)
-            self._wait_for_the_scrapes(started, statistics.median(durations),
-                                       poll_period(interval, self.cfg.poll_duty_cycle, took))
+            # the duty cycle on the recent median too: one poll slowed by a busy host no
+            # longer pushes the next past the scrape it is for; a cluster slow poll after
+            # poll is still asked less often
+            typical = statistics.median(durations)
+            self._wait_for_the_scrapes(started, typical, duration_spread(durations),
+                                       poll_period(interval, self.cfg.poll_duty_cycle, typical))
 
-    def _wait_for_the_scrapes(self, started: float, duration: float, min_period: float) -> None:
+    def _wait_for_the_scrapes(self, started: float, duration: float, spread: float, min_period: float) -> None:
         """Until the poll after the one that started at `started` is due: timed to be done
         just before the next scrape (scrape_clock.plan_next_poll), re-planned when the
         scrapers change."""
         while not self._stop.is_set():
             now = time.time()
             due = plan_next_poll(now, self.scrapes(), started, duration, min_period,
-                                 self.cfg.poll_idle_interval_seconds, self.publish_delay)
+                                 self.cfg.poll_idle_interval_seconds, self.publish_delay, spread)
             if due <= now:
                 return
             self.wake.wait(min(due - now, REPLAN_SECONDS))

@@ -232,7 +232,8 @@ def _render_offsets(w: FamilyWriter, snap: ClusterSnapshot, granularity: str, ha
     rest = OTHER_PARTITIONS if granularity == "signal" else ALL_PARTITIONS
     cache.partition_lines(w, c, {tp: s for tp, s in snap.partitions.items() if tp in own}, hanging)
     cache.group_lines(w, c, [g for g in snap.groups if (g.topic, g.partition) in own])
-    sums = topic_sums((s for tp, s in snap.partitions.items() if tp not in own), hanging)
+    sums = topic_sums((s for tp, s in snap.partitions.items() if tp not in own) if own else snap.partitions.values(),
+                      hanging)
     for topic, values in sums.items():
         lbl = {"cluster": c, "topic": topic, "partition": rest}
         for name, v in zip(PARTITION_FAMILIES, values, strict=True):

@@ -14,6 +14,7 @@ import math
 import statistics
 import threading
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 # Intervals kept per scraper, and how many must agree before its cadence is trusted.
@@ -133,22 +134,35 @@ def next_poll_start(now: float, cadences: list[Cadence], duration: float, earlie
     return min(max(earliest, c.next_after(earliest + duration) - duration - margin) for c in cadences)
 
 
-def poll_margin(duration: float) -> float:
+def poll_margin(duration: float, spread: float = 0.0) -> float:
     """How long before the expected scrape a poll should be done: its duration varies from
-    one poll to the next, and a scrape comes a little early now and then."""
-    return 0.1 + 0.25 * duration
+    one poll to the next (`spread`: how much longer than `duration` the slower recent polls
+    took), and a scrape comes a little early now and then."""
+    return 0.1 + max(0.25 * duration, spread)
+
+
+def duration_spread(durations: Sequence[float]) -> float:
+    """How much longer than their median the slower of the recent polls took: the
+    second-slowest against the median. A poll on a busy host or cluster runs long now and
+    then; planned on the median alone, each such poll missed the scrape it was timed for.
+    The second-slowest, not the slowest: one pause does not move every later poll earlier."""
+    if len(durations) < 3:
+        return 0.0
+    xs = sorted(durations)
+    return max(0.0, xs[-2] - statistics.median(xs))
 
 
 def plan_next_poll(now: float, view: ScrapeView, last_start: float, duration: float, min_period: float,
-                   idle_interval: float, publish_delay: float = 0.0) -> float:
+                   idle_interval: float, publish_delay: float = 0.0, spread: float = 0.0) -> float:
     """When the next poll starts (wall clock), after one that started at `last_start` and took
     `duration` (to published data). `min_period` is the least time between starts the poll's
     cost allows (schedule.poll_period). Scrapers still settling (new, or irregular) get the
     polls back to back, as without this clock; steady ones get each poll done just before
     their next scrape; nobody scraping, one poll per `idle_interval`. `publish_delay`: how
-    long published data takes to reach the serving process."""
+    long published data takes to reach the serving process; `spread`: duration_spread() of
+    the recent polls."""
     earliest = last_start + min_period
     if view.settling:
         return max(now, earliest)
     return next_poll_start(now, list(view.cadences), duration, earliest, idle_interval, last_start,
-                           poll_margin(duration) + publish_delay)
+                           poll_margin(duration, spread) + publish_delay)
