@@ -3,8 +3,9 @@ kube-state-metrics does (`--shard N --total-shards M`).
 
 - More clusters than shards: whole clusters (by the hash of the cluster name).
 - Otherwise every replica watches every cluster and splits within it: the poller's topic
-  partitions (hash of the topic + partition number, so a topic's partitions spread over
-  the replicas), the transactional ids of KIP-664 by app (an app's ids stay together, so
+  partitions (at granularity signal and topic by the hash of the topic, so each topic's
+  sums come whole from one replica; at partition by the hash of the topic + partition
+  number, so a topic's partitions spread over the replicas), the transactional ids of KIP-664 by app (an app's ids stay together, so
   per-app series come from one replica), and the tap's `__transaction_state` partitions
   (partition number modulo M). Cluster-level facts (brokers, configs, capabilities) come
   from shard 0 only.
@@ -21,7 +22,8 @@ from __future__ import annotations
 import os
 import re
 import zlib
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 
@@ -43,6 +45,9 @@ def topic_hash(topic: str) -> int:
 class Shard:
     index: int = 0
     total: int = 1
+    # a topic's partitions all on one replica (granularity signal and topic: its per-topic
+    # sums are then whole, exported once); else spread by topic + partition
+    by_topic: bool = False
 
     def __post_init__(self) -> None:
         if self.total < 1:
@@ -58,11 +63,16 @@ class Shard:
         return stable_hash(key) % self.total == self.index
 
     def owns_partition(self, topic: str, partition: int) -> bool:
+        if self.by_topic:
+            return topic_hash(topic) % self.total == self.index
         return (topic_hash(topic) + partition) % self.total == self.index
 
     def partitions_of(self, topic: str, count: int) -> range:
         """The partitions of a topic of `count` that owns_partition accepts, found at once:
-        every total-th from the first whose number brings the topic's hash to this index."""
+        all or none by topic, else every total-th from the first whose number brings the
+        topic's hash to this index."""
+        if self.by_topic:
+            return range(count if topic_hash(topic) % self.total == self.index else 0)
         return range((self.index - topic_hash(topic)) % self.total, count, self.total)
 
     def owns_log_partition(self, partition: int) -> bool:
@@ -88,12 +98,14 @@ class ClusterShare:
 WHOLE = ClusterShare(True, ALL)
 
 
-def plan(cluster_names: list[str], shard: Shard) -> dict[str, ClusterShare]:
+def plan(cluster_names: list[str], shard: Shard, whole_topics: Collection[str] = ()) -> dict[str, ClusterShare]:
+    """Each cluster's share for this replica. `whole_topics`: the clusters whose topics stay
+    whole on one replica when split (their per-topic series are sums over a topic)."""
     if not shard.sharded:
         return {n: ClusterShare(True, ALL) for n in cluster_names}
     if len(cluster_names) >= shard.total:
         return {n: ClusterShare(shard.owns_key(n), ALL) for n in cluster_names}
-    return {n: ClusterShare(True, shard) for n in cluster_names}
+    return {n: ClusterShare(True, replace(shard, by_topic=n in whole_topics)) for n in cluster_names}
 
 
 _ORDINAL = re.compile(r"-(\d+)$")

@@ -83,3 +83,48 @@ def test_three_replicas_export_what_one_does_and_a_dead_one_loses_only_its_share
     for i in (0, 2):
         m = shards[i].metrics()
         assert partition_series(m, topic).keys() == parts[i].keys()
+
+
+def test_at_signal_granularity_each_topic_comes_whole_from_one_replica(broker, unique, exporter_factory):
+    """The default granularity sums a topic's quiet partitions into one series per topic:
+    split by topic, each topic's series (and its groups') come from one replica, and the
+    replicas together export exactly the single exporter's series, none twice."""
+    from confluent_kafka import Producer
+
+    from txnwatch_dev.transactions.workload import commit_group_offsets
+
+    topics = [unique(f"whole{i}") for i in range(6)]
+    create_topics(broker.bootstrap, topics, partitions=3)
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for i, t in enumerate(topics):
+        for p in range(3):
+            for _ in range(i + p + 1):
+                producer.produce(t, b"x", partition=p)
+    producer.flush(30)
+    group = unique("whole-group")
+    commit_group_offsets(broker.bootstrap, group, [(t, p, 1) for t in topics for p in range(3)])
+    cfg = cluster_config(broker.bootstrap, topics, groups={"include": [group]})
+    single = exporter_factory(cfg)
+    shards = [exporter_factory(cfg, extra_args=["--shard", str(i), "--total-shards", "3"]) for i in range(3)]
+    truth = {t: watermarks(broker.bootstrap, t, 3) for t in topics}
+    families = PARTITION_SERIES + ("kafka_consumergroup_committed_offset",)
+
+    def series(m) -> dict:
+        return {(n, lb): v for (n, lb), v in m.items() if n in families and dict(lb).get("topic") in truth}
+
+    def shows_all(m, of: set[str]) -> bool:
+        found = series(m)
+        hwm = {dict(lb)["topic"]: v for (n, lb), v in found.items() if n == "kafka_partition_high_watermark"}
+        lag = {dict(lb)["topic"] for (n, lb), v in found.items() if n == "kafka_consumergroup_committed_offset"}
+        return hwm == {t: sum(h for _, h in truth[t].values()) for t in of} and lag == of
+
+    want = series(single.wait_metric(lambda m: shows_all(m, set(topics)), 60, what="the single exporter's topics"))
+    assert {dict(lb)["partition"] for _, lb in want} == {"__other__"}    # quiet: one series per topic
+    got = []
+    for s in shards:
+        m = s.wait_metric(lambda m: m.get_value("txnwatch_up", source="poller") == 1
+                          and shows_all(m, {dict(lb)["topic"] for _, lb in series(m)}), 60, what="a shard's topics")
+        got.append(series(m))
+    owned = [{dict(lb)["topic"] for _, lb in g} for g in got]
+    assert sum(len(o) for o in owned) == len(topics) and set().union(*owned) == set(topics)   # each once
+    assert {k: v for g in got for k, v in g.items()} == want

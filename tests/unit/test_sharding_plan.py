@@ -19,14 +19,26 @@ def test_every_partition_has_exactly_one_owner_and_topics_spread():
         assert {ws.count(i) for i in range(3)} == {100}, topic   # consecutive partitions rotate
 
 
+@pytest.mark.parametrize("by_topic", [False, True])
 @pytest.mark.parametrize("total", [1, 2, 3, 7])
-def test_a_shards_partitions_of_a_topic_are_those_it_owns(total):
+def test_a_shards_partitions_of_a_topic_are_those_it_owns(total, by_topic):
     for topic in ["orders", "payments-eu", "t", "ünïcode", "a-much-longer-topic-name.with.dots"]:
         for count in (0, 1, 5, 100):
-            shares = [Shard(i, total).partitions_of(topic, count) for i in range(total)]
-            for i, share in enumerate(shares):
-                assert list(share) == [p for p in range(count) if Shard(i, total).owns_partition(topic, p)]
+            shards = [Shard(i, total, by_topic) for i in range(total)]
+            shares = [s.partitions_of(topic, count) for s in shards]
+            for s, share in zip(shards, shares, strict=True):
+                assert list(share) == [p for p in range(count) if s.owns_partition(topic, p)]
             assert sorted(p for share in shares for p in share) == list(range(count))
+            if by_topic and count:      # the whole topic on one replica
+                assert sum(1 for share in shares if share) == 1
+
+
+def test_topics_kept_whole_spread_over_the_replicas_and_only_where_asked():
+    shards = [Shard(i, 3, by_topic=True) for i in range(3)]
+    owners = [next(s.index for s in shards if s.owns_partition(f"topic-{t}", 0)) for t in range(300)]
+    assert all(80 <= owners.count(i) <= 120 for i in range(3)), [owners.count(i) for i in range(3)]
+    shares = plan(["a", "b"], Shard(1, 3), whole_topics={"a"})
+    assert shares["a"].split == Shard(1, 3, by_topic=True) and shares["b"].split == Shard(1, 3)
 
 
 def test_log_partitions_and_keys_split_without_overlap():

@@ -45,7 +45,8 @@ class Exporter:
     def __init__(self, config: Config, shard: Shard | None = None) -> None:
         self.config = config
         self.shard = shard or ALL
-        shares = plan([c.name for c in config.clusters], self.shard)
+        shares = plan([c.name for c in config.clusters], self.shard,
+                      whole_topics={c.name for c in config.clusters if c.granularity != "partition"})
         watched = [c for c in config.clusters if shares[c.name].watch]
         self.started_at = time.time()
         self.spark_state = SparkQueryState(ttl_seconds=config.http.spark_query_ttl_seconds)
