@@ -20,3 +20,23 @@ def test_poll_period(min_interval, duty, duration, period):
 def test_a_poll_longer_than_the_interval_starts_the_next_at_once_only_at_duty_1():
     assert wait_before_next_poll(1.0, 1.0, 3.0) == 0.0
     assert wait_before_next_poll(1.0, 0.25, 3.0) == pytest.approx(9.0)
+
+
+def test_polls_that_refresh_the_configs_are_planned_on_their_own_durations():
+    from txnwatch.exporter.poll.schedule import PollDurations
+
+    d = PollDurations(kept=5, kept_refreshing=3)
+    for took in (0.5, 0.52, 0.5, 0.55, 0.5):
+        d.add(took, refreshing=False)
+    # none refreshing seen yet: the plain polls' figures
+    assert d.plan(True) == d.plan(False)
+    d.add(1.4, refreshing=True)          # one in describe_configs_every reads every config too
+    typical, spread, duty = d.plan(True)
+    assert (typical, spread, duty) == (pytest.approx(1.4), 0.0, pytest.approx(0.5))
+    # the plain polls keep their own plan: the long one is not in their spread
+    typical, spread, duty = d.plan(False)
+    assert typical == pytest.approx(0.5) and spread == pytest.approx(0.02) and duty == pytest.approx(0.5)
+    # before any plain poll (the first poll refreshes): its own duration for both
+    first = PollDurations()
+    first.add(2.0, refreshing=True)
+    assert first.plan(False) == (pytest.approx(2.0), 0.0, pytest.approx(2.0))

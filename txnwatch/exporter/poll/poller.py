@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import statistics
 import threading
 import time
 from collections import deque
@@ -33,8 +32,8 @@ from ..model import (
 from . import derive
 from .access_probe import AccessProbe
 from .findings import PollReading, config_findings
-from .schedule import poll_period, wait_before_next_poll
-from .scrape_clock import NOBODY, ScrapeView, duration_spread, plan_next_poll
+from .schedule import PollDurations, poll_period, wait_before_next_poll
+from .scrape_clock import NOBODY, ScrapeView, plan_next_poll
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +124,7 @@ class ClusterPoller:
         lags = self._without_marker_gaps(derive.group_lags(committed, partitions), partitions)
         groups = derive.with_groups_unavailable(lags, self._prev_groups, groups_unavailable)
 
-        if self.polls % max(cfg.describe_configs_every, 1) == 0:
+        if self._refreshes_configs():
             try:
                 self._facts = self.io.configs(md.brokers, md.topics, txn_log=bool(md.txn_log))
                 self.access.observe_configs(None)
@@ -399,21 +398,25 @@ class ClusterPoller:
 
     def _loop(self) -> None:
         interval = self.cfg.poll_interval_seconds or IN_PROCESS_POLL_INTERVAL
-        durations: deque[float] = deque(maxlen=DURATIONS_KEPT)
+        durations = PollDurations(DURATIONS_KEPT)
         while not self._stop.is_set():
             started, t0 = time.time(), time.monotonic()
+            refreshing = self._refreshes_configs()
             self.run_cycle()
             took = time.monotonic() - t0
             if self.cfg.poll_schedule == "interval":
                 self._stop.wait(wait_before_next_poll(interval, self.cfg.poll_duty_cycle, took))
                 continue
-            durations.append(took)
+            durations.add(took, refreshing)
             # the duty cycle on the recent median too: one poll slowed by a busy host no
             # longer pushes the next past the scrape it is for; a cluster slow poll after
             # poll is still asked less often
-            typical = statistics.median(durations)
-            self._wait_for_the_scrapes(started, typical, duration_spread(durations),
-                                       poll_period(interval, self.cfg.poll_duty_cycle, typical))
+            typical, spread, duty = durations.plan(self._refreshes_configs())
+            self._wait_for_the_scrapes(started, typical, spread, poll_period(interval, self.cfg.poll_duty_cycle, duty))
+
+    def _refreshes_configs(self) -> bool:
+        """Whether the next poll also reads the configs (DescribeConfigs and the group facts)."""
+        return self.polls % max(self.cfg.describe_configs_every, 1) == 0
 
     def _wait_for_the_scrapes(self, started: float, duration: float, spread: float, min_period: float) -> None:
         """Until the poll after the one that started at `started` is due: timed to be done

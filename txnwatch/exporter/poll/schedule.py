@@ -8,6 +8,11 @@ small one every `min_interval`.
 
 from __future__ import annotations
 
+import statistics
+from collections import deque
+
+from .scrape_clock import duration_spread
+
 
 def poll_period(min_interval: float, duty_cycle: float, duration: float) -> float:
     """Seconds from one poll's start to the next's, after a poll that took `duration`."""
@@ -17,3 +22,25 @@ def poll_period(min_interval: float, duty_cycle: float, duration: float) -> floa
 def wait_before_next_poll(min_interval: float, duty_cycle: float, duration: float) -> float:
     """Seconds to wait after a poll that took `duration` before starting the next."""
     return max(0.0, poll_period(min_interval, duty_cycle, duration) - duration)
+
+
+class PollDurations:
+    """Recent poll durations, kept apart for the polls that also refresh the cluster's configs
+    (one in `describe_configs_every`, longer by DescribeConfigs of every broker and topic):
+    planned on the plain polls' durations, each of those missed the scrape it was timed for.
+    Each kind of poll is planned on its own kind's; the duty cycle on the plain ones."""
+
+    def __init__(self, kept: int = 5, kept_refreshing: int = 3) -> None:
+        self._plain: deque[float] = deque(maxlen=kept)
+        self._refreshing: deque[float] = deque(maxlen=kept_refreshing)
+
+    def add(self, took: float, refreshing: bool) -> None:
+        (self._refreshing if refreshing else self._plain).append(took)
+
+    def plan(self, refreshing: bool) -> tuple[float, float, float]:
+        """For the next poll (whether it refreshes the configs): its expected duration (the
+        median of its kind; of the other while its kind has none yet), that duration's spread
+        (scrape_clock.duration_spread) and the duration the duty cycle reads."""
+        own = (self._refreshing if refreshing else self._plain) or self._plain or self._refreshing
+        plain = self._plain or own
+        return statistics.median(own), duration_spread(own), statistics.median(plain)
