@@ -103,6 +103,7 @@ class Subject:
     wall: float = 0.0
     shown: list[tuple[float, float]] = field(default_factory=list)   # (scrape done, monotonic; marker HWM)
     rss: list[float] = field(default_factory=list)     # bytes, all its processes, after each measured scrape
+    polled: list[float] = field(default_factory=list)  # txnwatch_polls_total in each measured scrape
     series: int = 0                                    # sample lines of its last measured scrape
 
 
@@ -340,7 +341,7 @@ def scrape_loop(url: str, pid: int, own: bool, every: float, phase: float, warm:
     timeout = min(every, 10)
     start_at, end_at = t0 + phase + warm * every, t0 + phase + (warm + measured) * every
     r_lat, r_at, r_ages, r_took, r_stolen, r_waits, r_traces = [], [], [], [], [], [], []
-    r_shown, r_rss, series = [], [], 0
+    r_shown, r_rss, r_polled, series = [], [], [], 0
     polls, cpu0, wall = (0.0, 0.0), {}, 0.0
     groups: dict[str, list[int]] = {}
     k = 0
@@ -381,6 +382,7 @@ def scrape_loop(url: str, pid: int, own: bool, every: float, phase: float, warm:
             if m is not None:
                 r_ages.append(m.get_value("txnwatch_data_age_seconds", source="poller"))
                 r_took.append(m.get_value("txnwatch_poll_duration_seconds", source="poller"))
+                r_polled.append(m.get_value("txnwatch_polls_total"))
                 polls = (polls[0], m.get_value("txnwatch_polls_total"))
         elif m is not None:
             polls = (m.get_value("txnwatch_polls_total"), 0.0)
@@ -389,6 +391,7 @@ def scrape_loop(url: str, pid: int, own: bool, every: float, phase: float, warm:
         k = max(k + 1, math.ceil((time.monotonic() - t0 - phase) / every))
     time.sleep(max(0.0, end_at - time.monotonic()))
     out.send({"latencies": r_lat, "at": r_at, "waits": r_waits, "traces": r_traces, "ages": r_ages, "took": r_took,
+              "polled": r_polled,
               "stolen": r_stolen, "polls": polls, "shown": r_shown, "rss": r_rss, "series": series,
               "cpu": (cpu0, cpu_seconds(pid)), "wall": time.monotonic() - wall})
 
@@ -464,7 +467,7 @@ def phase(size: int, every: float, subjects: list[Subject], warm: int, measured:
         got = recv.recv()
         proc.join()
         for name in ("latencies", "at", "waits", "traces", "ages", "took", "stolen", "polls", "cpu", "wall",
-                     "shown", "rss", "series"):
+                     "shown", "rss", "series", "polled"):
             setattr(s, name, got[name])
     for s in subjects:
         print(report(size, every, s), flush=True)
@@ -472,10 +475,13 @@ def phase(size: int, every: float, subjects: list[Subject], warm: int, measured:
         print(side_by_side(size, every, subjects, marker), flush=True)
     for s, _, _ in runs:
         if s.txnwatch:     # how the schedule held: polls that were not served by the scrape they were timed for
-            late = sum(1 for a in s.ages if a > every / 2)
+            late = [i for i, a in enumerate(s.ages) if a > every / 2]
             print(f"<!-- {s.name}: polls took {statistics.median(s.took) * 1000:.0f} ms median, p90 "
-                  f"{pct(s.took, 0.9) * 1000:.0f} ms, max {max(s.took) * 1000:.0f} ms; {late} of {len(s.ages)} scrapes "
-                  "found the poll timed for them not yet served -->", flush=True)
+                  f"{pct(s.took, 0.9) * 1000:.0f} ms, max {max(s.took) * 1000:.0f} ms; {len(late)} of {len(s.ages)} "
+                  "scrapes found the poll timed for them not yet served"
+                  + "".join(f"; scrape {i}: data age {s.ages[i]:.2f} s, polls so far {s.polled[i]:g}, the next "
+                            f"poll then took {s.took[i + 1] * 1000 if i + 1 < len(s.took) else float('nan'):.0f} ms"
+                            for i in late) + " -->", flush=True)
     for s, _, _ in runs:   # where to look in a trace of the subject (lab: time.monotonic() - t0)
         seen = [f"; data age {a:.2f} s, last poll {t:.2f} s" for a, t in zip(s.ages, s.took, strict=True)]
         slow = sorted(zip(s.latencies, s.at, s.waits, s.stolen, seen or [""] * len(s.at), s.traces, strict=True),

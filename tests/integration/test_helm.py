@@ -112,8 +112,8 @@ def test_every_rendered_manifest_is_valid_and_hardened(name):
     assert len(dashboards) == 5 and all(d["metadata"]["labels"]["grafana_dashboard"] == "1" for d in dashboards)
     config = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "txnwatch")
     if name == "sharded":
-        assert workload(docs)["kind"] == "StatefulSet" and workload(docs)["spec"]["replicas"] == 3
-        assert container["args"] == ["serve", "--shard", "auto", "--total-shards", "3"]
+        assert workload(docs)["kind"] == "StatefulSet" and workload(docs)["spec"]["replicas"] == 8
+        assert container["args"] == ["serve", "--shard", "auto", "--total-shards", "8"]
         assert {"PodMonitor", "PodDisruptionBudget", "NetworkPolicy"} <= kinds
         assert sum(d["kind"] == "Service" for d in docs) == 2                    # + the headless one
     else:
@@ -206,7 +206,7 @@ def test_the_rendered_exporter_config_passes_the_exporters_check(name, tmp_path)
         assert re.search(r"https://\S+:10129 \(.*TLS TLS13\+, client certificates: RequireAndVerifyClientCert; "
                          r"1 basic-auth user\(s\)", out), out
     if name == "sharded":
-        assert "shard 1 of 0..2" in out, out
+        assert "shard 1 of 0..7" in out, out
 
 
 def endpoint(docs: list[dict]) -> dict:
