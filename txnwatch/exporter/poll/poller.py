@@ -408,9 +408,9 @@ class ClusterPoller:
                 self._stop.wait(wait_before_next_poll(interval, self.cfg.poll_duty_cycle, took))
                 continue
             durations.add(took, refreshing)
-            # the duty cycle on the recent median too: one poll slowed by a busy host no
-            # longer pushes the next past the scrape it is for; a cluster slow poll after
-            # poll is still asked less often
+            # the duty cycle on the recent median too: one poll slowed by a busy host does not
+            # push the next past the scrape it is for; a cluster whose polls are all slow is
+            # still asked less often
             typical, spread, duty = durations.plan(self._refreshes_configs())
             self._wait_for_the_scrapes(started, typical, spread, poll_period(interval, self.cfg.poll_duty_cycle, duty))
 
