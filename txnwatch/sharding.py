@@ -64,15 +64,19 @@ class Shard:
 
     def owns_partition(self, topic: str, partition: int) -> bool:
         if self.by_topic:
-            return topic_hash(topic) % self.total == self.index
+            return self.owns_topic(topic)
         return (topic_hash(topic) + partition) % self.total == self.index
+
+    def owns_topic(self, topic: str) -> bool:
+        """Whether this replica has the topic's partitions (when it keeps topics whole)."""
+        return topic_hash(topic) % self.total == self.index
 
     def partitions_of(self, topic: str, count: int) -> range:
         """The partitions of a topic of `count` that owns_partition accepts, found at once:
         all or none by topic, else every total-th from the first whose number brings the
         topic's hash to this index."""
         if self.by_topic:
-            return range(count if topic_hash(topic) % self.total == self.index else 0)
+            return range(count if self.owns_topic(topic) else 0)
         return range((self.index - topic_hash(topic)) % self.total, count, self.total)
 
     def owns_log_partition(self, partition: int) -> bool:

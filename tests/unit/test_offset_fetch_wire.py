@@ -48,6 +48,22 @@ def test_answers_read_the_committed_partitions(metadata):
     assert a.errors == {"g3": 16} and a.answered == {"g1", "g2", "g3", "g4"} and a.skipped == 1
 
 
+@pytest.mark.parametrize("metadata", ["", "consumer-7 rebalanced at 12:00"])
+def test_a_replicas_topics_only_are_read(metadata):
+    """keep_topic: the rows of the other topics are stepped over unread, plain or with
+    metadata, and their refused partitions are not counted."""
+    body = their_answer([
+        ("g1", 0, [("orders", [(0, 10, metadata, 0), (1, 11, metadata, 3)]), ("pay", [(5, 9, metadata, 0)]),
+                   ("refunds", [(0, 1, metadata, 0), (1, 2, "", 0)])]),
+        ("g2", 0, [("pay", [(0, 3, metadata, 3), (1, 4, metadata, 0)])])])
+    every = of.decode_response(of.VERSION, body)
+    a = of.decode_response(of.VERSION, body, keep_topic=lambda t: t != "orders")
+    assert a.rows == [r for r in every.rows if r[1] != "orders"] == [
+        ("g1", "pay", 5, 9), ("g1", "refunds", 0, 1), ("g1", "refunds", 1, 2), ("g2", "pay", 1, 4)]
+    assert (every.skipped, a.skipped) == (2, 1) and a.answered == {"g1", "g2"}
+    assert of.decode_response(of.VERSION, body, keep_topic=lambda t: False).rows == []
+
+
 def test_a_cut_answer_names_where_it_ends():
     body = their_answer([("g1", 0, [("orders", [(0, 10, "", 0), (1, 11, "", 0)])])])
     with pytest.raises(ProtocolError, match=r"OffsetFetch answer ends at byte \d+ inside .*group g1"):

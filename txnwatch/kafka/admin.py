@@ -431,17 +431,19 @@ class KafkaIO:
         on = self.offset_fetch_path.on
         return {} if on is None else {"offset_fetch_batched": on}
 
-    def group_offsets(self, group_filter: Callable[[str], bool]) -> list[tuple[str, str, int, int]]:
+    def group_offsets(self, group_filter: Callable[[str], bool], keep_topic: Callable[[str], bool] | None = None,
+                      ) -> list[tuple[str, str, int, int]]:
         """(group, topic, partition, committed offset) for every selected group, sorted: one
         OffsetFetch per coordinator where the broker has OffsetFetch v8 (Kafka 3.0+), else one
-        request per group. Groups that fail while others answer are left out of this poll
-        (count_error says so); when all fail the call raises."""
+        request per group; only the rows of the topics `keep_topic` keeps (None: all), the
+        others not even decoded on the batched path. Groups that fail while others answer are
+        left out of this poll (count_error says so); when all fail the call raises."""
         deadline = time.monotonic() + self.timeout
         groups = self.list_groups(group_filter, deadline)
         fetcher = self._batched_fetcher(deadline)
         if fetcher is not None:
             try:
-                rows = fetcher.fetch(groups, deadline, live_nodes=self._broker_ids)
+                rows = fetcher.fetch(groups, deadline, live_nodes=self._broker_ids, keep_topic=keep_topic)
             except BatchedUnsupported as exc:   # a broker without the versions (mixed cluster)
                 self._groups_batched = None
                 self.offset_fetch_path.turn_off(str(exc))
@@ -452,7 +454,8 @@ class KafkaIO:
                 self.group_offsets_report = fetcher.last
                 self._report_group_failures(fetcher.last.failed)
                 return rows
-        return self.group_offsets_per_group(groups, deadline)
+        rows = self.group_offsets_per_group(groups, deadline)
+        return rows if keep_topic is None else [row for row in rows if keep_topic(row[1])]
 
     def list_groups(self, group_filter: Callable[[str], bool], deadline: float) -> list[str]:
         """Selected consumer groups, sorted (ListGroups to every broker)."""

@@ -32,6 +32,7 @@ the per-group path always did). When every group fails, the step fails with the 
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections import Counter
@@ -159,11 +160,14 @@ def find_coordinator_request(groups: Sequence[str]):
                                   min_version=FIND_COORDINATOR_VERSION, max_version=FIND_COORDINATOR_VERSION)
 
 
-def offset_fetch_request(groups: Sequence[str]) -> RawRequest:
+def offset_fetch_request(groups: Sequence[str], keep_topic: Callable[[str], bool] | None = None) -> RawRequest:
     """OffsetFetch v8 for every committed partition of `groups`, encoded and decoded by
-    offset_fetch.py (kafka-python's decoder built three objects per partition)."""
+    offset_fetch.py (kafka-python's decoder built three objects per partition); the answer's
+    rows only of the topics `keep_topic` keeps (None: all)."""
+    decode = offset_fetch.decode_response if keep_topic is None else \
+        functools.partial(offset_fetch.decode_response, keep_topic=keep_topic)
     return RawRequest("OffsetFetchRequest", offset_fetch.API_KEY, OFFSET_FETCH_VERSION, offset_fetch.FLEXIBLE,
-                      offset_fetch.encode_request(groups), offset_fetch.decode_response)
+                      offset_fetch.encode_request(groups), decode)
 
 
 @dataclass(frozen=True)
@@ -237,9 +241,11 @@ class BatchedGroupOffsets:
         self._sleep = sleep
         self._first_failure: dict[str, BaseException] = {}   # cause -> the first request failing so (this fetch)
 
-    def fetch(self, groups: Iterable[str], deadline: float, live_nodes: Iterable[int] | None = None) -> list[Row]:
-        """Rows of every group that answered, sorted. Raises PollError when all groups fail
-        (or the deadline passes), BatchedUnsupported when a broker lacks the versions."""
+    def fetch(self, groups: Iterable[str], deadline: float, live_nodes: Iterable[int] | None = None,
+              keep_topic: Callable[[str], bool] | None = None) -> list[Row]:
+        """Rows of every group that answered (of the topics `keep_topic` keeps; None: all),
+        sorted. Raises PollError when all groups fail (or the deadline passes),
+        BatchedUnsupported when a broker lacks the versions."""
         groups = list(dict.fromkeys(groups))
         report = self.last = FetchReport(groups=len(groups))
         self._first_failure = {}
@@ -261,7 +267,8 @@ class BatchedGroupOffsets:
             retry = self._find([g for g in pending if g not in self.cache], deadline, report, last_cause)
             plan = offset_fetch_plan(self.cache.by_node([g for g in pending if g in self.cache]),
                                      self._groups_per_request)
-            results = self._send("OffsetFetch", [(n, offset_fetch_request(gs)) for n, gs in plan], deadline, report)
+            results = self._send("OffsetFetch", [(n, offset_fetch_request(gs, keep_topic)) for n, gs in plan],
+                                 deadline, report)
             for (node, asked), res in zip(plan, results, strict=True):
                 report.coordinators.add(node)
                 if isinstance(res, BaseException):

@@ -8,7 +8,7 @@ field by field where they do. Pure (wire.py)."""
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from .wire import I8, I16, I32, Reader, count, string
@@ -51,7 +51,10 @@ class Answer:
     skipped: int = 0
 
 
-def decode_response(version: int, body: bytes | memoryview) -> Answer:
+def decode_response(version: int, body: bytes | memoryview, keep_topic: Callable[[str], bool] | None = None,
+                    ) -> Answer:
+    """The answer's rows; with `keep_topic`, only those of the topics it keeps: the others'
+    partitions are stepped over unread (a replica's share of a sharded cluster's groups)."""
     if version != VERSION:
         raise ValueError(f"OffsetFetch v{version}: txnwatch reads v{VERSION} only")
     r = Reader("OffsetFetch", body)
@@ -63,7 +66,10 @@ def decode_response(version: int, body: bytes | memoryview) -> Answer:
         for _ in range(r.count(FLEXIBLE, f"the topic count of group {group}")):
             topic = r.string(FLEXIBLE, f"a topic name of group {group}")
             n = r.count(FLEXIBLE, f"the partition count of {topic} in group {group}")
-            out.skipped += _partitions(r, n, group, topic, rows)
+            if keep_topic is None or keep_topic(topic):
+                out.skipped += _partitions(r, n, group, topic, rows)
+            else:
+                _partitions(r, n, group, topic, None)
             r.skip_tags(f"the tagged fields of {topic} in group {group}")
         code = r.fixed(I16, f"the error code of group {group}")[0]
         r.skip_tags(f"the tagged fields of group {group}")
@@ -76,9 +82,13 @@ def decode_response(version: int, body: bytes | memoryview) -> Answer:
     return out
 
 
-def _partitions(r: Reader, n: int, group: str, topic: str, rows: list[Row]) -> int:
-    """Appends the committed partitions of `topic` to rows; returns those skipped for an error."""
+def _partitions(r: Reader, n: int, group: str, topic: str, rows: list[Row] | None) -> int:
+    """Appends the committed partitions of `topic` to rows (None: reads past them); returns
+    those skipped for an error."""
     size = _PART_PLAIN.size * n
+    if rows is None and r.pos + size <= len(r.buf) and _plain(r.buf[r.pos:r.pos + size], n):
+        r.pos += size
+        return 0
     if r.pos + size <= len(r.buf):
         parts = list(_PART_PLAIN.iter_unpack(r.buf[r.pos:r.pos + size]))
         if all(p[3] == 1 and p[5] == 0 for p in parts):
@@ -96,6 +106,13 @@ def _partitions(r: Reader, n: int, group: str, topic: str, rows: list[Row]) -> i
         r.skip_tags(f"the tagged fields of {what}")
         if code:
             skipped += 1
-        elif offset >= 0:
+        elif offset >= 0 and rows is not None:
             rows.append((group, topic, index, offset))
     return skipped
+
+
+def _plain(records: bytes | memoryview, n: int) -> bool:
+    """Whether `n` partition answers are all of _PART_PLAIN's fixed width: each with empty
+    commit metadata (length byte 1) and no tagged fields (0), checked on those bytes alone."""
+    step = _PART_PLAIN.size
+    return bytes(records[16::step]) == b"\x01" * n and bytes(records[19::step]) == bytes(n)

@@ -107,8 +107,9 @@ class ClusterPoller:
         # committed offsets before the log ends, as kafka-consumer-groups does: a consumer that
         # moves on meanwhile shows a little more lag, never less than it has; and the offsets
         # read last are the freshest when the poll is published
-        committed = self.io.group_offsets(cfg.groups)
-        if owns is not None:
+        whole_topics = self.split.sharded and self.split.by_topic     # rows of other topics: not decoded
+        committed = self.io.group_offsets(cfg.groups, self.split.owns_topic if whole_topics else None)
+        if owns is not None and not whole_topics:
             committed = [c for c in committed if owns(c[1], c[2])]
         # groups whose coordinator did not answer keep their last lags, named as such
         groups_unavailable = dict(self.io.groups_left_out)
