@@ -60,6 +60,8 @@ def test_healthy_topics_decode_in_one_pass_as_kafka_python_encodes_them(version,
     topics = [("orders", 0, healthy(50, rf)), ("empty", 0, []), ("__transaction_state", 0, healthy(5, rf))]
     answer = md.decode_response(version, their_answer(version, topics, throttle=30), full={"__transaction_state"})
     assert (answer.throttle_time_ms, answer.brokers, answer.controller, answer.error_code) == (30, (1, 2, 3), 2, 0)
+    # where each broker listens, for the transport to reach a broker its own metadata dropped
+    assert answer.endpoints == tuple(md.Endpoint(b, f"h{b}.example", 9092) for b in (1, 2, 3))
     orders = answer.topics["orders"]
     assert orders.leaders == tuple((1, 2, 3)[p % 3] for p in range(50))
     assert orders.degraded == () and orders.replicas is None

@@ -262,6 +262,7 @@ class KafkaIO:
             self.metadata_path.turn_off(f"Metadata failed ({type(why).__name__}: {why})")
             return None
         self.metadata_path.turn_on(f"one Metadata v{version} request, read by txnwatch", version)
+        transport.know_brokers(answer.endpoints)
         brokers = set(answer.brokers)
         if self._broker_ids is not None and brokers != self._broker_ids:
             # librdkafka learns which brokers are gone or back only from a metadata answer of

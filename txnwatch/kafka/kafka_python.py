@@ -10,12 +10,13 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from types import SimpleNamespace
 
 from .errors import AUTH, BatchedUnsupported, PollError, auth_failure_message, cause_of_exception
 from .group_offsets import IN_FLIGHT_PER_NODE, Coordinator, waves
 from .login import login_for
+from .metadata import Endpoint
 
 log = logging.getLogger(__name__)
 
@@ -189,7 +190,17 @@ class KafkaPythonTransport:
         """ApiVersions of the bootstrap broker: {api key: (min, max)}."""
         return api_versions(self._admin)
 
-    def register_node(self, node: Coordinator) -> None:
+    def know_brokers(self, endpoints: Iterable[Endpoint]) -> None:
+        """Teach kafka-python the live brokers of a Metadata answer txnwatch read itself.
+
+        kafka-python refreshes its own view only on its own triggers (an error, or every
+        metadata_max_age_ms): a broker it dropped while that broker was down stayed unknown
+        after the broker came back, and every request to it failed with UnknownBrokerIdError."""
+        for endpoint in endpoints:
+            self.register_node(endpoint)
+
+    def register_node(self, node: Coordinator | Endpoint) -> None:
+        """Make `node` reachable by id, where kafka-python's own metadata does not name it."""
         cluster = self._manager.cluster
         if cluster.broker_metadata(node.node_id) is None:
             from kafka.protocol.metadata import CoordinatorType

@@ -24,6 +24,7 @@ import struct
 from collections.abc import Collection
 from dataclasses import dataclass
 from functools import partial
+from typing import NamedTuple
 
 from .wire import I16, I32, Reader, common_version
 
@@ -58,6 +59,13 @@ class TopicMetadata:
     replicas: tuple[Replicas, ...] | None   # every partition's, for the topics asked `full`
 
 
+class Endpoint(NamedTuple):
+    """Where a live broker listens, as the cluster advertises it."""
+    node_id: int
+    host: str
+    port: int
+
+
 @dataclass(frozen=True, slots=True)
 class Answer:
     throttle_time_ms: int
@@ -65,6 +73,7 @@ class Answer:
     controller: int
     topics: dict[str, TopicMetadata]
     error_code: int = 0                     # v13+: an error for the whole request
+    endpoints: tuple[Endpoint, ...] = ()    # the live brokers' host and port, by id
 
 
 def choose_version(broker_range: tuple[int, int] | None) -> int:
@@ -94,11 +103,11 @@ def decode_response(version: int, body: bytes | memoryview, full: Collection[str
     """A Metadata answer's body (after the response header)."""
     r = Reader("Metadata", body)
     throttle = r.fixed(I32, "ThrottleTimeMs")[0]
-    brokers = []
+    endpoints = []
     for _ in range(r.count(True, "the broker count")):
-        brokers.append(r.fixed(I32, "a broker's NodeId")[0])
-        r.string(True, "a broker's host")
-        r.fixed(I32, "a broker's port")
+        node = r.fixed(I32, "a broker's NodeId")[0]
+        host = r.string(True, "a broker's host")
+        endpoints.append(Endpoint(node, host, r.fixed(I32, "a broker's port")[0]))
         r.string(True, "a broker's rack", nullable=True)
         r.skip_tags("a broker's tagged fields")
     r.string(True, "the ClusterId", nullable=True)
@@ -124,7 +133,8 @@ def decode_response(version: int, body: bytes | memoryview, full: Collection[str
     top_error = r.fixed(I16, "the answer's ErrorCode")[0] if version >= TOP_LEVEL_ERROR_FROM else 0
     r.skip_tags("the answer's tagged fields")
     r.end()
-    return Answer(throttle, tuple(sorted(brokers)), controller, topics, top_error)
+    endpoints.sort()
+    return Answer(throttle, tuple(e.node_id for e in endpoints), controller, topics, top_error, tuple(endpoints))
 
 
 def _partitions(r: Reader, n: int, topic: str | None, keep_all: bool,

@@ -104,6 +104,15 @@ class ClusterPoller:
         md = self.io.metadata(cfg.topics)
         owns = self.split.owns_partition if self.split.sharded else None
         offline = [(p.topic, p.partition) for p in md.degraded if p.offline and (owns is None or owns(p.topic, p.partition))]
+        # committed offsets before the log ends, as kafka-consumer-groups does: a consumer that
+        # moves on meanwhile shows a little more lag, never less than it has; and the offsets
+        # read last are the freshest when the poll is published
+        whole_topics = self.split.sharded and self.split.by_topic     # rows of other topics: not decoded
+        committed = self.io.group_offsets(cfg.groups, self.split.owns_topic if whole_topics else None)
+        if owns is not None and not whole_topics:
+            committed = [c for c in committed if owns(c[1], c[2])]
+        # groups whose coordinator did not answer keep their last lags, named as such
+        groups_unavailable = dict(self.io.groups_left_out)
         # one offline partition, or a leader that does not answer, costs its own partitions'
         # offsets only: they are served as last read, and named
         offsets, failed = self.io.offsets(md.topics, self.split.partitions_of if self.split.sharded else None,
@@ -113,12 +122,6 @@ class ClusterPoller:
         partitions = derive.with_unavailable(
             derive.partition_states(offsets, self._prev_partitions, now, self._lso_ts), self._prev_partitions,
             unavailable)
-        whole_topics = self.split.sharded and self.split.by_topic     # rows of other topics: not decoded
-        committed = self.io.group_offsets(cfg.groups, self.split.owns_topic if whole_topics else None)
-        if owns is not None and not whole_topics:
-            committed = [c for c in committed if owns(c[1], c[2])]
-        # groups whose coordinator did not answer keep their last lags, named as such
-        groups_unavailable = dict(self.io.groups_left_out)
         lags = self._without_marker_gaps(derive.group_lags(committed, partitions), partitions)
         groups = derive.with_groups_unavailable(lags, self._prev_groups, groups_unavailable)
 
