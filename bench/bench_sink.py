@@ -11,10 +11,12 @@ same machine, the same JVM and the same input.
 
 Sinks (`txnwatch.pipeline.Settings.sink`):
 - eos: txnwatch's ExactlyOnceKafkaSink through foreachBatch (num_tasks=2 transactional
-  producers, progress committed in the transactions), each batch shuffled on key;
-- eos-input: the same sink with partitioning="input": the batch's own 2 partitions (the
+  producers, progress committed in the transactions), each batch shuffled on key, written
+  by its default writer: Spark's JVM with Kafka's Java producer, where the jar loads;
+- eos-python: the same sink written from Python workers (mapInArrow, librdkafka);
+- eos-input: the eos sink with partitioning="input": the batch's own 2 partitions (the
   agg's shuffle partitions, or the input topic's 2 partitions) written as they are;
-- eos-baseline: the sink as it was before issue 21 (shuffle on key, no spare producers:
+- eos-baseline: the Python writer as it was before issue 21 (shuffle on key, no spare producers:
   a task id taken over by another Python worker starts a cold producer);
 - spark-kafka: Spark's own Kafka sink (`writeStream.format("kafka")`, at least once);
 - at-least-once (optional, --sinks): txnwatch's plain-producer sink through foreachBatch,
@@ -68,7 +70,7 @@ from txnwatch_dev.kafka import make_broker
 from txnwatch_dev.transactions.workload import create_topics
 
 BASE = 1_700_000_000
-SINKS = ("eos-baseline", "eos", "eos-input", "spark-kafka", "at-least-once")
+SINKS = ("eos-baseline", "eos", "eos-python", "eos-input", "spark-kafka", "at-least-once")
 
 
 # --------------------------------------------------------------------------- input
@@ -205,6 +207,7 @@ def settings(bootstrap: str, in_topic: str, sink: str, trigger: float, max_recor
     return Settings(bootstrap=bootstrap, input_topic=in_topic, output_topic=out, checkpoint=str(tmp / tag),
                     name=f"bench_{tag}", sink="eos" if sink.startswith("eos") else sink, num_tasks=2,
                     sink_partitioning=partitioning, sink_warm_spares=sink != "eos-baseline",
+                    sink_writer="python" if sink in ("eos-python", "eos-baseline") else "auto",
                     trigger_seconds=trigger,
                     max_records_per_batch=max_records, window="1 second", watermark="1 second",
                     transaction_timeout_ms=max(60_000, int(trigger * 4000)), broker_max_timeout_ms=900_000)
@@ -298,7 +301,8 @@ def sink_stats(sk) -> dict:
     if sk is None:
         return {}
     return {"sink_task_s": round(sum(sk.task_seconds), 3), "sink_task_writes": len(sk.task_seconds),
-            "transactions": sk.stats.get("transactions_committed", 0)}
+            "transactions": sk.stats.get("transactions_committed", 0),
+            "writer": getattr(sk, "writer_in_use", None)}
 
 
 def throughput_run(spark, bootstrap: str, topic: str, total: int, sink: str, transform: str, trigger: float,
@@ -407,7 +411,7 @@ def throughput_table(results: list[dict], sinks: list[str]) -> list[str]:
                     f"| {med[sink]['wall_rows_per_s']:,.0f} "
                     f"| {'/'.join(f'{o:,}' for o in outs)} | {rs[0]['batches']} ({rs[0]['data_batches']}) "
                     f"| {med[sink]['first_batch_ms']:,.0f} / {med[sink]['median_batch_ms']:,.0f} | {task} |")
-            for eos in (x for x in ("eos-baseline", "eos", "eos-input") if x in med and "spark-kafka" in med):
+            for eos in (x for x in ("eos-baseline", "eos", "eos-python", "eos-input") if x in med and "spark-kafka" in med):
                 e, k = med[eos], med["spark-kafka"]
                 per_rep = []
                 for rep in sorted({r["rep"] for r in results}):
@@ -443,7 +447,7 @@ def latency_table(results: list[dict], sinks: list[str]) -> list[str]:
                 f"| {pct(lat, 95):.3f} s | {pct(lat, 99):.3f} s | {lat[-1]:.3f} s "
                 f"| {1000 * pct(sh, 50):.0f} / {1000 * pct(sh, 99):.0f} ms | {_med(rs, 'median_batch_ms'):,.0f} "
                 f"| {sum(r['duplicates'] for r in rs)} / {sum(r['missing'] for r in rs)} |")
-        for eos in (x for x in ("eos-baseline", "eos", "eos-input") if x in agg and "spark-kafka" in agg):
+        for eos in (x for x in ("eos-baseline", "eos", "eos-python", "eos-input") if x in agg and "spark-kafka" in agg):
             e, k = agg[eos], agg["spark-kafka"]
             lines.append(f"| {trig:g} s | | **{eos} / spark-kafka** | | **{e['p50'] / k['p50']:.2f}** "
                          f"| **{e['p95'] / k['p95']:.2f}** | **{e['p99'] / k['p99']:.2f}** | | | | |")

@@ -129,6 +129,9 @@ done
 # Without Java or Maven this fails, saying what to install: nothing falls back to another broker.
 .venv/bin/python -m txnwatch_dev.kafka "${KAFKA_VERSION:-4}" 3.9
 
+# The exactly-once sink's JVM writer, built by Maven into the package (scripts/build-sink-jar.sh).
+bash scripts/build-sink-jar.sh
+
 # Flink's Kafka connector from Maven Central, for the Flink job's tests and the demo.
 bash scripts/bootstrap-flink.sh jars
 

@@ -16,6 +16,9 @@ trap 'rm -rf "$src" "$log"' EXIT
 git ls-files -z --cached --others --exclude-standard | while IFS= read -r -d '' f; do
   [ -e "$f" ] && printf '%s\0' "$f"        # not the tracked files deleted in the work tree
 done | xargs -0 cp --parents -t "$src"
+# The sink's JVM writer: built, not tracked (scripts/build-sink-jar.sh), and shipped.
+bash scripts/build-sink-jar.sh
+cp --parents txnwatch/spark_listener/sink/jars/txnwatch-spark-sink.jar "$src"
 
 "$py" -m build --outdir "$out" "$src" > "$log" 2>&1 || { cat "$log" >&2; exit 1; }
 "$py" -m twine check --strict "$out"/*.whl "$out"/*.tar.gz

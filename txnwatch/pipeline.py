@@ -50,6 +50,7 @@ class Settings:
     num_tasks: int = 2
     sink_partitioning: str = "key"    # eos: key (shuffle on key) | input (the batch's own partitions)
     sink_warm_spares: bool = True     # eos: a connected spare producer per id in each Python worker
+    sink_writer: str = "auto"         # eos: auto (the JVM writer where it loads) | jvm | python
     trigger_seconds: float = 1.0
     max_records_per_batch: int | None = 50_000
     starting_offsets: str = "earliest"
@@ -102,7 +103,7 @@ def make_sink(s: Settings, metrics: Any = None) -> Any:
             transaction_timeout_ms=s.transaction_timeout_ms, trigger_interval_seconds=s.trigger_seconds,
             broker_max_timeout_ms=s.broker_max_timeout_ms, metrics=metrics,
             partitioning=s.sink_partitioning, warm_spares=s.sink_warm_spares,
-            producer_factory=s.producer_factory or task_producer)
+            producer_factory=s.producer_factory or task_producer, writer=s.sink_writer)
     if s.sink == "at-least-once":
         return AtLeastOnceKafkaSink(s.name, s.bootstrap, s.output_topic, num_tasks=s.num_tasks)
     raise ValueError(f"unknown sink {s.sink!r} (eos|at-least-once|spark-kafka)")
@@ -183,9 +184,11 @@ def spark_session(master: str, name: str, shuffle_partitions: int, kafka_connect
                .config("spark.sql.shuffle.partitions", str(shuffle_partitions)))
     if kafka_connector:
         from txnwatch.spark_connector import connector_source
+        from txnwatch.spark_listener.sink.jvm import with_sink_jar
 
         settings, source = connector_source()
         logging.getLogger(__name__).info("Spark's Kafka connector: %s", source)
+        settings = with_sink_jar(settings)      # the exactly-once sink's JVM writer beside it
         for key, value in settings.items():
             builder = builder.config(key, value)
     for key, value in conf.items():
@@ -219,6 +222,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--sink-partitioning", choices=["key", "input"], default="key",
                    help="eos: key = shuffle each batch on key into --num-tasks tasks; input = write the "
                         "batch's own partitions (no shuffle; see docs/spark-sink.md)")
+    p.add_argument("--sink-writer", choices=["auto", "jvm", "python"], default="auto",
+                   help="eos: where batches are written from: Spark's JVM (the jar txnwatch ships) or "
+                        "Python workers; auto = the JVM where the jar loads (docs/spark-sink.md)")
     p.add_argument("--trigger-seconds", type=float, default=1.0, help="0: as fast as possible")
     p.add_argument("--max-records-per-batch", type=int, default=50_000, help="0: no limit")
     p.add_argument("--starting-offsets", default="earliest")
@@ -249,7 +255,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def settings_from(a: argparse.Namespace) -> Settings:
     return Settings(bootstrap=a.bootstrap, input_topic=a.input_topic, output_topic=a.output_topic,
                     checkpoint=a.checkpoint, name=a.name, sink=a.sink,
-                    num_tasks=a.num_tasks, sink_partitioning=a.sink_partitioning,
+                    num_tasks=a.num_tasks, sink_partitioning=a.sink_partitioning, sink_writer=a.sink_writer,
                     trigger_seconds=a.trigger_seconds,
                     max_records_per_batch=a.max_records_per_batch or None,
                     starting_offsets=a.starting_offsets, window=a.window, watermark=a.watermark,

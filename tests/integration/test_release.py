@@ -37,6 +37,8 @@ CHART = f"txnwatch-{CHART_VERSION}.tgz"
 IMAGE_ARCHIVE = f"txnwatch-{__version__}.oci.tar"
 SBOM = f"txnwatch-{__version__}.cdx.json"
 IMAGE = f"localhost/txnwatch:{__version__}"
+# The sink's JVM writer: built by scripts/build-sink-jar.sh, ignored by git, shipped in the wheel.
+SINK_JAR = "txnwatch/spark_listener/sink/jars/txnwatch-spark-sink.jar"
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +67,7 @@ def test_the_wheel_holds_the_package_and_no_harness(dist):
     modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "txnwatch").rglob("*.py")}
     assert modules <= names, sorted(modules - names)
     assert "txnwatch/exporter/spark/openapi-ingest.yaml" in names
+    assert SINK_JAR in names
     assert f"txnwatch-{__version__}.dist-info/licenses/LICENSE" in names
 
 
@@ -84,7 +87,7 @@ def test_the_sdist_builds_a_wheel_with_the_same_files_as_the_checkout(dist, tmp_
     """The released wheel is built from the sdist: a file the sdist left out would be missing
     from it but present in a wheel built straight from the checkout."""
     src, direct = tmp_path / "src", tmp_path / "direct"
-    for name in _git_files():
+    for name in [*_git_files(), SINK_JAR]:        # what scripts/dist-python.sh copies
         (src / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / name, src / name)
     out = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(direct), str(src)],

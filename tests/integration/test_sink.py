@@ -1,5 +1,5 @@
 """The exactly-once sink called as foreachBatch would call it, on the session's Kafka broker
-and Spark.
+and Spark, through each of its writers (Spark's JVM, Python workers) where it matters.
 
 Batches are static DataFrames handed to `sink(df, batch_id)`: replays, layout changes and
 zombies can be staged exactly. Output is checked with a read_committed consumer (the
@@ -69,10 +69,17 @@ def batch(spark, n: int, offset: int = 0):
     return spark.createDataFrame([(f"k{i % 13}", f"v{i + offset}") for i in range(n)], "key STRING, value STRING")
 
 
+# The sink's two writers: Spark's JVM (the jar on the session's spark.jars, as
+# txnwatch.pipeline.spark_session puts it) and Python workers.
+WRITERS = pytest.mark.parametrize("writer", ["jvm", "python"])
+
+
 def new_sink(broker, name, topic, **kw) -> ExactlyOnceKafkaSink:
     kw.setdefault("num_tasks", 2)
-    return ExactlyOnceKafkaSink(name, broker.bootstrap, topic, transaction_timeout_ms=20_000,
+    sink = ExactlyOnceKafkaSink(name, broker.bootstrap, topic, transaction_timeout_ms=20_000,
                                 broker_max_timeout_ms=900_000, **kw)
+    assert sink.writer_in_use == kw.get("writer", sink.writer_in_use)
+    return sink
 
 
 def dead_attempts(sink) -> dict[int, list[dict]]:
@@ -88,14 +95,15 @@ def out_topic(broker, unique):
     return topic
 
 
-def test_replayed_batch_is_not_written_twice(spark, broker, unique, out_topic):
+@WRITERS
+def test_replayed_batch_is_not_written_twice(spark, broker, unique, out_topic, writer):
     name = unique("replay")
-    sink = new_sink(broker, name, out_topic)
+    sink = new_sink(broker, name, out_topic, writer=writer)
     sink(batch(spark, 200), 0)
     sink(batch(spark, 100, offset=1000), 1)
     assert sink.stats["tasks_committed"] == 4
     sink(batch(spark, 100, offset=1000), 1)             # Spark replays batch 1 after a restart
-    again = new_sink(broker, name, out_topic)           # a restarted driver replays it too
+    again = new_sink(broker, name, out_topic, writer=writer)     # a restarted driver replays it too
     again(batch(spark, 100, offset=1000), 1)
     assert sink.stats["tasks_replayed"] == 2 and again.stats["tasks_replayed"] == 2
     got = values(broker.bootstrap, out_topic)
@@ -105,6 +113,61 @@ def test_replayed_batch_is_not_written_twice(spark, broker, unique, out_topic):
     # Every output record names its (committed) attempt: 2 batches x 2 tasks.
     attempts = committed_attempts(broker.bootstrap, name)
     assert len(attempts) == 4 and {a for _, a in read(broker.bootstrap, out_topic)} == set(attempts)
+
+
+def test_each_writer_replays_what_the_other_committed(spark, broker, unique, out_topic):
+    """The writers share transactional ids, markers and the progress group: a batch the JVM
+    writer committed is skipped when the Python writer replays it, and the other way round;
+    each takes the ids over from the other (fencing its idle producers) and continues the
+    chain of committed markers."""
+    name = unique("both")
+    on_jvm, on_python = new_sink(broker, name, out_topic, writer="jvm"), new_sink(broker, name, out_topic,
+                                                                                   writer="python")
+    on_jvm(batch(spark, 100), 0)
+    on_jvm(batch(spark, 100, offset=100), 1)
+    on_python(batch(spark, 100, offset=100), 1)         # a replay of the JVM writer's batch
+    on_python(batch(spark, 100, offset=200), 2)
+    on_jvm(batch(spark, 100, offset=200), 2)            # a replay of the Python writer's batch
+    on_jvm(batch(spark, 100, offset=300), 3)
+    assert on_jvm.stats["tasks_committed"] == 6 and on_jvm.stats["tasks_replayed"] == 2
+    assert on_python.stats["tasks_committed"] == 2 and on_python.stats["tasks_replayed"] == 2
+    got = values(broker.bootstrap, out_topic)
+    assert got == Counter({f"v{i}": 1 for i in range(400)})
+    assert values(broker.bootstrap, out_topic, "read_uncommitted") == got     # nothing aborted
+    assert {t: p.batch for t, p in on_python.progress().items()} == {0: 3, 1: 3}
+    attempts = committed_attempts(broker.bootstrap, name)      # 4 batches x 2 tasks, one chain
+    assert len(attempts) == 8 and {a for _, a in read(broker.bootstrap, out_topic)} == set(attempts)
+    assert sorted(m.batch for m in attempts.values()) == [0, 0, 1, 1, 2, 2, 3, 3]
+
+
+FALLBACK_CHILD = """
+import json, sys
+from txnwatch.pipeline import spark_session
+from txnwatch.spark_listener.sink import ExactlyOnceKafkaSink
+bootstrap, name, topic = sys.argv[1:4]
+spark = spark_session("local[1]", "no-sink-jar", 1, kafka_connector=False)   # spark.jars without the writer
+sink = ExactlyOnceKafkaSink(name, bootstrap, topic, num_tasks=2, transaction_timeout_ms=20_000,
+                            broker_max_timeout_ms=900_000)
+chosen = sink.writer_in_use
+rows = [(f"k{i % 13}", f"v{i}") for i in range(60)]
+sink(spark.createDataFrame(rows, "key STRING, value STRING"), 0)
+print(json.dumps({"chosen": chosen, "in_use": sink.writer_in_use, "stats": sink.stats}))
+"""
+
+
+def test_the_default_writer_falls_back_to_python_where_the_jar_does_not_load(broker, unique, out_topic):
+    """A session whose Spark lacks the jar (here: no spark.jars at all): the sink chooses the
+    JVM writer, Spark cannot find it, and the batch is written by Python workers instead,
+    once, with a warning that says how to get the JVM writer."""
+    name = unique("fallback")
+    out = subprocess.run([sys.executable, "-c", FALLBACK_CHILD, broker.bootstrap, name, out_topic],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["chosen"] == "jvm" and result["in_use"] == "python", result
+    assert result["stats"]["tasks_committed"] == 2, result
+    assert "cannot load the JVM writer" in out.stderr and "spark.jars" in out.stderr
+    assert values(broker.bootstrap, out_topic) == Counter({f"v{i}": 1 for i in range(60)})
 
 
 def test_at_least_once_sink_duplicates_a_replayed_batch(spark, broker, unique, out_topic):
@@ -171,13 +234,16 @@ def describe(broker, tids: list[str]) -> dict:
         api.close()
 
 
-def test_zombies_are_fenced_by_the_next_batch_and_reported(spark, broker, unique, out_topic):
+@WRITERS
+def test_zombies_are_fenced_by_the_next_batch_and_reported(spark, broker, unique, out_topic, writer):
     """Two zombies with transactions open when the next batch starts: task 0's with its
     progress marker, task 1's whose marker never reached the broker. Each task's init
-    fences its zombie, and the sink reports both fences (the coordinator showed them open)."""
+    fences its zombie, and the sink reports both fences (the coordinator showed them open).
+    (The writer's own producers of batch 0 were fenced by the zombies' inits too: it notices
+    when their next marker is refused, and starts over with new ones.)"""
     name = unique("zombie")
     events = []
-    sink = new_sink(broker, name, out_topic, metrics=events.append)
+    sink = new_sink(broker, name, out_topic, metrics=events.append, writer=writer)
     sink(batch(spark, 10), 0)
     with_marker = start_zombie(broker, name, 0, out_topic, ["zombie-0"],
                                marker=zombie_marker("zombie-a", 1, 60_000))
@@ -204,11 +270,12 @@ def test_zombies_are_fenced_by_the_next_batch_and_reported(spark, broker, unique
     assert sorted(r["transactional_id"] for r in reported) == tids
 
 
-def test_zombies_timed_out_by_the_coordinator_are_reported(spark, broker, unique, out_topic):
+@WRITERS
+def test_zombies_timed_out_by_the_coordinator_are_reported(spark, broker, unique, out_topic, writer):
     """The same two zombies with a 1 s transaction timeout: the coordinator aborts both
     before the next batch. The sink still reports both, with the timeout as duration."""
     name = unique("timedout")
-    sink = new_sink(broker, name, out_topic)
+    sink = new_sink(broker, name, out_topic, writer=writer)
     sink(batch(spark, 10), 0)
     zombies = [start_zombie(broker, name, 0, out_topic, ["zombie-0"], marker=zombie_marker("zombie-a", 1, 1000),
                             timeout_ms=1000),
@@ -227,11 +294,12 @@ def test_zombies_timed_out_by_the_coordinator_are_reported(spark, broker, unique
     assert all(r["error"] == "PRODUCER_FENCED" and r["timeout_ms"] == 1000 for r in dead[0] + dead[1])
 
 
-def test_transactions_reach_prometheus_through_the_listener(spark, broker, unique, out_topic):
+@WRITERS
+def test_transactions_reach_prometheus_through_the_listener(spark, broker, unique, out_topic, writer):
     name = unique("metrics")
     listener = attach(spark, serve_port=0, host="127.0.0.1")
     try:
-        sink = new_sink(broker, name, out_topic, metrics=listener)
+        sink = new_sink(broker, name, out_topic, metrics=listener, writer=writer)
         for b in range(3):
             sink(batch(spark, 40, offset=b * 100), b)
         with urllib.request.urlopen(f"http://127.0.0.1:{listener.server.port}/metrics", timeout=5) as r:

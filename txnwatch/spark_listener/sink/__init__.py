@@ -31,16 +31,24 @@ asks the coordinator (KIP-664 DescribeTransactions) whether a transaction of its
 is open, which its init then fences - with or without a marker on the broker - and
 it finds the markers of dead attempts after the committed one.
 
+Where a batch is written from: by default Spark's own JVM, with Kafka's Java producer (jvm.py:
+a DataSource V2 write from the jar this package ships, jvm/sink in the source tree), which
+writes the same transactions, markers and progress as the Python writer below; the Python
+workers where the jar does not load, or for settings only the Python writer honours.
+
 The package, cut at its seams: settings.py (names, checks, the config shipped to tasks,
 with the factory of the tasks' producers), progress.py (markers and dead attempts, read
-from the broker), executor.py (the task side), driver.py (the foreachBatch callables) and
-metrics.py (where their transaction records go, in classic PySpark and under Spark Connect).
+from the broker), executor.py (the Python writer's task side), jvm.py (the JVM writer),
+driver.py (the foreachBatch callables) and metrics.py (where their transaction records go,
+in classic PySpark and under Spark Connect).
 """
 
 from __future__ import annotations
 
+from . import jvm
 from .driver import AtLeastOnceKafkaSink, ExactlyOnceKafkaSink, ensure_progress_topic
 from .executor import prior_from, write_partition
+from .jvm import JvmWriterUnavailable, sink_jar
 from .metrics import ForwardTo, SinkMetrics, SinkNotPortable
 from .progress import (
     Marker,
@@ -66,9 +74,10 @@ from .settings import (
     transactional_id,
 )
 
-__all__ = ["TXN_HEADER", "AtLeastOnceKafkaSink", "ExactlyOnceKafkaSink", "ForwardTo", "Marker", "PriorTransaction",
+__all__ = ["TXN_HEADER", "AtLeastOnceKafkaSink", "ExactlyOnceKafkaSink", "ForwardTo", "JvmWriterUnavailable",
+           "Marker", "PriorTransaction",
            "ProducerFactory", "SinkConfig", "SinkLayoutError", "SinkMetrics", "SinkNotPortable", "TaskProgress",
            "UnsafeSinkSettings", "check_settings", "committed_attempts", "dead_attempt_records",
            "default_progress_topic", "discover_broker_max_timeout_ms", "ensure_progress_topic",
-           "fenced_by_init", "input_partitions", "prior_from", "progress_group", "task_producer",
-           "task_progress", "transactional_id", "write_partition"]
+           "fenced_by_init", "input_partitions", "jvm", "prior_from", "progress_group", "sink_jar",
+           "task_producer", "task_progress", "transactional_id", "write_partition"]

@@ -14,6 +14,7 @@ from txnwatch.producer import (
     DEFAULT_TRANSACTION_TIMEOUT_MS,
 )
 
+from . import jvm
 from .executor import _plain_partition, write_partition
 from .metrics import SinkMetrics
 from .progress import TaskProgress, task_progress
@@ -22,6 +23,7 @@ from .settings import (
     NAME_RE,
     PARTITIONINGS,
     RESULT_SCHEMA,
+    WRITERS,
     ProducerFactory,
     SinkConfig,
     SinkLayoutError,
@@ -135,6 +137,16 @@ class ExactlyOnceKafkaSink(_Sink):
     - producer_factory: makes each task's TransactionalProducer from (SinkConfig, task
       index); picklable, as it travels to the executors. The default is a plain one with
       SinkConfig.producer_conf(task); a subclass can add behaviour around the sink's calls.
+      Only the Python writer makes producers this way: another factory selects it.
+    - writer: "auto" (default) writes each batch from Spark's JVM with Kafka's Java producer
+      (jvm.py: the jar this package ships, on the session's `spark.jars`) where it can, and
+      from Python workers otherwise: when the jar does not load (said once in the log, and
+      in `writer_in_use`), for a producer_factory of its own, or for librdkafka settings the
+      Java client names differently. "jvm" insists on the JVM writer (an error says why it
+      cannot run), "python" on the Python one. Both write the same transactions, markers and
+      progress, so a batch written by one is replayed by the other as committed.
+    - jvm_client_config: Kafka client settings in the Java client's names (security, for
+      instance) for the JVM writer, in place of client_config's librdkafka ones.
     """
 
     def __init__(self, name: str, bootstrap_servers: str, topic: str, *, num_tasks: int = 2,
@@ -145,8 +157,11 @@ class ExactlyOnceKafkaSink(_Sink):
                  producer_config: dict | None = None, client_config: dict | None = None,
                  metrics: MetricsTarget | None = None, commit_timeout_seconds: float = 60.0,
                  create_progress_topic: bool = True, partitioning: str = "key", warm_spares: bool = True,
-                 producer_factory: ProducerFactory = task_producer) -> None:
+                 producer_factory: ProducerFactory = task_producer, writer: str = "auto",
+                 jvm_client_config: dict | None = None) -> None:
         super().__init__(name, bootstrap_servers, topic, num_tasks)
+        if writer not in WRITERS:
+            raise UnsafeSinkSettings(f"writer must be one of {', '.join(WRITERS)}, got {writer!r}")
         if partitioning not in PARTITIONINGS:
             raise UnsafeSinkSettings(f"partitioning must be one of {', '.join(PARTITIONINGS)}, got {partitioning!r}")
         self.partitioning = partitioning
@@ -169,6 +184,9 @@ class ExactlyOnceKafkaSink(_Sink):
         if create_progress_topic:
             ensure_progress_topic(bootstrap_servers, self.progress_topic, num_tasks, client_config)
         self.metrics = SinkMetrics(metrics, name)
+        self.writer = writer
+        self.jvm_client_config = dict(jvm_client_config) if jvm_client_config is not None else None
+        self.writer_in_use = self._choose_writer()
         self._checked = False
         self._reported: OrderedDict[str, None] = OrderedDict()
         self.last_results: list[dict] = []
@@ -198,14 +216,49 @@ class ExactlyOnceKafkaSink(_Sink):
                     f"and lose others. Restart with num_tasks={m.tasks} until the query has moved past "
                     f"batch {m.batch}, then change it.")
 
+    def _choose_writer(self) -> str:
+        """The writer these settings allow ("jvm" or "python"); "jvm" may still fall back to
+        "python" at the first batch, when the session's Spark cannot load the jar."""
+        if self.writer == "python":
+            return "python"
+        why = ("it makes producers with a producer_factory of its own"
+               if self.config.producer_factory is not task_producer else
+               jvm.unsupported_settings(self.config, self.jvm_client_config))
+        if why is None and not jvm.JAR.is_file():
+            why = f"its jar is missing ({jvm.JAR}; a source checkout builds it with scripts/build-sink-jar.sh)"
+        if why is None:
+            return "jvm"
+        if self.writer == "jvm":
+            raise UnsafeSinkSettings(f"sink {self.name}: the JVM writer cannot run: {why}")
+        log.info("sink %s: writing from Python workers: %s", self.name, why)
+        return "python"
+
     def __call__(self, df: Any, batch_id: int) -> None:
         if not self._checked:
             self.check_layout(batch_id)
             self._checked = True
+        prepared, tasks = self._layout(df)
+        if self.writer_in_use == "jvm":
+            try:
+                results = jvm.write(prepared, self.config, int(batch_id), self.jvm_client_config)
+            except Exception as exc:
+                if not jvm.is_missing(exc):
+                    raise
+                if self.writer == "jvm":
+                    raise jvm.JvmWriterUnavailable(
+                        f"sink {self.name}: this session's Spark cannot load the JVM writer: put {jvm.JAR} and "
+                        "Spark's Kafka connector on its spark.jars (of the Spark Connect server, under Connect), "
+                        f"or use writer='python' ({str(exc).splitlines()[0]})") from exc
+                log.warning("sink %s: this session's Spark cannot load the JVM writer (%s); writing from Python "
+                            "workers from now on. Put %s on spark.jars for the JVM writer.", self.name,
+                            str(exc).splitlines()[0], jvm.JAR)
+                self.writer_in_use = "python"
+            else:
+                self._handle(batch_id, results, tasks)
+                return
         from functools import partial
 
         fn = partial(write_partition, self.config, int(batch_id))
-        prepared, tasks = self._layout(df)
         rows = prepared.mapInArrow(fn, RESULT_SCHEMA).collect()
         self._handle(batch_id, [r.asDict() for r in rows], tasks)
 

@@ -25,6 +25,7 @@ TRIGGER_FACTOR = 2                        # timeout >= 2 x trigger interval
 DEFAULT_BROKER_MAX_TIMEOUT_MS = 900_000   # Kafka's transaction.max.timeout.ms default
 DISCOVER = "discover"
 PARTITIONINGS = ("key", "input")
+WRITERS = ("auto", "jvm", "python")     # where a batch is written from: driver.py
 RESULT_SCHEMA = "task INT, status STRING, rows LONG, records STRING, attempt STRING, seconds DOUBLE"
 
 _REJECTED_PRODUCER_KEYS = {

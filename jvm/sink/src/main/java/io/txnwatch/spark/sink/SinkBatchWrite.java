@@ -1,0 +1,144 @@
+package io.txnwatch.spark.sink;
+
+import com.fasterxml.jackson.databind.ObjectMapper;
+import java.lang.reflect.Method;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.connector.write.BatchWrite;
+import org.apache.spark.sql.connector.write.DataWriter;
+import org.apache.spark.sql.connector.write.DataWriterFactory;
+import org.apache.spark.sql.connector.write.PhysicalWriteInfo;
+import org.apache.spark.sql.connector.write.WriterCommitMessage;
+import org.apache.spark.sql.types.BinaryType;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.StringType;
+import org.apache.spark.sql.types.StructType;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * One batch's write, on the driver. Each task commits its own Kafka transaction in
+ * DataWriter.commit (exactly once per task, whatever happens to the others, as the Python
+ * writer does); commit() here only passes the tasks' results to the Python sink.
+ *
+ * The way to the Python sink is the write's session configuration, key
+ * {@code txnwatch.sink.results.<name>}: the Python sink reads it right after save() returns,
+ * from the session the batch belongs to. That works from a classic driver and from a Spark
+ * Connect foreachBatch worker alike (a configuration read is one call, no Spark job).
+ */
+final class SinkBatchWrite implements BatchWrite {
+    private static final Logger LOG = LoggerFactory.getLogger(SinkBatchWrite.class);
+    static final String RESULTS_KEY_PREFIX = "txnwatch.sink.results.";
+
+    private final SinkOptions options;
+    private final StructType input;
+
+    SinkBatchWrite(SinkOptions options, StructType input) {
+        this.options = options;
+        this.input = input;
+    }
+
+    @Override
+    public DataWriterFactory createBatchWriterFactory(PhysicalWriteInfo info) {
+        int value = column(input, "value");
+        if (value < 0) {
+            throw new IllegalArgumentException("the batch needs a `value` column (and optionally `key`); got "
+                + String.join(", ", input.fieldNames()));
+        }
+        int key = column(input, "key");
+        boolean valueIsString = isString(input.fields()[value].dataType());
+        boolean keyIsString = key >= 0 && isString(input.fields()[key].dataType());
+        return new Factory(options, key, keyIsString, value, valueIsString);
+    }
+
+    private static int column(StructType schema, String name) {
+        String[] names = schema.fieldNames();
+        for (int i = 0; i < names.length; i++) {
+            if (names[i].equalsIgnoreCase(name)) {
+                return i;
+            }
+        }
+        return -1;
+    }
+
+    private static boolean isString(DataType t) {
+        if (t instanceof StringType) {
+            return true;
+        }
+        if (t instanceof BinaryType) {
+            return false;
+        }
+        throw new IllegalArgumentException("key and value must be string or binary columns, got " + t.simpleString());
+    }
+
+    @Override
+    public boolean useCommitCoordinator() {
+        // Each task's commit is its own Kafka transaction, fenced by its transactional id:
+        // a second attempt's commit is safe (it skips a batch already committed).
+        return false;
+    }
+
+    @Override
+    public void commit(WriterCommitMessage[] messages) {
+        List<Map<String, Object>> results = new ArrayList<>();
+        for (WriterCommitMessage m : messages) {
+            if (m instanceof TaskResult) {
+                results.add(((TaskResult) m).asMap());
+            }
+        }
+        Map<String, Object> payload = new LinkedHashMap<>();
+        payload.put("batch", options.batchId);
+        payload.put("results", results);
+        try {
+            setSessionConf(RESULTS_KEY_PREFIX + options.name, new ObjectMapper().writeValueAsString(payload));
+        } catch (Exception e) {   // the batch is committed; only its metrics are lost
+            LOG.warn("txnwatch sink {}: could not hand batch {}'s results to the Python sink", options.name,
+                options.batchId, e);
+        }
+    }
+
+    @Override
+    public void abort(WriterCommitMessage[] messages) {
+        // Nothing to undo here: a task that failed aborted its own transaction, and the
+        // tasks that committed stay committed (a replay of the batch skips them).
+    }
+
+    /** SparkSession.active().conf().set(key, value), by reflection: the session classes moved
+     *  between Spark 3 (spark-sql) and Spark 4 (sql-api's abstract SparkSession, the classic one). */
+    private static void setSessionConf(String key, String value) throws ReflectiveOperationException {
+        Class<?> sessionClass = Class.forName("org.apache.spark.sql.SparkSession");
+        Object session = sessionClass.getMethod("active").invoke(null);
+        Object conf = session.getClass().getMethod("conf").invoke(session);
+        Method set = conf.getClass().getMethod("set", String.class, String.class);
+        set.invoke(conf, key, value);
+    }
+
+    private static final class Factory implements DataWriterFactory {
+        private static final long serialVersionUID = 1L;
+        private final SinkOptions options;
+        private final int key;
+        private final boolean keyIsString;
+        private final int value;
+        private final boolean valueIsString;
+
+        Factory(SinkOptions options, int key, boolean keyIsString, int value, boolean valueIsString) {
+            this.options = options;
+            this.key = key;
+            this.keyIsString = keyIsString;
+            this.value = value;
+            this.valueIsString = valueIsString;
+        }
+
+        @Override
+        public DataWriter<InternalRow> createWriter(int partitionId, long taskId) {
+            if (partitionId >= options.numTasks) {
+                throw new IllegalStateException("task index " + partitionId + " >= num_tasks " + options.numTasks
+                    + ": the batch was not partitioned into exactly num_tasks partitions");
+            }
+            return new TaskWriter(options, partitionId, key, keyIsString, value, valueIsString);
+        }
+    }
+}

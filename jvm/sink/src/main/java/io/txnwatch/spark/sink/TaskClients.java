@@ -1,0 +1,109 @@
+package io.txnwatch.spark.sink;
+
+import java.time.Duration;
+import java.util.Map;
+import java.util.Properties;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ConcurrentLinkedDeque;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerConfig;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
+
+/**
+ * The Kafka clients of an executor JVM, kept across batches: per transactional id, the
+ * initialised producer its last task left idle (initTransactions costs a round trip to the
+ * coordinator and fences; a producer kept costs neither), and a pool of progress consumers.
+ * A producer is taken out while a task uses it, so two tasks of one JVM never share one: a
+ * second attempt of the same task (a retry while a zombie still runs) makes its own, whose
+ * init fences the other.
+ */
+final class TaskClients {
+    private TaskClients() {
+    }
+
+    /** An initialised producer and what it knows of its id since its init. */
+    static final class TaskProducer {
+        final KafkaProducer<byte[], byte[]> producer;
+        long committedOffset = -2;          // the progress group's offset after its last commit or replay
+        Progress.Marker lastMarker;          // the marker that offset names
+
+        TaskProducer(KafkaProducer<byte[], byte[]> producer) {
+            this.producer = producer;
+        }
+    }
+
+    private static final Map<String, TaskProducer> IDLE = new ConcurrentHashMap<>();
+    private static final Map<String, ConcurrentLinkedDeque<KafkaConsumer<byte[], byte[]>>> CONSUMERS =
+        new ConcurrentHashMap<>();
+
+    private static String key(SinkOptions o, int task) {
+        return o.clientsKey() + "|" + task;
+    }
+
+    /** The idle producer of this task's id in this JVM, or null. */
+    static TaskProducer take(SinkOptions o, int task) {
+        return IDLE.remove(key(o, task));
+    }
+
+    /** Keep a producer whose transaction ended for the next task of its id. */
+    static void give(SinkOptions o, int task, TaskProducer p) {
+        TaskProducer before = IDLE.put(key(o, task), p);
+        if (before != null && before != p) {
+            before.producer.close(Duration.ZERO);
+        }
+    }
+
+    /** A new producer for the task's id, initialised: its init fences any earlier one of the id
+     *  and aborts the transaction that one left open. */
+    static TaskProducer initialised(SinkOptions o, int task) {
+        Properties p = new Properties();
+        p.putAll(o.clientConfig);
+        p.put(ProducerConfig.LINGER_MS_CONFIG, "5");
+        p.putAll(o.producerConfig);
+        p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, o.bootstrapServers);
+        p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, o.transactionalId(task));
+        p.put(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG, String.valueOf(o.transactionTimeoutMs));
+        p.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "true");
+        p.put(ProducerConfig.ACKS_CONFIG, "all");
+        p.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, String.valueOf(o.commitTimeoutMs));
+        p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p);
+        try {
+            producer.initTransactions();
+        } catch (RuntimeException e) {
+            producer.close(Duration.ZERO);
+            throw e;
+        }
+        return new TaskProducer(producer);
+    }
+
+    /** A progress consumer of the sink's group (read_uncommitted: dead attempts' markers too). */
+    static KafkaConsumer<byte[], byte[]> borrowConsumer(SinkOptions o) {
+        KafkaConsumer<byte[], byte[]> c = CONSUMERS.computeIfAbsent(o.clientsKey(),
+            k -> new ConcurrentLinkedDeque<>()).pollFirst();
+        if (c != null) {
+            return c;
+        }
+        Properties p = new Properties();
+        p.putAll(o.clientConfig);
+        p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, o.bootstrapServers);
+        p.put(ConsumerConfig.GROUP_ID_CONFIG, o.progressGroup());
+        p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        p.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_uncommitted");
+        p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        // Reads end at the partition's end; a long fetch wait would hold every progress read
+        // when the last offset is a commit marker.
+        p.put(ConsumerConfig.FETCH_MAX_WAIT_MS_CONFIG, "10");
+        p.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+        p.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+        return new KafkaConsumer<>(p);
+    }
+
+    static void returnConsumer(SinkOptions o, KafkaConsumer<byte[], byte[]> c) {
+        CONSUMERS.computeIfAbsent(o.clientsKey(), k -> new ConcurrentLinkedDeque<>()).addFirst(c);
+    }
+}

@@ -1,0 +1,300 @@
+package io.txnwatch.spark.sink;
+
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.UUID;
+import java.util.concurrent.Future;
+import org.apache.kafka.clients.consumer.ConsumerGroupMetadata;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.clients.producer.RecordMetadata;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.errors.ApiException;
+import org.apache.kafka.common.errors.InvalidProducerEpochException;
+import org.apache.kafka.common.errors.ProducerFencedException;
+import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.header.internals.RecordHeader;
+import org.apache.kafka.common.protocol.Errors;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.connector.write.DataWriter;
+import org.apache.spark.sql.connector.write.WriterCommitMessage;
+
+/**
+ * Output task i of a batch: its rows, in one transaction of the producer
+ * {@code txnwatch.<name>.<i>}, with the batch's progress, as the Python writer does
+ * (executor.py): a begin marker in partition i of the progress topic, then the rows, each
+ * with the header {@code txnwatch.txn} = the attempt id, then the progress group's offset
+ * past the marker (sendOffsetsToTransaction), then the commit, all in DataWriter.commit.
+ * A batch whose marker the group already names (a replay) is skipped: its rows are
+ * dropped. A failed attempt leaves an abort note in its transaction and aborts it; one that
+ * dies unannounced is aborted by the next attempt's init (or the coordinator's timeout),
+ * and reported by the next attempt that reads its marker.
+ *
+ * Nothing is done for a task without rows: no transaction, as in the Python writer.
+ */
+final class TaskWriter implements DataWriter<InternalRow> {
+    static final String TXN_HEADER = "txnwatch.txn";
+
+    private final SinkOptions o;
+    private final int task;
+    private final int keyColumn;
+    private final boolean keyIsString;
+    private final int valueColumn;
+    private final boolean valueIsString;
+
+    private boolean started;
+    private boolean replayed;
+    private long t0;
+    private TaskClients.TaskProducer producer;
+    private boolean inTransaction;
+    private long began;
+    private double startedWall;
+    private String attempt = "";
+    private Future<RecordMetadata> markerSent;
+    private List<Header> headers;
+    private List<Map<String, Object>> records = new ArrayList<>();
+    private long rows;
+    private String error;
+
+    TaskWriter(SinkOptions o, int task, int keyColumn, boolean keyIsString, int valueColumn, boolean valueIsString) {
+        this.o = o;
+        this.task = task;
+        this.keyColumn = keyColumn;
+        this.keyIsString = keyIsString;
+        this.valueColumn = valueColumn;
+        this.valueIsString = valueIsString;
+    }
+
+    @Override
+    public void write(InternalRow row) {
+        if (!started) {
+            start();
+        }
+        if (replayed) {
+            return;
+        }
+        byte[] key = keyColumn < 0 ? null : bytes(row, keyColumn, keyIsString);
+        byte[] value = bytes(row, valueColumn, valueIsString);
+        try {
+            producer.producer.send(new ProducerRecord<>(o.topic, null, key, value, headers));
+        } catch (RuntimeException e) {
+            error = errorName(e);
+            throw e;
+        }
+        rows++;
+    }
+
+    private static byte[] bytes(InternalRow row, int i, boolean isString) {
+        if (row.isNullAt(i)) {
+            return null;
+        }
+        return isString ? row.getUTF8String(i).getBytes() : row.getBinary(i);
+    }
+
+    /** At the first row: this task's producer for the id (kept from its last batch when still
+     *  current), its progress, and either a skip (the batch committed already) or the
+     *  transaction begun with its marker. */
+    private void start() {
+        started = true;
+        t0 = System.nanoTime();
+        KafkaConsumer<byte[], byte[]> consumer = TaskClients.borrowConsumer(o);
+        try {
+            TaskClients.TaskProducer p = TaskClients.take(o, task);
+            if (p != null) {
+                Progress prog = Progress.read(consumer, o, task, p.lastMarker);
+                // Unless another instance of this id committed since this producer's init (the task
+                // ran in another JVM, or on the other writer), and unless one was initialised since
+                // (its marker is refused), this producer still owns the id. Otherwise it is fenced:
+                // start over with a new init, and the progress read after it.
+                if (p.committedOffset == prog.committedOffset && proceed(p, prog, Collections.emptyList(), true)) {
+                    return;
+                }
+                p.producer.close(Duration.ZERO);
+                records.clear();
+            }
+            PriorTransaction prior = PriorTransaction.describe(o, task);
+            p = TaskClients.initialised(o, task);
+            double fencedAt = System.currentTimeMillis() / 1000.0;
+            Progress prog;
+            try {
+                prog = Progress.read(consumer, o, task, null);
+            } catch (RuntimeException e) {
+                p.producer.close(Duration.ZERO);
+                throw e;
+            }
+            proceed(p, prog, PriorTransaction.fencedByInit(prog, prior, fencedAt), false);
+        } finally {
+            TaskClients.returnConsumer(o, consumer);
+        }
+    }
+
+    /** Skip the batch, or begin its transaction with its marker; false when `verify` (a kept
+     *  producer) and the marker was refused because another producer of the id was initialised
+     *  since this one's init (nothing of the batch was written then, and this one is done). */
+    private boolean proceed(TaskClients.TaskProducer p, Progress prog, List<Map<String, Object>> own,
+                            boolean verify) {
+        records.addAll(prog.deadAttemptRecords(o, task, own, System.currentTimeMillis() / 1000.0));
+        Long done = prog.batch();
+        if (done != null && done >= o.batchId) {
+            if (prog.marker.tasks != o.numTasks) {
+                TaskClients.give(o, task, p);
+                throw new IllegalStateException("batch " + o.batchId + " was already written by task " + task
+                    + " with num_tasks=" + prog.marker.tasks + "; replaying it with num_tasks=" + o.numTasks
+                    + " would write rows twice or lose them");
+            }
+            p.committedOffset = prog.committedOffset;
+            p.lastMarker = prog.marker;
+            TaskClients.give(o, task, p);
+            replayed = true;
+            return true;
+        }
+        producer = p;
+        attempt = UUID.randomUUID().toString().replace("-", "");
+        Map<String, Object> marker = new LinkedHashMap<>();
+        startedWall = System.currentTimeMillis() / 1000.0;
+        marker.put("kind", "begin");
+        marker.put("sink", o.name);
+        marker.put("task", task);
+        marker.put("batch", o.batchId);
+        marker.put("tasks", o.numTasks);
+        marker.put("attempt", attempt);
+        marker.put("started", startedWall);
+        marker.put("timeout_ms", o.transactionTimeoutMs);
+        marker.put("prev", prog.marker != null ? prog.marker.offset : -1);
+        if (!own.isEmpty()) {
+            marker.put("fenced", own);    // so the fence is reported even if this attempt dies too
+        }
+        headers = Collections.singletonList(new RecordHeader(TXN_HEADER, attempt.getBytes(StandardCharsets.UTF_8)));
+        try {
+            p.producer.beginTransaction();
+            began = System.nanoTime();
+            inTransaction = true;
+            markerSent = p.producer.send(new ProducerRecord<>(o.progressTopic, task,
+                o.transactionalId(task).getBytes(StandardCharsets.UTF_8), Progress.JSON.writeValueAsBytes(marker)));
+            if (verify) {
+                markerSent.get(o.commitTimeoutMs, java.util.concurrent.TimeUnit.MILLISECONDS);
+            }
+        } catch (Exception e) {
+            Throwable cause = e instanceof java.util.concurrent.ExecutionException ? e.getCause() : e;
+            error = errorName(cause);
+            if (verify && ("PRODUCER_FENCED".equals(error) || "INVALID_PRODUCER_EPOCH".equals(error))) {
+                producer = null;
+                inTransaction = false;
+                error = null;
+                return false;
+            }
+            throw cause instanceof RuntimeException ? (RuntimeException) cause : new IllegalStateException(cause);
+        }
+        return true;
+    }
+
+    @Override
+    public WriterCommitMessage commit() {
+        if (!started) {
+            return new TaskResult(task, "empty", 0, "[]", "", 0.0);
+        }
+        if (replayed) {
+            return new TaskResult(task, "replayed", 0, json(records), "", seconds(t0));
+        }
+        long markerOffset;
+        double commitSeconds;
+        try {
+            producer.producer.flush();
+            markerOffset = markerSent.get().offset();
+            producer.producer.sendOffsetsToTransaction(
+                Collections.singletonMap(new TopicPartition(o.progressTopic, task), new OffsetAndMetadata(markerOffset + 1)),
+                new ConsumerGroupMetadata(o.progressGroup()));
+            long c0 = System.nanoTime();
+            producer.producer.commitTransaction();
+            commitSeconds = seconds(c0);
+        } catch (Exception e) {
+            Throwable cause = e instanceof java.util.concurrent.ExecutionException ? e.getCause() : e;
+            error = errorName(cause);
+            throw cause instanceof RuntimeException ? (RuntimeException) cause
+                : new IllegalStateException("the progress marker of " + o.transactionalId(task)
+                    + " was not delivered", cause);
+        }
+        inTransaction = false;
+        Map<String, Object> rec = Progress.transaction(o.transactionalId(task), "committed", seconds(began),
+            commitSeconds, o.transactionTimeoutMs, null);
+        rec.put("attempt", attempt);
+        rec.put("batch", o.batchId);
+        records.add(rec);
+        producer.committedOffset = markerOffset + 1;
+        producer.lastMarker = new Progress.Marker(markerOffset, o.batchId, o.numTasks, attempt, startedWall,
+            (double) o.transactionTimeoutMs, Collections.emptyList());
+        TaskClients.give(o, task, producer);
+        producer = null;
+        return new TaskResult(task, "committed", rows, json(records), attempt, seconds(t0));
+    }
+
+    /** Called by Spark when write or commit failed: leave a note (in the aborted transaction
+     *  itself) for the next attempt to report, then abort. The producer is not kept. */
+    @Override
+    public void abort() {
+        if (producer == null) {
+            return;
+        }
+        try {
+            if (inTransaction) {
+                boolean fenced = "PRODUCER_FENCED".equals(error) || "INVALID_PRODUCER_EPOCH".equals(error);
+                if (!fenced) {
+                    Map<String, Object> note = new LinkedHashMap<>();
+                    note.put("kind", "abort");
+                    note.put("attempt", attempt);
+                    note.put("error", error != null ? error : Progress.APPLICATION_ERROR);
+                    note.put("duration", seconds(began));
+                    producer.producer.send(new ProducerRecord<>(o.progressTopic, task,
+                        o.transactionalId(task).getBytes(StandardCharsets.UTF_8), Progress.JSON.writeValueAsBytes(note)));
+                    producer.producer.flush();
+                }
+                producer.producer.abortTransaction();
+            }
+        } catch (Exception e) {      // the original error matters; the next init cleans up
+            // nothing more to do
+        } finally {
+            producer.producer.close(Duration.ZERO);
+            producer = null;
+            inTransaction = false;
+        }
+    }
+
+    @Override
+    public void close() {
+        if (producer != null) {      // neither committed nor aborted: never reused
+            producer.producer.close(Duration.ZERO);
+            producer = null;
+        }
+    }
+
+    private static String errorName(Throwable e) {
+        if (e instanceof ProducerFencedException) {
+            return "PRODUCER_FENCED";
+        }
+        if (e instanceof InvalidProducerEpochException) {
+            return "INVALID_PRODUCER_EPOCH";
+        }
+        if (e instanceof ApiException) {
+            return Errors.forException(e).name();
+        }
+        return Progress.APPLICATION_ERROR;
+    }
+
+    private static double seconds(long since) {
+        return (System.nanoTime() - since) / 1e9;
+    }
+
+    private static String json(List<Map<String, Object>> records) {
+        try {
+            return Progress.JSON.writeValueAsString(records);
+        } catch (Exception e) {
+            return "[]";
+        }
+    }
+}

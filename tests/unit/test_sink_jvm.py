@@ -1,0 +1,83 @@
+"""Which writer the exactly-once sink chooses, and what it tells the JVM writer."""
+
+from __future__ import annotations
+
+import pytest
+
+from txnwatch.producer import TransactionalProducer
+from txnwatch.spark_listener.sink import ExactlyOnceKafkaSink, SinkConfig, UnsafeSinkSettings, jvm
+
+
+def sink(**kw) -> ExactlyOnceKafkaSink:
+    return ExactlyOnceKafkaSink("orders", "broker:9092", "out", broker_max_timeout_ms=None,
+                                create_progress_topic=False, **kw)
+
+
+@pytest.fixture
+def jar(tmp_path, monkeypatch):
+    """A jar where the package keeps it (a checkout builds it; the wheel ships it)."""
+    path = tmp_path / "txnwatch-spark-sink.jar"
+    path.write_bytes(b"PK")
+    monkeypatch.setattr(jvm, "JAR", path)
+    return path
+
+
+def faulty_factory(cfg: SinkConfig, task: int) -> TransactionalProducer:
+    return TransactionalProducer(cfg.producer_conf(task))
+
+
+def test_the_jvm_writer_by_default(jar):
+    assert sink().writer_in_use == "jvm"
+    assert sink(producer_config={"linger.ms": 20, "acks": "all"}).writer_in_use == "jvm"
+    assert sink(writer="python").writer_in_use == "python"
+
+
+def test_python_where_the_jvm_writer_cannot_honour_the_settings(jar):
+    assert sink(producer_factory=faulty_factory).writer_in_use == "python"
+    tls = {"security.protocol": "SSL", "ssl.ca.location": "/ca.pem"}
+    assert sink(client_config=tls).writer_in_use == "python"
+    java_tls = {"security.protocol": "SSL", "ssl.truststore.location": "/ca.jks"}
+    assert sink(client_config=tls, jvm_client_config=java_tls).writer_in_use == "jvm"
+    with pytest.raises(UnsafeSinkSettings, match="producer_factory of its own"):
+        sink(producer_factory=faulty_factory, writer="jvm")
+    with pytest.raises(UnsafeSinkSettings, match="ssl.ca.location.*jvm_client_config"):
+        sink(client_config=tls, writer="jvm")
+    with pytest.raises(UnsafeSinkSettings, match="writer must be one of auto, jvm, python"):
+        sink(writer="scala")
+
+
+def test_python_without_the_jar(tmp_path, monkeypatch):
+    monkeypatch.setattr(jvm, "JAR", tmp_path / "missing.jar")
+    assert sink().writer_in_use == "python"
+    with pytest.raises(UnsafeSinkSettings, match="jar is missing.*build-sink-jar.sh"):
+        sink(writer="jvm")
+    assert jvm.with_sink_jar({"spark.jars": "a.jar"}) == {"spark.jars": "a.jar"}
+
+
+def test_the_jar_joins_spark_jars(jar):
+    assert jvm.with_sink_jar({"spark.jars": "a.jar,b.jar"}) == {"spark.jars": f"a.jar,b.jar,{jar}"}
+    assert jvm.with_sink_jar({"spark.jars.packages": "g:a:1"}) == {"spark.jars.packages": "g:a:1",
+                                                                  "spark.jars": str(jar)}
+
+
+def test_the_write_options(jar):
+    s = sink(num_tasks=3, transaction_timeout_ms=30_000, producer_config={"linger.ms": 20, "acks": "all"},
+             client_config={"client.id": "c"})
+    opts = jvm.options(s.config, 7, None)
+    assert opts == {"name": "orders", "bootstrap.servers": "broker:9092", "topic": "out",
+                    "progress.topic": "txnwatch-progress.orders", "num.tasks": "3", "batch.id": "7",
+                    "transaction.timeout.ms": "30000", "commit.timeout.seconds": "60.0",
+                    "client.client.id": "c", "producer.linger.ms": "20"}
+    java = jvm.options(s.config, 7, {"security.protocol": "SSL"})
+    assert java["client.security.protocol"] == "SSL" and "client.client.id" not in java
+
+
+@pytest.mark.parametrize("message, missing", [
+    ("[DATA_SOURCE_NOT_FOUND] Failed to find the data source: txnwatch-kafka-eos. Make sure ...", True),
+    ("java.lang.ClassNotFoundException: Failed to find data source: txnwatch-kafka-eos.", True),
+    ("java.lang.IllegalStateException: txnwatch-kafka-eos needs kafka-clients on the class path: add ...", True),
+    ("Job aborted due to stage failure: ... ProducerFencedException", False),
+    ("[DATA_SOURCE_NOT_FOUND] Failed to find the data source: parquet2.", False),
+])
+def test_what_counts_as_a_writer_that_does_not_load(message, missing):
+    assert jvm.is_missing(RuntimeError(message)) is missing
