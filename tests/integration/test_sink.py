@@ -10,6 +10,8 @@ read_uncommitted one: the aborted records really were written.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -350,3 +352,61 @@ def test_spark_task_retry_within_the_batch(broker, unique, tmp_path):
     assert total(smp, "kafka_producer_transaction_errors_total", transactional_id=tid1,
                  error="_APPLICATION") == 1
     assert total(smp, "kafka_producer_transactions_total", app=name, outcome="committed") >= 4
+
+
+def test_jvm_writer_driver_killed_mid_transaction_then_restart(broker, unique, tmp_path):
+    """The reference pipeline on the JVM writer, in a child process (driver and executors in
+    one JVM), frozen at a moment the coordinator shows one of its transactions open, and
+    SIGKILLed there; then restarted from its checkpoint. The output holds every window once
+    for read_committed consumers, every record it shows belongs to a committed attempt, and
+    the restarted tasks report each killed transaction (fenced by their init)."""
+    name = unique("jvmkill").replace("-", "_")
+    inp, out = f"{name}-in", f"{name}-out"
+    create_topics(broker.bootstrap, [inp, out], partitions=2)
+    expected = make_input(broker.bootstrap, inp)
+    tids = [f"txnwatch.{name}.0", f"txnwatch.{name}.1"]
+
+    def cmd(metrics: str, *extra: str) -> list[str]:
+        return [sys.executable, "-m", "txnwatch_dev.spark.pipeline", "--bootstrap", broker.bootstrap,
+                "--input-topic", inp, "--output-topic", out, "--checkpoint", str(tmp_path / "ckpt"), "--name", name,
+                "--sink-writer", "jvm", "--trigger-seconds", "0.5", "--max-records-per-batch", "100",
+                "--window", "5 seconds", "--watermark", "5 seconds", "--transaction-timeout-ms", "30000",
+                "--broker-max-timeout-ms", "900000", "--metrics-file", str(tmp_path / metrics), *extra]
+
+    with open(tmp_path / "killed.log", "w") as log:
+        child = subprocess.Popen(cmd("killed.txt", "--timeout", "180"), stdout=log, stderr=subprocess.STDOUT,
+                                 start_new_session=True)
+    api = TransactionAPI({"bootstrap.servers": broker.bootstrap}, 10)
+    killed: set[str] = set()
+
+    def frozen_with_a_transaction_open() -> bool:
+        if not any(d.state == "Ongoing" for d in api.describe_transactions(tids).values()):
+            return False
+        os.killpg(child.pid, signal.SIGSTOP)       # what the coordinator shows now stays so
+        killed.update(t for t, d in api.describe_transactions(tids).items() if d.state == "Ongoing")
+        if not killed:
+            os.killpg(child.pid, signal.SIGCONT)   # it committed in between: try again
+        return bool(killed)
+
+    try:
+        wait_for(lambda: child.poll() is not None or frozen_with_a_transaction_open(), 180, interval=0.01,
+                 what="a transaction of the pipeline open")
+        assert child.poll() is None and killed, (tmp_path / "killed.log").read_text()[-3000:]
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait(30)
+    finally:
+        api.close()
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+    with open(tmp_path / "restarted.log", "w") as log:
+        rc = subprocess.run(cmd("restarted.txt", "--exit-when-idle", "3", "--timeout", "180"), stdout=log,
+                            stderr=subprocess.STDOUT, timeout=300).returncode
+    assert rc == 0, (tmp_path / "restarted.log").read_text()[-3000:]
+    records = assert_exactly_once(broker.bootstrap, out, expected)
+    assert {r.attempt for r in records} <= set(committed_attempts(broker.bootstrap, name))
+    smp = samples((tmp_path / "restarted.txt").read_text())
+    for tid in killed:
+        assert total(smp, "kafka_producer_transactions_total", transactional_id=tid, outcome="aborted") == 1
+        assert total(smp, "kafka_producer_transaction_errors_total", transactional_id=tid,
+                     error="PRODUCER_FENCED") == 1
+    assert total(smp, "kafka_producer_transactions_total", app=name, outcome="committed") >= 1

@@ -109,3 +109,31 @@ def test_pipeline_on_spark_connect_exactly_once_through_a_task_failure(broker, u
     compat.record(request.config, "spark", row, "Exactly once through a task failure", "yes")
     compat.record(request.config, "spark", row, "Sink's kafka_producer_*", "forwarded from the server's Python worker")
     compat.record(request.config, "spark", row, "Listener's spark_streaming_*", "forwarded from the client")
+
+
+def test_jvm_writer_on_spark_connect(broker, unique, tmp_path, exporter_factory):
+    """The pipeline under Spark Connect on the sink's JVM writer (`--sink-writer jvm`: the jar on
+    the local Connect server's spark.jars): every window once for read_committed consumers, and
+    every committed transaction in the exporter once, forwarded from the server's foreachBatch
+    worker, which got them back from the JVM tasks through the write's session configuration."""
+    name = unique("connect_jvm").replace("-", "_")
+    create_topics(broker.bootstrap, [f"{name}-in", f"{name}-out"], partitions=2)
+    expected = make_input(broker.bootstrap, f"{name}-in")
+    cfg = cluster_config(broker.bootstrap, [f"{name}-out"])
+    cfg["http"] = {**cfg.get("http", {}), "ingest_token": TOKEN}
+    exp = exporter_factory(cfg)
+    run = run_pipeline(broker.bootstrap, name, str(tmp_path / "ckpt"), exp.url, tmp_path, "jvm", "--sink-writer", "jvm")
+    assert run.returncode == 0 and "stopped (idle)" in run.stdout, run.stdout + run.stderr[-4000:]
+    records = assert_exactly_once(broker.bootstrap, f"{name}-out", expected)
+    attempts = committed_attempts(broker.bootstrap, name)
+    assert {r.attempt for r in records} <= set(attempts)
+    assert not aborted_records(broker.bootstrap, f"{name}-out", records)
+    m = exp.wait_metric(
+        lambda m: sum(v for lb, v in m.select("kafka_producer_transactions_total", app=name)
+                      if lb["outcome"] == "committed") >= len(attempts), 60,
+        what="every committed transaction of the JVM writer in the exporter")
+    committed = {lb["transactional_id"]: v for lb, v in m.select("kafka_producer_transactions_total", app=name)
+                 if lb["outcome"] == "committed"}
+    assert sum(committed.values()) == len(attempts), (committed, len(attempts))
+    assert set(committed) == {f"txnwatch.{name}.0", f"txnwatch.{name}.1"}
+    assert not m.select("kafka_producer_transactions_total", app=name, outcome="aborted")

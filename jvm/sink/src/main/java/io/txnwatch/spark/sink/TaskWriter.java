@@ -107,7 +107,13 @@ final class TaskWriter implements DataWriter<InternalRow> {
         try {
             TaskClients.TaskProducer p = TaskClients.take(o, task);
             if (p != null) {
-                Progress prog = Progress.read(consumer, o, task, p.lastMarker);
+                Progress prog;
+                try {
+                    prog = Progress.read(consumer, o, task, p.lastMarker);
+                } catch (RuntimeException e) {
+                    p.producer.close(Duration.ZERO);
+                    throw e;
+                }
                 // Unless another instance of this id committed since this producer's init (the task
                 // ran in another JVM, or on the other writer), and unless one was initialised since
                 // (its marker is refused), this producer still owns the id. Otherwise it is fenced:
