@@ -31,6 +31,16 @@ def test_stall_clock_starts_keeps_and_resets():
     assert s4[("a", 1)].stalled_since is None and s4[("a", 1)].stalled_seconds == 0
 
 
+def test_a_poll_holds_only_the_partitions_it_read_and_reuses_what_did_not_move():
+    s1 = derive.partition_states([po("a", 0, 10, 10), po("a", 1, 10, 10), po("b", 0, 5, 5)], {}, now=100.0)
+    s2 = derive.partition_states((o for o in [po("a", 0, 10, 10), po("a", 1, 11, 11)]), s1, now=110.0)
+    assert set(s2) == {("a", 0), ("a", 1)} and set(s1) == {("a", 0), ("a", 1), ("b", 0)}   # s1 untouched
+    assert s2[("a", 0)] is s1[("a", 0)] and s2[("a", 1)].high_watermark == 11
+    # the unchanged partition keeps its key object too: no new object for it at all
+    key_of = {k: k for k in s1}
+    assert next(k for k in s2 if k == ("a", 0)) is key_of[("a", 0)]
+
+
 def test_stall_clock_uses_the_record_timestamp_at_the_lso():
     ts = {("a", 1, 4): 40.0}
     s = derive.partition_states([po("a", 1, 10, 4)], {}, now=100.0, lso_record_ts=ts)
