@@ -192,6 +192,19 @@ def test_a_topic_answered_as_last_time_is_not_unpacked_again(version, monkeypatc
     assert unpacked == ["busy", "busy"]          # its two answers; idle's never
     assert [o for o in second if o.topic == "idle"][0] is [o for o in first if o.topic == "idle"][0]
     assert {k[0] for k in cache} == {"idle", "busy"}
+    # the LSO answer alone moving (a transaction committed, no new record): read afresh
+    third = lo.combine(req, [_answer(version, [("idle", rows["idle"]), ("busy", [(0, 0, 9)])]),
+                             _answer(version, [("idle", rows["idle"]), ("busy", [(0, 0, 9)])])],
+                       lambda code: "code", lambda exc: "exc", cache)[0]
+    assert PartitionOffsets("busy", 0, 9, 9) in third and unpacked == ["busy"] * 4
     only_busy = lo.RequestCache().requests(version, {1: [("busy", [0])]}, 1000)
     lo.combine(only_busy, [_answer(version, [("busy", [(0, 0, 9)])])] * 2, lambda c: "c", lambda e: "e", cache)
     assert {k[0] for k in cache} == {"busy"}
+
+
+@pytest.mark.parametrize("version", range(lo.MIN_VERSION, lo.MAX_VERSION + 1))
+def test_one_body_kept_gives_both_isolation_levels_byte_for_byte(version):
+    topics = (("a", (0, 1, 2)), ("b", (7,)))
+    (request,) = lo.RequestCache().requests(version, {1: list(topics)}, 1000)
+    assert request.bodies == tuple(lo.encode_request(version, iso, topics, 1000)
+                                   for iso in (lo.READ_UNCOMMITTED, lo.READ_COMMITTED))

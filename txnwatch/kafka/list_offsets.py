@@ -19,6 +19,7 @@ kafka_python.KafkaPythonTransport (TLS, SASL and connections stay kafka-python's
 
 from __future__ import annotations
 
+import hashlib
 import struct
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ FLEXIBLE_FROM = 6
 TIMEOUT_FROM = 10
 LATEST = -1                            # the Timestamp that asks for the log end (HWM or LSO)
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
+ISOLATION_AT = 4            # the IsolationLevel byte's place in a request body, after ReplicaId
 
 # partition answer: index, error, timestamp, offset, leader epoch (v4+)
 _PART = struct.Struct(">ihqqi")
@@ -164,11 +166,18 @@ class LeaderRequest:
 
     leader: int
     topics: tuple[tuple[str, tuple[int, ...]], ...]
-    bodies: tuple[bytes, bytes]          # READ_UNCOMMITTED, READ_COMMITTED
+    body: bytes                          # READ_UNCOMMITTED's
 
     @property
     def partitions(self) -> int:
         return sum(len(ps) for _, ps in self.topics)
+
+    @property
+    def bodies(self) -> tuple[bytes, bytes]:
+        """The bodies for READ_UNCOMMITTED and READ_COMMITTED. Only the one is kept: they
+        differ in the isolation byte alone, and at 100,000 partitions each is megabytes."""
+        at = ISOLATION_AT
+        return self.body, self.body[:at] + bytes((READ_COMMITTED,)) + self.body[at + 1:]
 
 
 def group_by_leader(leaders: Mapping[str, Sequence[int]], wanted: Mapping[str, Iterable[int]] | None = None,
@@ -237,8 +246,7 @@ class RequestCache:
     @staticmethod
     def _encode(version: int, leader: int, topics: tuple[tuple[str, tuple[int, ...]], ...],
                 timeout_ms: int) -> LeaderRequest:
-        return LeaderRequest(leader, topics, tuple(encode_request(version, iso, topics, timeout_ms)
-                                                   for iso in (READ_UNCOMMITTED, READ_COMMITTED)))
+        return LeaderRequest(leader, topics, encode_request(version, READ_UNCOMMITTED, topics, timeout_ms))
 
 
 def _chunks(topics: tuple[tuple[str, tuple[int, ...]], ...], size: int):
@@ -272,7 +280,7 @@ def combine(requests: Sequence[LeaderRequest], answers: Sequence[object],
     an answer without an offset.
 
     `cache` (a dict the caller keeps from one poll to the next): a topic whose two answers
-    came back byte for byte as last time, for the same partitions, gets last time's
+    came back byte for byte as last time (their digest), for the same partitions, gets last time's
     PartitionOffsets objects, unpacked and built again for nothing (an idle topic's offsets
     do not move: most of a big cluster's)."""
     out: list[PartitionOffsets] = []
@@ -312,13 +320,23 @@ def _whole_topic(topic: str, ps: Sequence[int], hwt: TopicAnswer | None, lst: To
         return _clean_offsets(topic, ps, hwt, lst)
     key = (topic, ps[0] if ps else -1)
     seen = last.get(key)
-    if seen is not None and seen[0] == hwt.raw and seen[1] == lst.raw and seen[2] == ps:
+    digest = _answers_digest(hwt.raw, lst.raw)
+    if seen is not None and seen[0] == digest and seen[1] == ps:
         kept[key] = seen
-        return seen[3]
+        return seen[2]
     built = _clean_offsets(topic, ps, hwt, lst)
     if built is not None:
-        kept[key] = (hwt.raw, lst.raw, ps, built)
+        kept[key] = (digest, ps, built)
     return built
+
+
+def _answers_digest(hwm_raw: bytes, lso_raw: bytes) -> bytes:
+    """What identifies a topic's two answers from one poll to the next: a 16-byte BLAKE2b
+    digest, kept in place of the answers (26 or 27 bytes a partition each)."""
+    h = hashlib.blake2b(len(hwm_raw).to_bytes(4, "big"), digest_size=16)   # where one ends
+    h.update(hwm_raw)
+    h.update(lso_raw)
+    return h.digest()
 
 
 def _clean_offsets(topic: str, ps: Sequence[int], hwt: TopicAnswer, lst: TopicAnswer,
