@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from ..kafka.answers import ClusterFacts, PartitionReplicas
+from ..kafka.answers import ClusterFacts, PartitionOffsets, PartitionReplicas
 from ..metrics import ALIVE_WITHIN_SECONDS
 
 TP = tuple[str, int]
@@ -25,23 +25,13 @@ def is_two_phase(timeout_ms: int) -> bool:
     return timeout_ms >= TWO_PHASE_TIMEOUT_MS
 
 
-# The per-partition and per-row records below are NamedTuples, not dataclasses: a poll of a
-# big cluster builds one per partition and group row, and a tuple is built in a third of a
-# frozen dataclass's time.
-class PartitionState(NamedTuple):
-    """One partition after derivation. `stalled_since` is when the LSO got stuck below the
-    HWM (the timestamp of the first record at the LSO when known, else first observation)."""
+# A partition after derivation: its offsets as read and its LSO stall clock, one type
+# (kafka/answers.py says why).
+PartitionState = PartitionOffsets
 
-    topic: str
-    partition: int
-    high_watermark: int
-    last_stable_offset: int
-    stalled_since: float | None = None
-    stalled_seconds: float = 0.0
 
-    @property
-    def lso_lag(self) -> int:
-        return max(self.high_watermark - self.last_stable_offset, 0)
+# The per-row records below are NamedTuples, not dataclasses: a poll of a big cluster builds
+# one per group row, and a tuple is built in a third of a frozen dataclass's time.
 
 
 class GroupLag(NamedTuple):

@@ -62,8 +62,10 @@ def partition_states(offsets: Iterable[PartitionOffsets], previous: Mapping[TP, 
             ts = lso_record_ts.get((o.topic, o.partition, o.last_stable_offset))
             if ts is not None and 0 < ts <= now:
                 since = min(since, ts)
-        out[key] = PartitionState(o.topic, o.partition, o.high_watermark, o.last_stable_offset,
-                                  since, (now - since) if since is not None else 0.0)
+        if since is None:
+            out[key] = o if o.stalled_since is None else o._replace(stalled_since=None, stalled_seconds=0.0)
+        else:
+            out[key] = PartitionState(o.topic, o.partition, o.high_watermark, o.last_stable_offset, since, now - since)
     if known < len(previous):      # partitions not read this poll are not this poll's
         read = {(o.topic, o.partition) for o in offsets}
         for key in [k for k in previous if k not in read]:
