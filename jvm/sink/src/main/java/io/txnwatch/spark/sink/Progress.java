@@ -68,11 +68,13 @@ final class Progress {
         Duration timeout = Duration.ofMillis(o.commitTimeoutMs);
         OffsetAndMetadata om = consumer.committed(one, timeout).get(tp);
         long c = om == null || om.offset() < 0 ? -1 : om.offset();
-        long low = consumer.beginningOffsets(one, timeout).get(tp);
         long high = consumer.endOffsets(one, timeout).get(tp);
         if (known != null && c > 0 && known.offset == c - 1 && high == c + 1) {
             return new Progress(c, known, Collections.emptyList());
         }
+        // The log start only matters when the partition is read: one round trip fewer per batch
+        // for the task whose own marker is the last.
+        long low = consumer.beginningOffsets(one, timeout).get(tp);
         long start = Math.max(c > 0 ? c - 1 : low, low);
         Marker marker = null;
         Map<String, Marker> dead = new LinkedHashMap<>();
