@@ -172,6 +172,26 @@ def test_the_default_writer_falls_back_to_python_where_the_jar_does_not_load(bro
     assert values(broker.bootstrap, out_topic) == Counter({f"v{i}": 1 for i in range(60)})
 
 
+@WRITERS
+def test_a_task_failing_mid_transaction_is_aborted_and_reported_by_the_next(spark, broker, unique, out_topic,
+                                                                           writer):
+    """A row larger than the producer may send fails its task inside the transaction (the
+    task's marker was sent): the task leaves a note and aborts, and the batch fails. Its
+    replay (here without that row) writes the rows once and reports the failed attempt, with
+    the error's librdkafka name, whichever writer ran it."""
+    name = unique("failing")
+    sink = new_sink(broker, name, out_topic, num_tasks=1, writer=writer)
+    rows = [(f"k{i % 13}", f"v{i}") for i in range(50)] + [("k-big", "x" * 2_000_000)]
+    with pytest.raises(Exception, match="(?i)too large|larger than"):
+        sink(spark.createDataFrame(rows, "key STRING, value STRING"), 0)
+    sink(batch(spark, 50), 0)
+    assert values(broker.bootstrap, out_topic) == Counter({f"v{i}": 1 for i in range(50)})
+    (failed,) = dead_attempts(sink)[0]
+    assert (failed["batch"], failed["error"]) == (0, "MSG_SIZE_TOO_LARGE"), failed
+    assert sink.stats["transactions_aborted"] == 1 and sink.stats["transactions_committed"] == 1
+    assert failed["attempt"] not in committed_attempts(broker.bootstrap, name)
+
+
 def test_at_least_once_sink_duplicates_a_replayed_batch(spark, broker, unique, out_topic):
     sink = AtLeastOnceKafkaSink(unique("alo"), broker.bootstrap, out_topic)
     sink(batch(spark, 50), 0)

@@ -183,9 +183,11 @@ final class TaskWriter implements DataWriter<InternalRow> {
             inTransaction = true;
             markerSent = p.producer.send(new ProducerRecord<>(o.progressTopic, task,
                 o.transactionalId(task).getBytes(StandardCharsets.UTF_8), Progress.JSON.writeValueAsBytes(marker)));
-            if (verify) {
-                markerSent.get(o.commitTimeoutMs, java.util.concurrent.TimeUnit.MILLISECONDS);
-            }
+            // The marker is on the broker before any row is sent: a transaction with rows always has
+            // its marker (the Java client drops what it has not sent yet when a send error aborts
+            // the transaction), so the attempt after it can report it; and a kept producer fenced
+            // since its init is found out here, before the rows.
+            markerSent.get(o.commitTimeoutMs, java.util.concurrent.TimeUnit.MILLISECONDS);
         } catch (Exception e) {
             Throwable cause = e instanceof java.util.concurrent.ExecutionException ? e.getCause() : e;
             error = errorName(cause);
@@ -250,17 +252,29 @@ final class TaskWriter implements DataWriter<InternalRow> {
         try {
             if (inTransaction) {
                 boolean fenced = "PRODUCER_FENCED".equals(error) || "INVALID_PRODUCER_EPOCH".equals(error);
-                if (!fenced) {
-                    Map<String, Object> note = new LinkedHashMap<>();
-                    note.put("kind", "abort");
-                    note.put("attempt", attempt);
-                    note.put("error", error != null ? error : Progress.APPLICATION_ERROR);
-                    note.put("duration", seconds(began));
-                    producer.producer.send(new ProducerRecord<>(o.progressTopic, task,
-                        o.transactionalId(task).getBytes(StandardCharsets.UTF_8), Progress.JSON.writeValueAsBytes(note)));
-                    producer.producer.flush();
+                if (fenced) {
+                    producer.producer.abortTransaction();
+                    return;
                 }
-                producer.producer.abortTransaction();
+                Map<String, Object> values = new LinkedHashMap<>();
+                values.put("kind", "abort");
+                values.put("attempt", attempt);
+                values.put("error", error != null ? error : Progress.APPLICATION_ERROR);
+                values.put("duration", seconds(began));
+                ProducerRecord<byte[], byte[]> note = new ProducerRecord<>(o.progressTopic, task,
+                    o.transactionalId(task).getBytes(StandardCharsets.UTF_8), Progress.JSON.writeValueAsBytes(values));
+                try {
+                    producer.producer.send(note).get(o.commitTimeoutMs, java.util.concurrent.TimeUnit.MILLISECONDS);
+                    producer.producer.abortTransaction();
+                } catch (java.util.concurrent.ExecutionException | org.apache.kafka.common.KafkaException e) {
+                    // A send error left the transaction refusing records (the Java client's abortable
+                    // state): abort it, and leave the note in a transaction of its own, aborted too.
+                    producer.producer.abortTransaction();
+                    producer.producer.beginTransaction();
+                    producer.producer.send(note);
+                    producer.producer.flush();
+                    producer.producer.abortTransaction();
+                }
             }
         } catch (Exception e) {      // the original error matters; the next init cleans up
             // nothing more to do
@@ -279,15 +293,28 @@ final class TaskWriter implements DataWriter<InternalRow> {
         }
     }
 
+    /** Kafka's error codes whose librdkafka names (those of txnwatch's error labels) differ
+     *  from the Java client's. */
+    private static final Map<Short, String> LIBRDKAFKA_NAMES = Map.of(
+        (short) 2, "INVALID_MSG", (short) 3, "UNKNOWN_TOPIC_OR_PART", (short) 4, "INVALID_MSG_SIZE",
+        (short) 6, "NOT_LEADER_FOR_PARTITION", (short) 10, "MSG_SIZE_TOO_LARGE", (short) 11, "STALE_CTRL_EPOCH",
+        (short) 17, "TOPIC_EXCEPTION");
+
+    /** The error's name as the Python writer records it: the first Kafka error in its causes
+     *  (a transaction in an error state carries the send error that put it there), in librdkafka's
+     *  names; _APPLICATION for anything else. */
     private static String errorName(Throwable e) {
-        if (e instanceof ProducerFencedException) {
-            return "PRODUCER_FENCED";
-        }
-        if (e instanceof InvalidProducerEpochException) {
-            return "INVALID_PRODUCER_EPOCH";
-        }
-        if (e instanceof ApiException) {
-            return Errors.forException(e).name();
+        for (Throwable t = e; t != null; t = t.getCause() == t ? null : t.getCause()) {
+            if (t instanceof ProducerFencedException) {
+                return "PRODUCER_FENCED";
+            }
+            if (t instanceof InvalidProducerEpochException) {
+                return "INVALID_PRODUCER_EPOCH";
+            }
+            if (t instanceof ApiException) {
+                Errors error = Errors.forException(t);
+                return LIBRDKAFKA_NAMES.getOrDefault(error.code(), error.name());
+            }
         }
         return Progress.APPLICATION_ERROR;
     }
