@@ -20,6 +20,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
@@ -262,3 +263,125 @@ def test_driver_killed_with_two_transactions_open_then_restart(spark, broker, un
     wait_for(lambda: (c := counted()) is not None and c["new_instance"] + c["timeout"] == 2
              and c["timeout"] == timeouts and c["new_instance"] + c["reinit"] == inits, 30,
              what=f"one fence per zombie and the rest of the {inits} InitProducerIds as re-inits")
+
+
+def _executors_of(worker_port: int) -> list[int]:
+    """The CoarseGrainedExecutorBackend JVMs the Worker on `worker_port` started (no other's)."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                cmd = (d / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if (b"org.apache.spark.executor.CoarseGrainedExecutorBackend" in cmd and b"--worker-url" in cmd
+                    and cmd[cmd.index(b"--worker-url") + 1].endswith(f":{worker_port}".encode())):
+                pids.append(int(d.name))
+    return pids
+
+
+def test_jvm_writer_executor_killed_mid_transaction_on_a_standalone_cluster(broker, unique, tmp_path):
+    """A Spark standalone cluster (a Master and one Worker of the pip-installed PySpark) runs
+    the reference pipeline on the JVM writer. At a moment the coordinator shows one of the
+    sink's transactions open with rows on the output that no transaction ended yet, the
+    executor is frozen, checked again, and SIGKILLed. Spark starts another executor and
+    retries the tasks within the run: the pipeline reaches its idle exit, read_committed
+    sees every window once, the killed attempt's rows were written and aborted, and the
+    retried task reports each killed transaction (fenced by its init)."""
+    import pyspark
+
+    from txnwatch_dev.jvm import LIGHT
+    from txnwatch_dev.net import free_port, port_open
+
+    name = unique("execkill").replace("-", "_")
+    inp, out = f"{name}-in", f"{name}-out"
+    create_topics(broker.bootstrap, [inp, out], partitions=2)
+    expected = make_input(broker.bootstrap, inp)
+    tids = [f"txnwatch.{name}.0", f"txnwatch.{name}.1"]
+    spark_class = str(Path(pyspark.__file__).parent / "bin" / "spark-class")
+    master_port, worker_port = free_port(), free_port()
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_DAEMON_MEMORY": "256m",
+           "SPARK_DAEMON_JAVA_OPTS": " ".join(LIGHT), "SPARK_LOCAL_DIRS": str(tmp_path / "local"),
+           "PYSPARK_SUBMIT_ARGS": (f'--driver-java-options "{" ".join(LIGHT)}" --conf spark.executor.memory=512m '
+                                   f'--conf "spark.executor.extraJavaOptions={" ".join(LIGHT)}" pyspark-shell')}
+    started: list[subprocess.Popen] = []
+
+    def spawn(tag: str, cmd: list[str]) -> subprocess.Popen:
+        with open(tmp_path / f"{tag}.log", "w") as log:      # own sessions: each killpg reaches its children
+            p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        started.append(p)
+        return p
+
+    api = TransactionAPI({"bootstrap.servers": broker.bootstrap}, 10)
+    lso = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "lso", "isolation.level": "read_committed"})
+    hwm = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "hwm", "isolation.level": "read_uncommitted"})
+    killed: dict[str, frozenset] = {}
+    try:
+        spawn("master", [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                         "--port", str(master_port), "--webui-port", str(free_port())])
+        wait_for(lambda: port_open("127.0.0.1", master_port), 120, what="the Spark Master")
+        spawn("worker", [spark_class, "org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{master_port}",
+                         "--host", "127.0.0.1", "--port", str(worker_port), "--webui-port", str(free_port()),
+                         "--cores", "2", "--memory", "1g", "--work-dir", str(tmp_path / "work")])
+        wait_for(lambda: "Successfully registered with master" in (tmp_path / "worker.log").read_text(), 120,
+                 what="the Worker registered with the Master")
+        child = spawn("pipeline", [
+            sys.executable, "-m", "txnwatch_dev.spark.pipeline", "--bootstrap", broker.bootstrap,
+            "--input-topic", inp, "--output-topic", out, "--checkpoint", str(tmp_path / "ckpt"), "--name", name,
+            "--master", f"spark://127.0.0.1:{master_port}", "--sink-writer", "jvm", "--trigger-seconds", "0.5",
+            "--max-records-per-batch", "100", "--window", f"{WINDOW} seconds", "--watermark", "5 seconds",
+            "--transaction-timeout-ms", "30000", "--broker-max-timeout-ms", "900000",
+            "--metrics-file", str(tmp_path / "metrics.txt"), "--exit-when-idle", "3", "--timeout", "240"])
+
+        def end(consumer: Consumer, p: int) -> int:     # the LSO read_committed, the HWM read_uncommitted
+            return consumer.get_watermark_offsets(TopicPartition(out, p), timeout=10, cached=False)[1]
+
+        def frozen_mid_transaction() -> list[int]:
+            """The executor stopped while a sink transaction is open with rows on the output
+            past the last stable offset (written, not yet committed or aborted)."""
+            if not any(d.state == "Ongoing" for d in api.describe_transactions(tids).values()):
+                return []
+            executors = _executors_of(worker_port)
+            for pid in executors:
+                os.kill(pid, signal.SIGSTOP)       # what the coordinator shows now stays so
+            open_ = {t: d.partitions for t, d in api.describe_transactions(tids).items() if d.state == "Ongoing"}
+            written = {p for parts in open_.values() for topic, p in parts if topic == out}
+            if executors and any(end(lso, p) < end(hwm, p) for p in written):
+                killed.update(open_)
+                return executors
+            for pid in executors:
+                os.kill(pid, signal.SIGCONT)       # committed in between, or no row yet: try again
+            return []
+
+        executors = wait_for(lambda: child.poll() is not None or frozen_mid_transaction(), 180, interval=0.02,
+                             what="a sink transaction open with rows written, on the cluster's executor")
+        assert child.poll() is None and killed, (tmp_path / "pipeline.log").read_text()[-3000:]
+        for pid in executors:
+            os.kill(pid, signal.SIGKILL)
+        rc = child.wait(300)
+        log = (tmp_path / "pipeline.log").read_text()
+        assert rc == 0, log[-3000:]
+        assert "Lost executor 0" in log, log[-3000:]          # the driver saw the killed executor go
+        (app,) = (tmp_path / "work").iterdir()                 # one application, its executors' dirs
+        assert len(list(app.iterdir())) >= 2, "Spark did not start another executor"
+    finally:
+        api.close()
+        lso.close()
+        hwm.close()
+        for p in started:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait(30)
+        for pid in _executors_of(worker_port):      # none should be left (same process group as the Worker)
+            os.kill(pid, signal.SIGKILL)
+    records = assert_exactly_once(broker.bootstrap, out, expected)
+    attempts = committed_attempts(broker.bootstrap, name)
+    assert {r.attempt for r in records} <= set(attempts)
+    aborted = aborted_records(broker.bootstrap, out, records)
+    assert aborted and not {r.attempt for r in aborted} & set(attempts)      # the killed attempt's rows
+    smp = samples((tmp_path / "metrics.txt").read_text())
+    for tid in killed:      # reported by the task's next attempt, on the new executor
+        assert total(smp, "kafka_producer_transactions_total", transactional_id=tid, outcome="aborted") == 1
+        assert total(smp, "kafka_producer_transaction_errors_total", transactional_id=tid,
+                     error="PRODUCER_FENCED") == 1
+    assert total(smp, "kafka_producer_transactions_total", app=name, outcome="committed") >= 4
