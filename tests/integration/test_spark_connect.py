@@ -49,14 +49,20 @@ def run_pipeline(bootstrap: str, name: str, checkpoint: str, exporter_url: str, 
     return out
 
 
-def test_pipeline_on_spark_connect_exactly_once_through_a_task_failure(broker, unique, tmp_path, exporter_factory,
-                                                                       request):
-    name = unique("connect").replace("-", "_")
+def pipeline_topics_and_exporter(broker, unique_name: str, exporter_factory):
+    """The pipeline's input (written) and output topics, and an exporter that watches the
+    output and takes forwarded metrics: (name, the input written, the exporter)."""
+    name = unique_name.replace("-", "_")
     create_topics(broker.bootstrap, [f"{name}-in", f"{name}-out"], partitions=2)
     expected = make_input(broker.bootstrap, f"{name}-in")
     cfg = cluster_config(broker.bootstrap, [f"{name}-out"])
     cfg["http"] = {**cfg.get("http", {}), "ingest_token": TOKEN}
-    exp = exporter_factory(cfg)
+    return name, expected, exporter_factory(cfg)
+
+
+def test_pipeline_on_spark_connect_exactly_once_through_a_task_failure(broker, unique, tmp_path, exporter_factory,
+                                                                       request):
+    name, expected, exp = pipeline_topics_and_exporter(broker, unique("connect"), exporter_factory)
     checkpoint = str(tmp_path / "ckpt")
     flag = tmp_path / "failed-once"
     fault = {"batch": 3, "task": 1, "once_file": str(flag), "wait_others": True}
@@ -116,12 +122,7 @@ def test_jvm_writer_on_spark_connect(broker, unique, tmp_path, exporter_factory)
     the local Connect server's spark.jars): every window once for read_committed consumers, and
     every committed transaction in the exporter once, forwarded from the server's foreachBatch
     worker, which got them back from the JVM tasks through the write's session configuration."""
-    name = unique("connect_jvm").replace("-", "_")
-    create_topics(broker.bootstrap, [f"{name}-in", f"{name}-out"], partitions=2)
-    expected = make_input(broker.bootstrap, f"{name}-in")
-    cfg = cluster_config(broker.bootstrap, [f"{name}-out"])
-    cfg["http"] = {**cfg.get("http", {}), "ingest_token": TOKEN}
-    exp = exporter_factory(cfg)
+    name, expected, exp = pipeline_topics_and_exporter(broker, unique("connect_jvm"), exporter_factory)
     run = run_pipeline(broker.bootstrap, name, str(tmp_path / "ckpt"), exp.url, tmp_path, "jvm", "--sink-writer", "jvm")
     assert run.returncode == 0 and "stopped (idle)" in run.stdout, run.stdout + run.stderr[-4000:]
     records = assert_exactly_once(broker.bootstrap, f"{name}-out", expected)
