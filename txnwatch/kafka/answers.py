@@ -18,8 +18,8 @@ class PartitionOffsets(NamedTuple):
     """A partition's log end offsets as read, and the LSO stall clock the exporter derives
     from one read to the next (unset as read). One type for both, the exporter's
     PartitionState: a partition whose LSO is not stalled is then one object from the answer
-    to the snapshot, where two per partition were a sixth of the poller's memory at 100,000
-    partitions. `stalled_since` is when the LSO got stuck below the HWM (the timestamp of the
+    to the snapshot, where two per partition were a fifth of what the poller's Python held
+    per partition (bench/bench_poll_memory.py). `stalled_since` is when the LSO got stuck below the HWM (the timestamp of the
     first record at the LSO when known, else first observation)."""
 
     topic: str

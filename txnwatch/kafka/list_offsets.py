@@ -175,7 +175,7 @@ class LeaderRequest:
     @property
     def bodies(self) -> tuple[bytes, bytes]:
         """The bodies for READ_UNCOMMITTED and READ_COMMITTED. Only the one is kept: they
-        differ in the isolation byte alone, and at 100,000 partitions each is megabytes."""
+        differ in the isolation byte alone (17 bytes a partition each: 1.7 MB at 100,000)."""
         at = ISOLATION_AT
         return self.body, self.body[:at] + bytes((READ_COMMITTED,)) + self.body[at + 1:]
 
