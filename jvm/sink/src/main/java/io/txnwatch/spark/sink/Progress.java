@@ -59,21 +59,20 @@ final class Progress {
         this.dead = dead;
     }
 
-    /** Exact once no transaction of the task's id is open (after initTransactions). `known`:
-     *  the marker this JVM committed last for the task; when the committed offset still
-     *  names it and only its commit's control record follows, it is not fetched again. */
-    static Progress read(KafkaConsumer<byte[], byte[]> consumer, SinkOptions o, int task, Marker known) {
+    /** What a kept producer knows of its id: its own last commit (or skip), with no attempt
+     *  after it (see TaskWriter.start). */
+    static Progress known(long committedOffset, Marker marker) {
+        return new Progress(committedOffset, marker, Collections.emptyList());
+    }
+
+    /** Exact once no transaction of the task's id is open (after initTransactions). */
+    static Progress read(KafkaConsumer<byte[], byte[]> consumer, SinkOptions o, int task) {
         TopicPartition tp = new TopicPartition(o.progressTopic, task);
         Set<TopicPartition> one = Collections.singleton(tp);
         Duration timeout = Duration.ofMillis(o.commitTimeoutMs);
         OffsetAndMetadata om = consumer.committed(one, timeout).get(tp);
         long c = om == null || om.offset() < 0 ? -1 : om.offset();
         long high = consumer.endOffsets(one, timeout).get(tp);
-        if (known != null && c > 0 && known.offset == c - 1 && high == c + 1) {
-            return new Progress(c, known, Collections.emptyList());
-        }
-        // The log start only matters when the partition is read: one round trip fewer per batch
-        // for the task whose own marker is the last.
         long low = consumer.beginningOffsets(one, timeout).get(tp);
         long start = Math.max(c > 0 ? c - 1 : low, low);
         Marker marker = null;

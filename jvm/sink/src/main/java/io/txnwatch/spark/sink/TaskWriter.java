@@ -103,33 +103,26 @@ final class TaskWriter implements DataWriter<InternalRow> {
     private void start() {
         started = true;
         t0 = System.nanoTime();
+        TaskClients.TaskProducer p = TaskClients.take(o, task);
+        // A kept producer's own last commit (or skip) is the id's progress: another producer of
+        // the id could only have committed since after an init, which fenced this one, and the
+        // marker's send finds that out (proceed returns false) before any row is written. Its
+        // progress is then read afresh after a new init. So a kept producer reads nothing.
+        if (p != null && proceed(p, Progress.known(p.committedOffset, p.lastMarker), Collections.emptyList(), true)) {
+            return;
+        }
+        if (p != null) {
+            p.producer.close(Duration.ZERO);
+            records.clear();
+        }
         KafkaConsumer<byte[], byte[]> consumer = TaskClients.borrowConsumer(o);
         try {
-            TaskClients.TaskProducer p = TaskClients.take(o, task);
-            if (p != null) {
-                Progress prog;
-                try {
-                    prog = Progress.read(consumer, o, task, p.lastMarker);
-                } catch (RuntimeException e) {
-                    p.producer.close(Duration.ZERO);
-                    throw e;
-                }
-                // Unless another instance of this id committed since this producer's init (the task
-                // ran in another JVM, or on the other writer), and unless one was initialised since
-                // (its marker is refused), this producer still owns the id. Otherwise it is fenced:
-                // start over with a new init, and the progress read after it.
-                if (p.committedOffset == prog.committedOffset && proceed(p, prog, Collections.emptyList(), true)) {
-                    return;
-                }
-                p.producer.close(Duration.ZERO);
-                records.clear();
-            }
             PriorTransaction prior = PriorTransaction.describe(o, task);
             p = TaskClients.initialised(o, task);
             double fencedAt = System.currentTimeMillis() / 1000.0;
             Progress prog;
             try {
-                prog = Progress.read(consumer, o, task, null);
+                prog = Progress.read(consumer, o, task);
             } catch (RuntimeException e) {
                 p.producer.close(Duration.ZERO);
                 throw e;
@@ -148,14 +141,14 @@ final class TaskWriter implements DataWriter<InternalRow> {
         records.addAll(prog.deadAttemptRecords(o, task, own, System.currentTimeMillis() / 1000.0));
         Long done = prog.batch();
         if (done != null && done >= o.batchId) {
+            p.committedOffset = prog.committedOffset;
+            p.lastMarker = prog.marker;
             if (prog.marker.tasks != o.numTasks) {
                 TaskClients.give(o, task, p);
                 throw new IllegalStateException("batch " + o.batchId + " was already written by task " + task
                     + " with num_tasks=" + prog.marker.tasks + "; replaying it with num_tasks=" + o.numTasks
                     + " would write rows twice or lose them");
             }
-            p.committedOffset = prog.committedOffset;
-            p.lastMarker = prog.marker;
             TaskClients.give(o, task, p);
             replayed = true;
             return true;
@@ -186,7 +179,9 @@ final class TaskWriter implements DataWriter<InternalRow> {
             // The marker is on the broker before any row is sent: a transaction with rows always has
             // its marker (the Java client drops what it has not sent yet when a send error aborts
             // the transaction), so the attempt after it can report it; and a kept producer fenced
-            // since its init is found out here, before the rows.
+            // since its init is found out here, before the rows. flush sends it now, not after
+            // linger.ms.
+            p.producer.flush();
             markerSent.get(o.commitTimeoutMs, java.util.concurrent.TimeUnit.MILLISECONDS);
         } catch (Exception e) {
             Throwable cause = e instanceof java.util.concurrent.ExecutionException ? e.getCause() : e;
