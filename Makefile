@@ -19,7 +19,7 @@ test: bootstrap
 # The Spark tests of the listener's parsing and of the sink, on the oldest PySpark
 # pyproject.toml claims (.venv-spark-oldest, made by bootstrap).
 OLDEST_SPARK_TESTS = tests/integration/test_spark_listener.py tests/integration/test_sink.py \
-	tests/integration/test_spark_kafka.py
+	tests/integration/test_sink_stream.py tests/integration/test_spark_kafka.py
 
 unit: bootstrap
 	.venv/bin/python -m pytest -q tests/unit

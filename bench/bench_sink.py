@@ -16,6 +16,9 @@ Sinks (`txnwatch.pipeline.Settings.sink`):
 - eos-python: the same sink written from Python workers (mapInArrow, librdkafka);
 - eos-input: the eos sink with partitioning="input": the batch's own 2 partitions (the
   agg's shuffle partitions, or the input topic's 2 partitions) written as they are;
+- eos-stream: the eos sink as the query's own sink (`sink.write_stream(df)`, no foreachBatch:
+  each batch written in its own job, hashed on key by Spark), from Spark's JVM;
+- eos-stream-input: eos-stream with partitioning="input" (no shuffle);
 - eos-baseline: the Python writer as it was before issue 21 (shuffle on key, no spare producers:
   a task id taken over by another Python worker starts a cold producer);
 - spark-kafka: Spark's own Kafka sink (`writeStream.format("kafka")`, at least once);
@@ -64,13 +67,14 @@ import threading
 import time
 from pathlib import Path
 
-from txnwatch.pipeline import Settings, executed, make_sink, read_input, spark_session, start_query
+from txnwatch.pipeline import Settings, executed, read_input, spark_session, start_query, start_sink
 from txnwatch.producer import TransactionalProducer
 from txnwatch_dev.kafka import make_broker
 from txnwatch_dev.transactions.workload import create_topics
 
 BASE = 1_700_000_000
-SINKS = ("eos-baseline", "eos", "eos-python", "eos-input", "spark-kafka", "at-least-once")
+SINKS = ("eos-baseline", "eos", "eos-python", "eos-input", "eos-stream", "eos-stream-input", "spark-kafka",
+         "at-least-once")
 
 
 # --------------------------------------------------------------------------- input
@@ -203,11 +207,12 @@ def settings(bootstrap: str, in_topic: str, sink: str, trigger: float, max_recor
              tag: str) -> Settings:
     out = f"bench-out-{tag}"
     create_topics(bootstrap, [out], partitions=2)
-    partitioning = "input" if sink == "eos-input" else "key"
+    partitioning = "input" if sink.endswith("-input") else "key"
     return Settings(bootstrap=bootstrap, input_topic=in_topic, output_topic=out, checkpoint=str(tmp / tag),
                     name=f"bench_{tag}", sink="eos" if sink.startswith("eos") else sink, num_tasks=2,
                     sink_partitioning=partitioning, sink_warm_spares=sink != "eos-baseline",
                     sink_writer="python" if sink in ("eos-python", "eos-baseline") else "auto",
+                    sink_form="stream" if sink.startswith("eos-stream") else "foreachBatch",
                     trigger_seconds=trigger,
                     max_records_per_batch=max_records, window="1 second", watermark="1 second",
                     transaction_timeout_ms=max(60_000, int(trigger * 4000)), broker_max_timeout_ms=900_000)
@@ -215,14 +220,7 @@ def settings(bootstrap: str, in_topic: str, sink: str, trigger: float, max_recor
 
 def start_projection(spark, s: Settings):
     """read_input -> (key, value) unchanged -> the sink of `s`, as start_query builds it."""
-    df = read_input(spark, s).select("key", "value")
-    w = (df.writeStream.queryName(s.name).outputMode("append").option("checkpointLocation", s.checkpoint)
-         .trigger(processingTime=f"{int(s.trigger_seconds * 1000)} milliseconds"))
-    if s.sink == "spark-kafka":
-        return w.format("kafka").option("kafka.bootstrap.servers", s.bootstrap) \
-                .option("topic", s.output_topic).start(), None
-    sk = make_sink(s)
-    return w.foreachBatch(sk).start(), sk
+    return start_sink(read_input(spark, s).select("key", "value"), s)
 
 
 def start(spark, s: Settings, transform: str):

@@ -51,6 +51,7 @@ class Settings:
     sink_partitioning: str = "key"    # eos: key (shuffle on key) | input (the batch's own partitions)
     sink_warm_spares: bool = True     # eos: a connected spare producer per id in each Python worker
     sink_writer: str = "auto"         # eos: auto (the JVM writer where it loads) | jvm | python
+    sink_form: str = "foreachBatch"   # eos: foreachBatch(sink) | stream (sink.write_stream: the query's own sink)
     trigger_seconds: float = 1.0
     max_records_per_batch: int | None = 50_000
     starting_offsets: str = "earliest"
@@ -111,16 +112,22 @@ def make_sink(s: Settings, metrics: Any = None) -> Any:
 
 def start_query(spark: Any, s: Settings, metrics: Any = None) -> tuple[Any, Any]:
     """Start the pipeline's streaming query; returns (query, sink or None)."""
-    out = transform(read_input(spark, s), s)
-    w = out.writeStream.queryName(s.name).outputMode(s.output_mode).option("checkpointLocation", s.checkpoint)
+    return start_sink(transform(read_input(spark, s), s), s, metrics)
+
+
+def start_sink(out: Any, s: Settings, metrics: Any = None) -> tuple[Any, Any]:
+    """Start writing the streaming DataFrame `out` to the sink of `s`; (query, sink or None)."""
+    sink = None
+    if s.sink == "spark-kafka":
+        w = out.writeStream.format("kafka").option("kafka.bootstrap.servers", s.bootstrap).option("topic",
+                                                                                                s.output_topic)
+    else:
+        sink = make_sink(s, metrics)
+        w = sink.write_stream(out) if s.sink_form == "stream" else out.writeStream.foreachBatch(sink)
+    w = w.queryName(s.name).outputMode(s.output_mode).option("checkpointLocation", s.checkpoint)
     if s.trigger_seconds:
         w = w.trigger(processingTime=f"{int(s.trigger_seconds * 1000)} milliseconds")
-    if s.sink == "spark-kafka":
-        q = (w.format("kafka").option("kafka.bootstrap.servers", s.bootstrap)
-             .option("topic", s.output_topic).start())
-        return q, None
-    sink = make_sink(s, metrics)
-    return w.foreachBatch(sink).start(), sink
+    return w.start(), sink
 
 
 def executed(progress: dict) -> bool:
@@ -225,6 +232,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--sink-writer", choices=["auto", "jvm", "python"], default="auto",
                    help="eos: where batches are written from: Spark's JVM (the jar txnwatch ships) or "
                         "Python workers; auto = the JVM where the jar loads (docs/spark-sink.md)")
+    p.add_argument("--sink-form", choices=["foreachBatch", "stream"], default="foreachBatch",
+                   help="eos: foreachBatch(sink), or the query's own sink (sink.write_stream: faster, the "
+                        "JVM writer only; docs/spark-sink.md)")
     p.add_argument("--trigger-seconds", type=float, default=1.0, help="0: as fast as possible")
     p.add_argument("--max-records-per-batch", type=int, default=50_000, help="0: no limit")
     p.add_argument("--starting-offsets", default="earliest")
@@ -256,6 +266,7 @@ def settings_from(a: argparse.Namespace) -> Settings:
     return Settings(bootstrap=a.bootstrap, input_topic=a.input_topic, output_topic=a.output_topic,
                     checkpoint=a.checkpoint, name=a.name, sink=a.sink,
                     num_tasks=a.num_tasks, sink_partitioning=a.sink_partitioning, sink_writer=a.sink_writer,
+                    sink_form=a.sink_form,
                     trigger_seconds=a.trigger_seconds,
                     max_records_per_batch=a.max_records_per_batch or None,
                     starting_offsets=a.starting_offsets, window=a.window, watermark=a.watermark,
@@ -306,11 +317,13 @@ def run(a: argparse.Namespace, s: Settings) -> int:
     rc = 0
     try:
         try:
-            query, _sink = start_query(spark, s, metrics=listener)
+            query, sink = start_query(spark, s, metrics=listener)
         except UnsafeSinkSettings as exc:
             print(f"txnwatch pipeline: {exc}", file=sys.stderr)
             return 2
-        print(f"started query {s.name} id={query.id}", flush=True)
+        how_written = "" if sink is None or s.sink != "eos" else \
+            f" (sink: {s.sink_form if s.sink_form == 'stream' else 'foreachBatch'} form, {sink.writer_in_use} writer)"
+        print(f"started query {s.name} id={query.id}{how_written}", flush=True)
         if a.exit_when_idle is not None:
             how = run_until_idle(query, a.exit_when_idle, a.timeout or float("inf"))
         else:

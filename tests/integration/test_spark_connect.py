@@ -138,3 +138,27 @@ def test_jvm_writer_on_spark_connect(broker, unique, tmp_path, exporter_factory)
     assert sum(committed.values()) == len(attempts), (committed, len(attempts))
     assert set(committed) == {f"txnwatch.{name}.0", f"txnwatch.{name}.1"}
     assert not m.select("kafka_producer_transactions_total", app=name, outcome="aborted")
+
+
+def test_stream_form_on_spark_connect(broker, unique, tmp_path, exporter_factory):
+    """The pipeline under Spark Connect with the sink as the query's own sink (`--sink-form
+    stream`: no foreachBatch, no Python worker in the server): every window once for
+    read_committed consumers, and every committed transaction in the exporter once, reported
+    from the client's listener, which reads them from the query's progress events."""
+    name, expected, exp = pipeline_topics_and_exporter(broker, unique("connect_stream"), exporter_factory)
+    run = run_pipeline(broker.bootstrap, name, str(tmp_path / "ckpt"), exp.url, tmp_path, "stream",
+                       "--sink-writer", "jvm", "--sink-form", "stream")
+    assert run.returncode == 0 and "stopped (idle)" in run.stdout, run.stdout + run.stderr[-4000:]
+    assert "(sink: stream form, jvm writer)" in run.stdout, run.stdout
+    records = assert_exactly_once(broker.bootstrap, f"{name}-out", expected)
+    attempts = committed_attempts(broker.bootstrap, name)
+    assert {r.attempt for r in records} <= set(attempts)
+    assert not aborted_records(broker.bootstrap, f"{name}-out", records)
+    m = exp.wait_metric(
+        lambda m: sum(v for lb, v in m.select("kafka_producer_transactions_total", app=name)
+                      if lb["outcome"] == "committed") >= len(attempts), 60,
+        what="every committed transaction of the stream form in the exporter")
+    committed = {lb["transactional_id"]: v for lb, v in m.select("kafka_producer_transactions_total", app=name)
+                 if lb["outcome"] == "committed"}
+    assert sum(committed.values()) == len(attempts), (committed, len(attempts))
+    assert set(committed) == {f"txnwatch.{name}.0", f"txnwatch.{name}.1"}

@@ -81,3 +81,61 @@ def test_the_write_options(jar):
 ])
 def test_what_counts_as_a_writer_that_does_not_load(message, missing):
     assert jvm.is_missing(RuntimeError(message)) is missing
+
+
+def test_the_stream_form_options_take_the_batch_from_spark(jar):
+    s = sink(num_tasks=3, partitioning="input")
+    opts = jvm.options(s.config, None, None, s.partitioning)
+    assert "batch.id" not in opts and opts["partitioning"] == "input" and opts["num.tasks"] == "3"
+    assert "partitioning" not in jvm.options(s.config, 7, None)     # a foreachBatch batch comes laid out
+
+
+def results_metrics(name="orders", batch="4", results='{"batch": 4, "results": [{"task": 0}]}') -> dict:
+    return {jvm.METRIC_SINK: name, jvm.METRIC_BATCH: batch, jvm.METRIC_RESULTS: results}
+
+
+def test_stream_results_are_read_from_the_sink_metrics_of_this_sink_only(caplog):
+    assert jvm.stream_results(results_metrics(), "orders") == (4, [{"task": 0}])
+    assert jvm.stream_results(results_metrics(name="other"), "orders") is None
+    assert jvm.stream_results({}, "orders") is None and jvm.stream_results(None, "orders") is None
+    assert jvm.stream_results(results_metrics(results="{not json"), "orders") is None
+    assert jvm.stream_results(results_metrics(batch="x"), "orders") is None
+    assert "unreadable results" in caplog.text
+
+
+class Progress:
+    def __init__(self, run: str, metrics: dict) -> None:
+        self.runId, self.sink = run, type("Sink", (), {"metrics": metrics})()
+
+
+class Event:
+    def __init__(self, run: str, metrics: dict) -> None:
+        self.progress = Progress(run, metrics)
+
+
+def test_each_batch_is_reported_once_per_query_run():
+    """A no-data batch's progress repeats the last batch's results; a restarted run may
+    replay the batch (its tasks then report `replayed`): reported again, as a new run's."""
+    from txnwatch.spark_listener.sink.stream import StreamResults
+
+    got = []
+    listener = StreamResults("orders", lambda batch, results: got.append(batch))
+    for run, batch in (("a", "0"), ("a", "1"), ("a", "1"), ("b", "1"), ("b", "2")):
+        listener.onQueryProgress(Event(run, results_metrics(batch=batch)))
+    listener.onQueryProgress(Event("b", results_metrics(name="other", batch="3")))
+    assert got == [0, 1, 1, 2]
+
+
+def test_a_report_that_fails_never_reaches_the_query(caplog):
+    from txnwatch.spark_listener.sink.stream import StreamResults
+
+    def broken(batch, results):
+        raise RuntimeError("boom")
+
+    StreamResults("orders", broken).onQueryProgress(Event("a", results_metrics()))
+    assert "could not report" in caplog.text
+
+
+def test_the_stream_form_needs_the_jvm_writer(jar):
+    with pytest.raises(UnsafeSinkSettings, match="write_stream needs the JVM writer"):
+        sink(writer="python").write_stream(object())

@@ -26,6 +26,8 @@ log = logging.getLogger(__name__)
 
 FORMAT = "txnwatch-kafka-eos"
 RESULTS_KEY_PREFIX = "txnwatch.sink.results."
+# A streaming write's sink metrics (its query's progress): the sink, its last batch, the results.
+METRIC_SINK, METRIC_BATCH, METRIC_RESULTS = "txnwatch.sink", "txnwatch.batch", "txnwatch.results"
 JAR = Path(__file__).parent / "jars" / "txnwatch-spark-sink.jar"
 
 # librdkafka settings that mean the same to Kafka's Java clients, passed on as they are.
@@ -72,12 +74,19 @@ def unsupported_settings(cfg: SinkConfig, jvm_client_config: dict | None) -> str
     return None
 
 
-def options(cfg: SinkConfig, batch_id: int, jvm_client_config: dict | None) -> dict[str, str]:
-    """The write's options: the sink's settings, as jvm/sink's SinkOptions reads them."""
+def options(cfg: SinkConfig, batch_id: int | None, jvm_client_config: dict | None,
+            partitioning: str = "key") -> dict[str, str]:
+    """The write's options: the sink's settings, as jvm/sink's SinkOptions reads them. A
+    foreachBatch write names its batch (laid out already); a streaming write (batch_id None)
+    takes each batch's id from Spark and is laid out by `partitioning`."""
     opts = {"name": cfg.name, "bootstrap.servers": cfg.bootstrap_servers, "topic": cfg.topic,
-            "progress.topic": cfg.progress_topic, "num.tasks": str(cfg.num_tasks), "batch.id": str(int(batch_id)),
+            "progress.topic": cfg.progress_topic, "num.tasks": str(cfg.num_tasks),
             "transaction.timeout.ms": str(cfg.transaction_timeout_ms),
             "commit.timeout.seconds": str(cfg.commit_timeout_seconds)}
+    if batch_id is None:
+        opts["partitioning"] = partitioning
+    else:
+        opts["batch.id"] = str(int(batch_id))
     client = jvm_client_config if jvm_client_config is not None else dict(cfg.client_config)
     for k, v in client.items():
         opts[f"client.{k}"] = str(v)
@@ -85,6 +94,19 @@ def options(cfg: SinkConfig, batch_id: int, jvm_client_config: dict | None) -> d
         if k not in FORCED_KEYS:
             opts[f"producer.{k}"] = str(v)
     return opts
+
+
+def stream_results(sink_metrics: dict | None, name: str) -> tuple[int, list[dict]] | None:
+    """A streaming write's last batch and its task results, from a progress's sink metrics
+    (what the jar's table reports), or None when they are not this sink's."""
+    if not sink_metrics or sink_metrics.get(METRIC_SINK) != name:
+        return None
+    try:
+        got = json.loads(sink_metrics[METRIC_RESULTS])
+        return int(sink_metrics[METRIC_BATCH]), list(got.get("results") or [])
+    except (KeyError, ValueError, TypeError, AttributeError):
+        log.warning("sink %s: unreadable results in the query's sink metrics; this batch is not reported", name)
+        return None
 
 
 def is_missing(exc: BaseException) -> bool:

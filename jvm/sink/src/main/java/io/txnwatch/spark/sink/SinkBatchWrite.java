@@ -12,9 +12,6 @@ import org.apache.spark.sql.connector.write.DataWriter;
 import org.apache.spark.sql.connector.write.DataWriterFactory;
 import org.apache.spark.sql.connector.write.PhysicalWriteInfo;
 import org.apache.spark.sql.connector.write.WriterCommitMessage;
-import org.apache.spark.sql.types.BinaryType;
-import org.apache.spark.sql.types.DataType;
-import org.apache.spark.sql.types.StringType;
 import org.apache.spark.sql.types.StructType;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -43,35 +40,11 @@ final class SinkBatchWrite implements BatchWrite {
 
     @Override
     public DataWriterFactory createBatchWriterFactory(PhysicalWriteInfo info) {
-        int value = column(input, "value");
-        if (value < 0) {
-            throw new IllegalArgumentException("the batch needs a `value` column (and optionally `key`); got "
-                + String.join(", ", input.fieldNames()));
+        if (options.batchId < 0) {
+            throw new IllegalArgumentException("the txnwatch exactly-once writer needs the option 'batch.id' for a "
+                + "batch write: write through txnwatch's ExactlyOnceKafkaSink, which sets it");
         }
-        int key = column(input, "key");
-        boolean valueIsString = isString(input.fields()[value].dataType());
-        boolean keyIsString = key >= 0 && isString(input.fields()[key].dataType());
-        return new Factory(options, key, keyIsString, value, valueIsString);
-    }
-
-    private static int column(StructType schema, String name) {
-        String[] names = schema.fieldNames();
-        for (int i = 0; i < names.length; i++) {
-            if (names[i].equalsIgnoreCase(name)) {
-                return i;
-            }
-        }
-        return -1;
-    }
-
-    private static boolean isString(DataType t) {
-        if (t instanceof StringType) {
-            return true;
-        }
-        if (t instanceof BinaryType) {
-            return false;
-        }
-        throw new IllegalArgumentException("key and value must be string or binary columns, got " + t.simpleString());
+        return new Factory(options, Columns.of(input));
     }
 
     @Override
@@ -83,17 +56,8 @@ final class SinkBatchWrite implements BatchWrite {
 
     @Override
     public void commit(WriterCommitMessage[] messages) {
-        List<Map<String, Object>> results = new ArrayList<>();
-        for (WriterCommitMessage m : messages) {
-            if (m instanceof TaskResult) {
-                results.add(((TaskResult) m).asMap());
-            }
-        }
-        Map<String, Object> payload = new LinkedHashMap<>();
-        payload.put("batch", options.batchId);
-        payload.put("results", results);
         try {
-            setSessionConf(RESULTS_KEY_PREFIX + options.name, new ObjectMapper().writeValueAsString(payload));
+            setSessionConf(RESULTS_KEY_PREFIX + options.name, TaskResult.payload(options.batchId, messages));
         } catch (Exception e) {   // the batch is committed; only its metrics are lost
             LOG.warn("txnwatch sink {}: could not hand batch {}'s results to the Python sink", options.name,
                 options.batchId, e);
@@ -119,17 +83,11 @@ final class SinkBatchWrite implements BatchWrite {
     private static final class Factory implements DataWriterFactory {
         private static final long serialVersionUID = 1L;
         private final SinkOptions options;
-        private final int key;
-        private final boolean keyIsString;
-        private final int value;
-        private final boolean valueIsString;
+        private final Columns columns;
 
-        Factory(SinkOptions options, int key, boolean keyIsString, int value, boolean valueIsString) {
+        Factory(SinkOptions options, Columns columns) {
             this.options = options;
-            this.key = key;
-            this.keyIsString = keyIsString;
-            this.value = value;
-            this.valueIsString = valueIsString;
+            this.columns = columns;
         }
 
         @Override
@@ -138,7 +96,7 @@ final class SinkBatchWrite implements BatchWrite {
                 throw new IllegalStateException("task index " + partitionId + " >= num_tasks " + options.numTasks
                     + ": the batch was not partitioned into exactly num_tasks partitions");
             }
-            return new TaskWriter(options, partitionId, key, keyIsString, value, valueIsString);
+            return columns.writer(options, partitionId);
         }
     }
 }

@@ -22,7 +22,8 @@ final class SinkOptions implements Serializable {
     final String topic;
     final String progressTopic;
     final int numTasks;
-    final long batchId;
+    final long batchId;            // -1 in a streaming write: each batch's is its epoch id
+    final String partitioning;     // a streaming write's layout: "key" or "input"
     final int transactionTimeoutMs;
     final long commitTimeoutMs;
     final Map<String, String> producerConfig = new HashMap<>();
@@ -34,7 +35,12 @@ final class SinkOptions implements Serializable {
         topic = required(options, "topic");
         progressTopic = required(options, "progress.topic");
         numTasks = Integer.parseInt(required(options, "num.tasks"));
-        batchId = Long.parseLong(required(options, "batch.id"));
+        batchId = Long.parseLong(options.getOrDefault("batch.id", "-1"));
+        partitioning = options.getOrDefault("partitioning", "key");
+        if (!partitioning.equals("key") && !partitioning.equals("input")) {
+            throw new IllegalArgumentException("the txnwatch exactly-once writer's option 'partitioning' is 'key' or "
+                + "'input', got '" + partitioning + "'");
+        }
         transactionTimeoutMs = Integer.parseInt(required(options, "transaction.timeout.ms"));
         commitTimeoutMs = (long) (Double.parseDouble(options.getOrDefault("commit.timeout.seconds", "60")) * 1000);
         for (Map.Entry<String, String> e : options.entrySet()) {
@@ -45,6 +51,25 @@ final class SinkOptions implements Serializable {
                 clientConfig.put(e.getKey().substring(CLIENT_PREFIX.length()), e.getValue());
             }
         }
+    }
+
+    /** The same options for one batch of a streaming write. */
+    private SinkOptions(SinkOptions o, long batchId) {
+        name = o.name;
+        bootstrapServers = o.bootstrapServers;
+        topic = o.topic;
+        progressTopic = o.progressTopic;
+        numTasks = o.numTasks;
+        this.batchId = batchId;
+        partitioning = o.partitioning;
+        transactionTimeoutMs = o.transactionTimeoutMs;
+        commitTimeoutMs = o.commitTimeoutMs;
+        producerConfig.putAll(o.producerConfig);
+        clientConfig.putAll(o.clientConfig);
+    }
+
+    SinkOptions forBatch(long id) {
+        return new SinkOptions(this, id);
     }
 
     private static String required(Map<String, String> options, String key) {

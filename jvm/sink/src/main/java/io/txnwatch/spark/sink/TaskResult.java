@@ -1,6 +1,9 @@
 package io.txnwatch.spark.sink;
 
+import com.fasterxml.jackson.core.JsonProcessingException;
+import java.util.ArrayList;
 import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Map;
 import org.apache.spark.sql.connector.write.WriterCommitMessage;
 
@@ -37,5 +40,19 @@ final class TaskResult implements WriterCommitMessage {
         m.put("attempt", attempt);
         m.put("seconds", seconds);
         return m;
+    }
+
+    /** A batch's results as the Python sink reads them: {"batch": id, "results": [...]}. */
+    static String payload(long batchId, WriterCommitMessage[] messages) throws JsonProcessingException {
+        List<Map<String, Object>> results = new ArrayList<>();
+        for (WriterCommitMessage m : messages) {
+            if (m instanceof TaskResult) {
+                results.add(((TaskResult) m).asMap());
+            }
+        }
+        Map<String, Object> payload = new LinkedHashMap<>();
+        payload.put("batch", batchId);
+        payload.put("results", results);
+        return Progress.JSON.writeValueAsString(payload);
     }
 }
