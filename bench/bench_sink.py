@@ -295,6 +295,14 @@ def batch_stats(q) -> dict:
             if data else 0}
 
 
+def wait_reported(sk, batches: int, timeout: float = 60.0) -> None:
+    """Until the stream form's sink has its batches' results (they come with the progress
+    events, after the batch)."""
+    deadline = time.monotonic() + timeout
+    while sk.stats.get("batches", 0) < batches and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
 def sink_stats(sk) -> dict:
     if sk is None:
         return {}
@@ -313,6 +321,8 @@ def throughput_run(spark, bootstrap: str, topic: str, total: int, sink: str, tra
         st = batch_stats(q)
     finally:
         q.stop()
+    if s.sink_form == "stream":
+        wait_reported(sk, st["batches"])
     out = count_topic(bootstrap, s.output_topic)
     return {"phase": "throughput", "transform": transform, "sink": sink, "trigger": trigger,
             "max_records_per_batch": max_records, **st, "output_rows": out,
@@ -355,6 +365,8 @@ def latency_run(spark, bootstrap: str, sink: str, trigger: float, rate: int, sec
         q.stop()
         rec.stop.set()
         rec.join(10)
+    if s.sink_form == "stream":
+        wait_reported(sk, st["batches"])
     warmup = max(3.0, trigger + 0.5)
     since = prod.started + warmup
     seen: dict[int, int] = {}
@@ -409,7 +421,7 @@ def throughput_table(results: list[dict], sinks: list[str]) -> list[str]:
                     f"| {med[sink]['wall_rows_per_s']:,.0f} "
                     f"| {'/'.join(f'{o:,}' for o in outs)} | {rs[0]['batches']} ({rs[0]['data_batches']}) "
                     f"| {med[sink]['first_batch_ms']:,.0f} / {med[sink]['median_batch_ms']:,.0f} | {task} |")
-            for eos in (x for x in ("eos-baseline", "eos", "eos-python", "eos-input") if x in med and "spark-kafka" in med):
+            for eos in (x for x in SINKS if x.startswith("eos") and x in med and "spark-kafka" in med):
                 e, k = med[eos], med["spark-kafka"]
                 per_rep = []
                 for rep in sorted({r["rep"] for r in results}):
@@ -445,7 +457,7 @@ def latency_table(results: list[dict], sinks: list[str]) -> list[str]:
                 f"| {pct(lat, 95):.3f} s | {pct(lat, 99):.3f} s | {lat[-1]:.3f} s "
                 f"| {1000 * pct(sh, 50):.0f} / {1000 * pct(sh, 99):.0f} ms | {_med(rs, 'median_batch_ms'):,.0f} "
                 f"| {sum(r['duplicates'] for r in rs)} / {sum(r['missing'] for r in rs)} |")
-        for eos in (x for x in ("eos-baseline", "eos", "eos-python", "eos-input") if x in agg and "spark-kafka" in agg):
+        for eos in (x for x in SINKS if x.startswith("eos") and x in agg and "spark-kafka" in agg):
             e, k = agg[eos], agg["spark-kafka"]
             lines.append(f"| {trig:g} s | | **{eos} / spark-kafka** | | **{e['p50'] / k['p50']:.2f}** "
                          f"| **{e['p95'] / k['p95']:.2f}** | **{e['p99'] / k['p99']:.2f}** | | | | |")

@@ -430,3 +430,24 @@ def test_jvm_writer_driver_killed_mid_transaction_then_restart(broker, unique, t
         assert total(smp, "kafka_producer_transaction_errors_total", transactional_id=tid,
                      error="PRODUCER_FENCED") == 1
     assert total(smp, "kafka_producer_transactions_total", app=name, outcome="committed") >= 1
+
+
+def producer_threads(spark, name: str) -> set[str]:
+    """The sender threads of this sink's Java producers in the driver's JVM (under local[N],
+    also the executor's): `producer-<transactional id>`."""
+    threads = spark._jvm.java.lang.Thread.getAllStackTraces().keySet().toArray()
+    return {t.getName() for t in threads if f"producer-txnwatch.{name}." in t.getName()}
+
+
+def test_jvm_writer_closes_producers_left_idle(spark, broker, unique, out_topic):
+    """An executor keeps each id's producer between batches, and closes it once it has been
+    idle jvm_idle_close_seconds; the next batch of the id initialises a new one."""
+    name = unique("idle")
+    sink = new_sink(broker, name, out_topic, writer="jvm", jvm_idle_close_seconds=5)
+    sink(batch(spark, 50), 0)
+    assert len(producer_threads(spark, name)) == 2                 # kept for the next batch
+    wait_for(lambda: not producer_threads(spark, name), 60, what="the idle producers closed")
+    sink(batch(spark, 50, offset=100), 1)
+    assert sink.stats["tasks_committed"] == 4
+    assert values(broker.bootstrap, out_topic) == Counter({f"v{i}": 1 for i in [*range(50), *range(100, 150)]})
+    assert len(producer_threads(spark, name)) == 2

@@ -63,12 +63,13 @@ def test_the_jar_joins_spark_jars(jar):
 def test_the_write_options(jar):
     s = sink(num_tasks=3, transaction_timeout_ms=30_000, producer_config={"linger.ms": 20, "acks": "all"},
              client_config={"client.id": "c"})
-    opts = jvm.options(s.config, 7, None)
+    opts = jvm.options(s.config, 7, s.jvm_settings)
     assert opts == {"name": "orders", "bootstrap.servers": "broker:9092", "topic": "out",
                     "progress.topic": "txnwatch-progress.orders", "num.tasks": "3", "batch.id": "7",
                     "transaction.timeout.ms": "30000", "commit.timeout.seconds": "60.0",
-                    "client.client.id": "c", "producer.linger.ms": "20"}
-    java = jvm.options(s.config, 7, {"security.protocol": "SSL"})
+                    "idle.close.seconds": "600.0", "client.client.id": "c", "producer.linger.ms": "20"}
+    java = jvm.options(s.config, 7, jvm.JvmSettings({"security.protocol": "SSL"}, 30))
+    assert java["idle.close.seconds"] == "30"
     assert java["client.security.protocol"] == "SSL" and "client.client.id" not in java
 
 
@@ -85,9 +86,9 @@ def test_what_counts_as_a_writer_that_does_not_load(message, missing):
 
 def test_the_stream_form_options_take_the_batch_from_spark(jar):
     s = sink(num_tasks=3, partitioning="input")
-    opts = jvm.options(s.config, None, None, s.partitioning)
+    opts = jvm.options(s.config, None, s.jvm_settings, s.partitioning)
     assert "batch.id" not in opts and opts["partitioning"] == "input" and opts["num.tasks"] == "3"
-    assert "partitioning" not in jvm.options(s.config, 7, None)     # a foreachBatch batch comes laid out
+    assert "partitioning" not in jvm.options(s.config, 7, s.jvm_settings)     # a foreachBatch batch comes laid out
 
 
 def results_metrics(name="orders", batch="4", results='{"batch": 4, "results": [{"task": 0}]}') -> dict:
@@ -111,19 +112,27 @@ class Progress:
 class Event:
     def __init__(self, run: str, metrics: dict) -> None:
         self.progress = Progress(run, metrics)
+        self.runId = run
 
 
-def test_each_batch_is_reported_once_per_query_run():
+def test_each_batch_is_reported_once_per_query_run_to_its_sink():
     """A no-data batch's progress repeats the last batch's results; a restarted run may
-    replay the batch (its tasks then report `replayed`): reported again, as a new run's."""
+    replay the batch (its tasks then report `replayed`): reported again, as a new run's. One
+    listener serves every sink of the session; another sink's batches are not this one's."""
     from txnwatch.spark_listener.sink.stream import StreamResults
 
-    got = []
-    listener = StreamResults("orders", lambda batch, results: got.append(batch))
+    got, other = [], []
+    listener = StreamResults()
+    listener.reports["orders"] = lambda batch, results: got.append(batch)
+    listener.reports["other"] = lambda batch, results: other.append(batch)
     for run, batch in (("a", "0"), ("a", "1"), ("a", "1"), ("b", "1"), ("b", "2")):
         listener.onQueryProgress(Event(run, results_metrics(batch=batch)))
-    listener.onQueryProgress(Event("b", results_metrics(name="other", batch="3")))
-    assert got == [0, 1, 1, 2]
+    listener.onQueryProgress(Event("c", results_metrics(name="other", batch="3")))
+    listener.onQueryProgress(Event("d", results_metrics(name="unknown", batch="3")))
+    listener.onQueryProgress(Event("d", {}))
+    assert got == [0, 1, 1, 2] and other == [3]
+    listener.onQueryTerminated(Event("a", {}))
+    assert "a" not in listener._last
 
 
 def test_a_report_that_fails_never_reaches_the_query(caplog):
@@ -132,8 +141,38 @@ def test_a_report_that_fails_never_reaches_the_query(caplog):
     def broken(batch, results):
         raise RuntimeError("boom")
 
-    StreamResults("orders", broken).onQueryProgress(Event("a", results_metrics()))
-    assert "could not report" in caplog.text
+    listener = StreamResults()
+    listener.reports["orders"] = broken
+    listener.onQueryProgress(Event("a", results_metrics()))
+    assert "sink orders: could not report" in caplog.text
+
+
+def test_one_listener_per_session_reporting_to_the_newest_sink_of_a_name():
+    from txnwatch.spark_listener.sink import stream
+
+    class Streams:
+        def __init__(self):
+            self.added = []
+
+        def addListener(self, listener):   # noqa: N802 - PySpark's name
+            self.added.append(listener)
+
+    session = type("Session", (), {})()
+    session.streams = Streams()
+    first, newer, other = (lambda b, r: None), (lambda b, r: None), (lambda b, r: None)
+    try:
+        a = stream.listen(session, "orders", first)
+        b = stream.listen(session, "orders", newer)
+        c = stream.listen(session, "payments", other)
+        assert a is b is c and session.streams.added == [a]
+        assert a.reports == {"orders": newer, "payments": other}
+    finally:
+        stream._LISTENERS.pop(id(session), None)
+
+
+def test_the_idle_close_must_be_positive(jar):
+    with pytest.raises(UnsafeSinkSettings, match="jvm_idle_close_seconds must be > 0"):
+        sink(jvm_idle_close_seconds=0)
 
 
 def test_the_stream_form_needs_the_jvm_writer(jar):

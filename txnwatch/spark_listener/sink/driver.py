@@ -147,6 +147,9 @@ class ExactlyOnceKafkaSink(_Sink):
       progress, so a batch written by one is replayed by the other as committed.
     - jvm_client_config: Kafka client settings in the Java client's names (security, for
       instance) for the JVM writer, in place of client_config's librdkafka ones.
+    - jvm_idle_close_seconds: the JVM writer keeps each task id's initialised producer in its
+      executor between batches, and closes one left idle this long (a stopped query's, or an
+      id the executor no longer gets); the next batch of that id then pays an init.
     """
 
     def __init__(self, name: str, bootstrap_servers: str, topic: str, *, num_tasks: int = 2,
@@ -158,7 +161,7 @@ class ExactlyOnceKafkaSink(_Sink):
                  metrics: MetricsTarget | None = None, commit_timeout_seconds: float = 60.0,
                  create_progress_topic: bool = True, partitioning: str = "key", warm_spares: bool = True,
                  producer_factory: ProducerFactory = task_producer, writer: str = "auto",
-                 jvm_client_config: dict | None = None) -> None:
+                 jvm_client_config: dict | None = None, jvm_idle_close_seconds: float = 600.0) -> None:
         super().__init__(name, bootstrap_servers, topic, num_tasks)
         if writer not in WRITERS:
             raise UnsafeSinkSettings(f"writer must be one of {', '.join(WRITERS)}, got {writer!r}")
@@ -185,7 +188,10 @@ class ExactlyOnceKafkaSink(_Sink):
             ensure_progress_topic(bootstrap_servers, self.progress_topic, num_tasks, client_config)
         self.metrics = SinkMetrics(metrics, name)
         self.writer = writer
+        if not jvm_idle_close_seconds > 0:
+            raise UnsafeSinkSettings(f"jvm_idle_close_seconds must be > 0, got {jvm_idle_close_seconds!r}")
         self.jvm_client_config = dict(jvm_client_config) if jvm_client_config is not None else None
+        self.jvm_settings = jvm.JvmSettings(self.jvm_client_config, float(jvm_idle_close_seconds))
         self.writer_in_use = self._choose_writer()
         self._checked = False
         self._reported: OrderedDict[str, None] = OrderedDict()
@@ -240,7 +246,7 @@ class ExactlyOnceKafkaSink(_Sink):
         prepared, tasks = self._layout(df)
         if self.writer_in_use == "jvm":
             try:
-                results = jvm.write(prepared, self.config, int(batch_id), self.jvm_client_config)
+                results = jvm.write(prepared, self.config, int(batch_id), self.jvm_settings)
             except Exception as exc:
                 if not jvm.is_missing(exc):
                     raise
@@ -280,7 +286,7 @@ class ExactlyOnceKafkaSink(_Sink):
         from .stream import listen
 
         listen(df.sparkSession, self.name, self._report_stream)
-        opts = jvm.options(self.config, None, self.jvm_client_config, self.partitioning)
+        opts = jvm.options(self.config, None, self.jvm_settings, self.partitioning)
         return df.select(*self._columns(df)).writeStream.format(jvm.FORMAT).options(**opts)
 
     def _report_stream(self, batch_id: int, results: list[dict]) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,16 @@ FORCED_KEYS = frozenset({"acks", "enable.idempotence"})
 # What Spark says when the jar (or Kafka's Java client beside it) is not on its class path.
 _MISSING = ("DATA_SOURCE_NOT_FOUND", "Failed to find data source", "Failed to find the data source",
             "needs kafka-clients on the class path", "ClassNotFoundException: io.txnwatch")
+
+
+@dataclass(frozen=True)
+class JvmSettings:
+    """What only the JVM writer takes: Kafka client settings in the Java client's names (None:
+    the sink's client_config as it is), and how long an executor keeps a producer (and the
+    progress consumers) idle before closing it (the next batch of its id then pays an init)."""
+
+    client_config: dict | None = field(default=None, hash=False)
+    idle_close_seconds: float = 600.0
 
 
 class JvmWriterUnavailable(RuntimeError):
@@ -74,7 +85,7 @@ def unsupported_settings(cfg: SinkConfig, jvm_client_config: dict | None) -> str
     return None
 
 
-def options(cfg: SinkConfig, batch_id: int | None, jvm_client_config: dict | None,
+def options(cfg: SinkConfig, batch_id: int | None, settings: JvmSettings,
             partitioning: str = "key") -> dict[str, str]:
     """The write's options: the sink's settings, as jvm/sink's SinkOptions reads them. A
     foreachBatch write names its batch (laid out already); a streaming write (batch_id None)
@@ -82,12 +93,13 @@ def options(cfg: SinkConfig, batch_id: int | None, jvm_client_config: dict | Non
     opts = {"name": cfg.name, "bootstrap.servers": cfg.bootstrap_servers, "topic": cfg.topic,
             "progress.topic": cfg.progress_topic, "num.tasks": str(cfg.num_tasks),
             "transaction.timeout.ms": str(cfg.transaction_timeout_ms),
-            "commit.timeout.seconds": str(cfg.commit_timeout_seconds)}
+            "commit.timeout.seconds": str(cfg.commit_timeout_seconds),
+            "idle.close.seconds": str(settings.idle_close_seconds)}
     if batch_id is None:
         opts["partitioning"] = partitioning
     else:
         opts["batch.id"] = str(int(batch_id))
-    client = jvm_client_config if jvm_client_config is not None else dict(cfg.client_config)
+    client = settings.client_config if settings.client_config is not None else dict(cfg.client_config)
     for k, v in client.items():
         opts[f"client.{k}"] = str(v)
     for k, v in dict(cfg.producer_config).items():
@@ -116,9 +128,9 @@ def is_missing(exc: BaseException) -> bool:
     return FORMAT in text and any(m in text for m in _MISSING) or "needs kafka-clients on the class path" in text
 
 
-def write(prepared: Any, cfg: SinkConfig, batch_id: int, jvm_client_config: dict | None) -> list[dict]:
+def write(prepared: Any, cfg: SinkConfig, batch_id: int, settings: JvmSettings) -> list[dict]:
     """Write one laid-out batch through the JVM writer; the tasks' results."""
-    (prepared.write.format(FORMAT).mode("append").options(**options(cfg, batch_id, jvm_client_config)).save())
+    (prepared.write.format(FORMAT).mode("append").options(**options(cfg, batch_id, settings)).save())
     raw = prepared.sparkSession.conf.get(RESULTS_KEY_PREFIX + cfg.name, None)
     if not raw:
         log.warning("sink %s: batch %s committed, but its results did not come back from the JVM writer; its "

@@ -31,9 +31,10 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 /**
  * `df.write.format("txnwatch-kafka-eos").mode("append").options(...).save()`: one batch of
  * txnwatch's ExactlyOnceKafkaSink written from Spark's JVM, partition i by the transactional
- * producer `txnwatch.<name>.<i>` (TaskWriter). A DataSource V2 write rather than a JVM object
- * driven over py4j, so that it runs the same from a classic session and from Spark Connect
- * (whose clients and foreachBatch workers have no py4j).
+ * producer `txnwatch.<name>.<i>` (TaskWriter); or, as `df.writeStream.format(...)`, every
+ * batch of a streaming query (SinkStreamingWrite). A DataSource V2 write rather than a JVM
+ * object driven over py4j, so that it runs the same from a classic session and from Spark
+ * Connect (whose clients and foreachBatch workers have no py4j).
  */
 public final class ExactlyOnceKafkaProvider implements TableProvider, DataSourceRegister {
     public static final String SHORT_NAME = "txnwatch-kafka-eos";

@@ -26,6 +26,7 @@ final class SinkOptions implements Serializable {
     final String partitioning;     // a streaming write's layout: "key" or "input"
     final int transactionTimeoutMs;
     final long commitTimeoutMs;
+    final long idleCloseMs;        // an executor's clients idle this long are closed (TaskClients)
     final Map<String, String> producerConfig = new HashMap<>();
     final Map<String, String> clientConfig = new HashMap<>();
 
@@ -43,6 +44,7 @@ final class SinkOptions implements Serializable {
         }
         transactionTimeoutMs = Integer.parseInt(required(options, "transaction.timeout.ms"));
         commitTimeoutMs = (long) (Double.parseDouble(options.getOrDefault("commit.timeout.seconds", "60")) * 1000);
+        idleCloseMs = (long) (Double.parseDouble(options.getOrDefault("idle.close.seconds", "600")) * 1000);
         for (Map.Entry<String, String> e : options.entrySet()) {
             // Spark lower-cases option keys; Kafka's client settings are lower case.
             if (e.getKey().startsWith(PRODUCER_PREFIX)) {
@@ -64,6 +66,7 @@ final class SinkOptions implements Serializable {
         partitioning = o.partitioning;
         transactionTimeoutMs = o.transactionTimeoutMs;
         commitTimeoutMs = o.commitTimeoutMs;
+        idleCloseMs = o.idleCloseMs;
         producerConfig.putAll(o.producerConfig);
         clientConfig.putAll(o.clientConfig);
     }

@@ -5,6 +5,9 @@ import java.util.Map;
 import java.util.Properties;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ConcurrentLinkedDeque;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.TimeUnit;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.producer.KafkaProducer;
@@ -19,6 +22,11 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  * A producer is taken out while a task uses it, so two tasks of one JVM never share one: a
  * second attempt of the same task (a retry while a zombie still runs) makes its own, whose
  * init fences the other.
+ *
+ * Clients left idle longer than the sink's idle.close.seconds are closed (a daemon thread
+ * looks every second): a query that stopped, or a task id this executor no longer gets,
+ * would otherwise hold a producer's sender thread, buffers and connections for the JVM's
+ * life. The next batch of a closed producer's id pays an init, as after a restart.
  */
 final class TaskClients {
     private TaskClients() {
@@ -29,6 +37,8 @@ final class TaskClients {
         final KafkaProducer<byte[], byte[]> producer;
         long committedOffset = -2;          // the progress group's offset after its last commit or replay
         Progress.Marker lastMarker;          // the marker that offset names
+        volatile long idleSince;             // System.nanoTime() when last given back
+        volatile long idleLimitNanos;
 
         TaskProducer(KafkaProducer<byte[], byte[]> producer) {
             this.producer = producer;
@@ -38,6 +48,17 @@ final class TaskClients {
     private static final Map<String, TaskProducer> IDLE = new ConcurrentHashMap<>();
     private static final Map<String, ConcurrentLinkedDeque<KafkaConsumer<byte[], byte[]>>> CONSUMERS =
         new ConcurrentHashMap<>();
+    /** Per consumer pool: when it was last returned to, and its idle limit (nanoseconds). */
+    private static final Map<String, long[]> CONSUMERS_USED = new ConcurrentHashMap<>();
+    private static final ScheduledExecutorService REAPER = Executors.newSingleThreadScheduledExecutor(r -> {
+        Thread t = new Thread(r, "txnwatch-sink-idle-clients");
+        t.setDaemon(true);
+        return t;
+    });
+
+    static {
+        REAPER.scheduleWithFixedDelay(TaskClients::closeIdle, 1, 1, TimeUnit.SECONDS);
+    }
 
     private static String key(SinkOptions o, int task) {
         return o.clientsKey() + "|" + task;
@@ -50,6 +71,8 @@ final class TaskClients {
 
     /** Keep a producer whose transaction ended for the next task of its id. */
     static void give(SinkOptions o, int task, TaskProducer p) {
+        p.idleLimitNanos = o.idleCloseMs * 1_000_000L;
+        p.idleSince = System.nanoTime();
         TaskProducer before = IDLE.put(key(o, task), p);
         if (before != null && before != p) {
             before.producer.close(Duration.ZERO);
@@ -105,5 +128,29 @@ final class TaskClients {
 
     static void returnConsumer(SinkOptions o, KafkaConsumer<byte[], byte[]> c) {
         CONSUMERS.computeIfAbsent(o.clientsKey(), k -> new ConcurrentLinkedDeque<>()).addFirst(c);
+        CONSUMERS_USED.put(o.clientsKey(), new long[] {System.nanoTime(), o.idleCloseMs * 1_000_000L});
+    }
+
+    /** Close the producers and consumer pools idle past their limit. A producer is closed only
+     *  if it is still the one kept (a task may have taken it meanwhile); a consumer only if it
+     *  is still in its pool. */
+    static void closeIdle() {
+        long now = System.nanoTime();
+        for (Map.Entry<String, TaskProducer> e : IDLE.entrySet()) {
+            TaskProducer p = e.getValue();
+            if (now - p.idleSince > p.idleLimitNanos && IDLE.remove(e.getKey(), p)) {
+                p.producer.close(Duration.ZERO);
+            }
+        }
+        for (Map.Entry<String, long[]> e : CONSUMERS_USED.entrySet()) {
+            long[] used = e.getValue();
+            if (now - used[0] > used[1] && CONSUMERS_USED.remove(e.getKey(), used)) {
+                ConcurrentLinkedDeque<KafkaConsumer<byte[], byte[]>> pool = CONSUMERS.get(e.getKey());
+                for (KafkaConsumer<byte[], byte[]> c = pool == null ? null : pool.pollFirst(); c != null;
+                     c = pool.pollFirst()) {
+                    c.close(Duration.ZERO);
+                }
+            }
+        }
     }
 }
