@@ -84,7 +84,9 @@ final class TaskClients {
     static TaskProducer initialised(SinkOptions o, int task) {
         Properties p = new Properties();
         p.putAll(o.clientConfig);
-        p.put(ProducerConfig.LINGER_MS_CONFIG, "5");
+        // No linger: a task's marker leaves at once (its rows wait for its acknowledgement), and
+        // the rows are batched by the sender as they accumulate, as Spark's Kafka sink's are.
+        p.put(ProducerConfig.LINGER_MS_CONFIG, "0");
         p.putAll(o.producerConfig);
         p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, o.bootstrapServers);
         p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, o.transactionalId(task));

@@ -61,6 +61,12 @@ final class TaskWriter implements DataWriter<InternalRow> {
     private List<Map<String, Object>> records = new ArrayList<>();
     private long rows;
     private String error;
+    // A kept producer's rows, held (not sent) until its marker is acknowledged: the marker's
+    // round trip overlaps the rows' computation, and a fence it finds still finds nothing of
+    // the batch written. Bounded: past MAX_HELD_BYTES the task waits for the marker.
+    private List<byte[][]> held;
+    private long heldBytes;
+    static final long MAX_HELD_BYTES = 8L << 20;
 
     TaskWriter(SinkOptions o, int task, int keyColumn, boolean keyIsString, int valueColumn, boolean valueIsString) {
         this.o = o;
@@ -81,6 +87,18 @@ final class TaskWriter implements DataWriter<InternalRow> {
         }
         byte[] key = keyColumn < 0 ? null : bytes(row, keyColumn, keyIsString);
         byte[] value = bytes(row, valueColumn, valueIsString);
+        if (held == null) {
+            send(key, value);
+            return;
+        }
+        held.add(new byte[][] {key, value});
+        heldBytes += (key == null ? 0 : key.length) + (value == null ? 0 : value.length);
+        if (markerSent.isDone() || heldBytes >= MAX_HELD_BYTES) {
+            settle();
+        }
+    }
+
+    private void send(byte[] key, byte[] value) {
         try {
             producer.producer.send(new ProducerRecord<>(o.topic, null, key, value, headers));
         } catch (RuntimeException e) {
@@ -106,19 +124,29 @@ final class TaskWriter implements DataWriter<InternalRow> {
         TaskClients.TaskProducer p = TaskClients.take(o, task);
         // A kept producer's own last commit (or skip) is the id's progress: another producer of
         // the id could only have committed since after an init, which fenced this one, and the
-        // marker's send finds that out (proceed returns false) before any row is written. Its
-        // progress is then read afresh after a new init. So a kept producer reads nothing.
-        if (p != null && proceed(p, Progress.known(p.committedOffset, p.lastMarker), Collections.emptyList(), true)) {
+        // marker's send finds that out before any row is sent (the rows are held until its
+        // acknowledgement: settle). Its progress is then read afresh after a new init. So a
+        // kept producer reads nothing.
+        if (p != null && begin(p, Progress.known(p.committedOffset, p.lastMarker), Collections.emptyList(), true)) {
+            if (!replayed) {
+                held = new ArrayList<>();
+            }
             return;
         }
         if (p != null) {
             p.producer.close(Duration.ZERO);
             records.clear();
         }
+        startAfresh();
+    }
+
+    /** A new producer for the id (its init fences every other), the progress read after it,
+     *  and the skip or the transaction begun, its marker acknowledged. */
+    private void startAfresh() {
         KafkaConsumer<byte[], byte[]> consumer = TaskClients.borrowConsumer(o);
         try {
             PriorTransaction prior = PriorTransaction.describe(o, task);
-            p = TaskClients.initialised(o, task);
+            TaskClients.TaskProducer p = TaskClients.initialised(o, task);
             double fencedAt = System.currentTimeMillis() / 1000.0;
             Progress prog;
             try {
@@ -127,17 +155,64 @@ final class TaskWriter implements DataWriter<InternalRow> {
                 p.producer.close(Duration.ZERO);
                 throw e;
             }
-            proceed(p, prog, PriorTransaction.fencedByInit(prog, prior, fencedAt), false);
+            begin(p, prog, PriorTransaction.fencedByInit(prog, prior, fencedAt), false);
+            if (!replayed) {
+                awaitMarker(false);
+            }
         } finally {
             TaskClients.returnConsumer(o, consumer);
         }
     }
 
-    /** Skip the batch, or begin its transaction with its marker; false when `verify` (a kept
-     *  producer) and the marker was refused because another producer of the id was initialised
-     *  since this one's init (nothing of the batch was written then, and this one is done). */
-    private boolean proceed(TaskClients.TaskProducer p, Progress prog, List<Map<String, Object>> own,
-                            boolean verify) {
+    /** The held rows sent once the kept producer's marker is acknowledged; if it was refused
+     *  because another producer of the id was initialised since (nothing of the batch was
+     *  written), the batch starts afresh with a new init, and the held rows follow its marker,
+     *  or are dropped if the progress read after the init says the batch is done. */
+    private void settle() {
+        List<byte[][]> rowsHeld = held;
+        held = null;
+        heldBytes = 0;
+        if (!awaitMarker(true)) {
+            records.clear();
+            startAfresh();
+            if (replayed) {
+                return;
+            }
+        }
+        for (byte[][] r : rowsHeld) {
+            send(r[0], r[1]);
+        }
+    }
+
+    /** Wait for the marker's acknowledgement; false when `verify` (a kept producer) and it was
+     *  refused by a fence (the producer is closed then), else its error is the task's. */
+    private boolean awaitMarker(boolean verify) {
+        try {
+            markerSent.get(o.commitTimeoutMs, java.util.concurrent.TimeUnit.MILLISECONDS);
+            return true;
+        } catch (Exception e) {
+            Throwable cause = e instanceof java.util.concurrent.ExecutionException ? e.getCause() : e;
+            error = errorName(cause);
+            if (verify && fenced(error)) {
+                producer.producer.close(Duration.ZERO);
+                producer = null;
+                inTransaction = false;
+                error = null;
+                return false;
+            }
+            throw cause instanceof RuntimeException ? (RuntimeException) cause : new IllegalStateException(cause);
+        }
+    }
+
+    private static boolean fenced(String error) {
+        return "PRODUCER_FENCED".equals(error) || "INVALID_PRODUCER_EPOCH".equals(error);
+    }
+
+    /** Skip the batch, or begin its transaction and send its marker (acknowledged later:
+     *  awaitMarker); false when `verify` (a kept producer) and the send was refused at once by a
+     *  fence (this producer is done then). */
+    private boolean begin(TaskClients.TaskProducer p, Progress prog, List<Map<String, Object>> own,
+                          boolean verify) {
         records.addAll(prog.deadAttemptRecords(o, task, own, System.currentTimeMillis() / 1000.0));
         Long done = prog.batch();
         if (done != null && done >= o.batchId) {
@@ -174,25 +249,22 @@ final class TaskWriter implements DataWriter<InternalRow> {
             p.producer.beginTransaction();
             began = System.nanoTime();
             inTransaction = true;
+            // The marker is on the broker before any row is sent (awaitMarker): a transaction with
+            // rows always has its marker (the Java client drops what it has not sent yet when a send
+            // error aborts the transaction), so the attempt after it can report it; and a kept
+            // producer fenced since its init is found out there, before the rows. The producers
+            // linger 0 ms (TaskClients), so it leaves at once.
             markerSent = p.producer.send(new ProducerRecord<>(o.progressTopic, task,
                 o.transactionalId(task).getBytes(StandardCharsets.UTF_8), Progress.JSON.writeValueAsBytes(marker)));
-            // The marker is on the broker before any row is sent: a transaction with rows always has
-            // its marker (the Java client drops what it has not sent yet when a send error aborts
-            // the transaction), so the attempt after it can report it; and a kept producer fenced
-            // since its init is found out here, before the rows. flush sends it now, not after
-            // linger.ms.
-            p.producer.flush();
-            markerSent.get(o.commitTimeoutMs, java.util.concurrent.TimeUnit.MILLISECONDS);
         } catch (Exception e) {
-            Throwable cause = e instanceof java.util.concurrent.ExecutionException ? e.getCause() : e;
-            error = errorName(cause);
-            if (verify && ("PRODUCER_FENCED".equals(error) || "INVALID_PRODUCER_EPOCH".equals(error))) {
+            error = errorName(e);
+            if (verify && fenced(error)) {
                 producer = null;
                 inTransaction = false;
                 error = null;
                 return false;
             }
-            throw cause instanceof RuntimeException ? (RuntimeException) cause : new IllegalStateException(cause);
+            throw e instanceof RuntimeException ? (RuntimeException) e : new IllegalStateException(e);
         }
         return true;
     }
@@ -201,6 +273,9 @@ final class TaskWriter implements DataWriter<InternalRow> {
     public WriterCommitMessage commit() {
         if (!started) {
             return new TaskResult(task, "empty", 0, "[]", "", 0.0);
+        }
+        if (held != null) {
+            settle();
         }
         if (replayed) {
             return new TaskResult(task, "replayed", 0, json(records), "", seconds(t0));
