@@ -117,6 +117,24 @@ def test_pipeline_on_spark_connect_exactly_once_through_a_task_failure(broker, u
     compat.record(request.config, "spark", row, "Listener's spark_streaming_*", "forwarded from the client")
 
 
+def assert_every_transaction_once(broker, name: str, expected, exp, what: str) -> None:
+    """Every window once for read_committed consumers, nothing aborted, and every committed
+    transaction of the sink once in the exporter, by both task ids."""
+    records = assert_exactly_once(broker.bootstrap, f"{name}-out", expected)
+    attempts = committed_attempts(broker.bootstrap, name)
+    assert {r.attempt for r in records} <= set(attempts)
+    assert not aborted_records(broker.bootstrap, f"{name}-out", records)
+    m = exp.wait_metric(
+        lambda m: sum(v for lb, v in m.select("kafka_producer_transactions_total", app=name)
+                      if lb["outcome"] == "committed") >= len(attempts), 60,
+        what=f"every committed transaction of {what} in the exporter")
+    committed = {lb["transactional_id"]: v for lb, v in m.select("kafka_producer_transactions_total", app=name)
+                 if lb["outcome"] == "committed"}
+    assert sum(committed.values()) == len(attempts), (committed, len(attempts))
+    assert set(committed) == {f"txnwatch.{name}.0", f"txnwatch.{name}.1"}
+    assert not m.select("kafka_producer_transactions_total", app=name, outcome="aborted")
+
+
 def test_jvm_writer_on_spark_connect(broker, unique, tmp_path, exporter_factory):
     """The pipeline under Spark Connect on the sink's JVM writer (`--sink-writer jvm`: the jar on
     the local Connect server's spark.jars): every window once for read_committed consumers, and
@@ -125,19 +143,7 @@ def test_jvm_writer_on_spark_connect(broker, unique, tmp_path, exporter_factory)
     name, expected, exp = pipeline_topics_and_exporter(broker, unique("connect_jvm"), exporter_factory)
     run = run_pipeline(broker.bootstrap, name, str(tmp_path / "ckpt"), exp.url, tmp_path, "jvm", "--sink-writer", "jvm")
     assert run.returncode == 0 and "stopped (idle)" in run.stdout, run.stdout + run.stderr[-4000:]
-    records = assert_exactly_once(broker.bootstrap, f"{name}-out", expected)
-    attempts = committed_attempts(broker.bootstrap, name)
-    assert {r.attempt for r in records} <= set(attempts)
-    assert not aborted_records(broker.bootstrap, f"{name}-out", records)
-    m = exp.wait_metric(
-        lambda m: sum(v for lb, v in m.select("kafka_producer_transactions_total", app=name)
-                      if lb["outcome"] == "committed") >= len(attempts), 60,
-        what="every committed transaction of the JVM writer in the exporter")
-    committed = {lb["transactional_id"]: v for lb, v in m.select("kafka_producer_transactions_total", app=name)
-                 if lb["outcome"] == "committed"}
-    assert sum(committed.values()) == len(attempts), (committed, len(attempts))
-    assert set(committed) == {f"txnwatch.{name}.0", f"txnwatch.{name}.1"}
-    assert not m.select("kafka_producer_transactions_total", app=name, outcome="aborted")
+    assert_every_transaction_once(broker, name, expected, exp, "the JVM writer")
 
 
 def test_stream_form_on_spark_connect(broker, unique, tmp_path, exporter_factory):
@@ -150,15 +156,4 @@ def test_stream_form_on_spark_connect(broker, unique, tmp_path, exporter_factory
                        "--sink-writer", "jvm", "--sink-form", "stream")
     assert run.returncode == 0 and "stopped (idle)" in run.stdout, run.stdout + run.stderr[-4000:]
     assert "(sink: stream form, jvm writer)" in run.stdout, run.stdout
-    records = assert_exactly_once(broker.bootstrap, f"{name}-out", expected)
-    attempts = committed_attempts(broker.bootstrap, name)
-    assert {r.attempt for r in records} <= set(attempts)
-    assert not aborted_records(broker.bootstrap, f"{name}-out", records)
-    m = exp.wait_metric(
-        lambda m: sum(v for lb, v in m.select("kafka_producer_transactions_total", app=name)
-                      if lb["outcome"] == "committed") >= len(attempts), 60,
-        what="every committed transaction of the stream form in the exporter")
-    committed = {lb["transactional_id"]: v for lb, v in m.select("kafka_producer_transactions_total", app=name)
-                 if lb["outcome"] == "committed"}
-    assert sum(committed.values()) == len(attempts), (committed, len(attempts))
-    assert set(committed) == {f"txnwatch.{name}.0", f"txnwatch.{name}.1"}
+    assert_every_transaction_once(broker, name, expected, exp, "the stream form")

@@ -1,14 +1,7 @@
 package io.txnwatch.spark.sink;
 
-import com.fasterxml.jackson.databind.ObjectMapper;
 import java.lang.reflect.Method;
-import java.util.ArrayList;
-import java.util.LinkedHashMap;
-import java.util.List;
-import java.util.Map;
-import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.connector.write.BatchWrite;
-import org.apache.spark.sql.connector.write.DataWriter;
 import org.apache.spark.sql.connector.write.DataWriterFactory;
 import org.apache.spark.sql.connector.write.PhysicalWriteInfo;
 import org.apache.spark.sql.connector.write.WriterCommitMessage;
@@ -44,7 +37,7 @@ final class SinkBatchWrite implements BatchWrite {
             throw new IllegalArgumentException("the txnwatch exactly-once writer needs the option 'batch.id' for a "
                 + "batch write: write through txnwatch's ExactlyOnceKafkaSink, which sets it");
         }
-        return new Factory(options, Columns.of(input));
+        return new TaskWriters(options, Columns.of(input));
     }
 
     @Override
@@ -78,25 +71,5 @@ final class SinkBatchWrite implements BatchWrite {
         Object conf = session.getClass().getMethod("conf").invoke(session);
         Method set = conf.getClass().getMethod("set", String.class, String.class);
         set.invoke(conf, key, value);
-    }
-
-    private static final class Factory implements DataWriterFactory {
-        private static final long serialVersionUID = 1L;
-        private final SinkOptions options;
-        private final Columns columns;
-
-        Factory(SinkOptions options, Columns columns) {
-            this.options = options;
-            this.columns = columns;
-        }
-
-        @Override
-        public DataWriter<InternalRow> createWriter(int partitionId, long taskId) {
-            if (partitionId >= options.numTasks) {
-                throw new IllegalStateException("task index " + partitionId + " >= num_tasks " + options.numTasks
-                    + ": the batch was not partitioned into exactly num_tasks partitions");
-            }
-            return columns.writer(options, partitionId);
-        }
     }
 }

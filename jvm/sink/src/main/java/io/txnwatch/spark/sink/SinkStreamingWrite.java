@@ -1,8 +1,6 @@
 package io.txnwatch.spark.sink;
 
 import java.util.function.BiConsumer;
-import org.apache.spark.sql.catalyst.InternalRow;
-import org.apache.spark.sql.connector.write.DataWriter;
 import org.apache.spark.sql.connector.write.PhysicalWriteInfo;
 import org.apache.spark.sql.connector.write.WriterCommitMessage;
 import org.apache.spark.sql.connector.write.streaming.StreamingDataWriterFactory;
@@ -42,7 +40,7 @@ final class SinkStreamingWrite implements StreamingWrite {
                 + " partitions, more than num_tasks=" + options.numTasks + " (partitioning='" + options.partitioning
                 + "'): use partitioning='key', or a query with at most num_tasks partitions");
         }
-        return new Factory(options, Columns.of(input));
+        return new TaskWriters(options, Columns.of(input));
     }
 
     @Override
@@ -62,21 +60,5 @@ final class SinkStreamingWrite implements StreamingWrite {
     @Override
     public void abort(long epochId, WriterCommitMessage[] messages) {
         // As SinkBatchWrite: failed tasks aborted their own transactions; a replay skips the rest.
-    }
-
-    private static final class Factory implements StreamingDataWriterFactory {
-        private static final long serialVersionUID = 1L;
-        private final SinkOptions options;
-        private final Columns columns;
-
-        Factory(SinkOptions options, Columns columns) {
-            this.options = options;
-            this.columns = columns;
-        }
-
-        @Override
-        public DataWriter<InternalRow> createWriter(int partitionId, long taskId, long epochId) {
-            return columns.writer(options.forBatch(epochId), partitionId);
-        }
     }
 }
