@@ -243,13 +243,19 @@ class TransactionalProducer:
             self.broken = name
             self._emit(make_record(self.transactional_id, None, 0.0, timeout_ms=self.timeout_ms, error=name))
 
-    def fatal_cause(self) -> str | None:
-        """The error that made the producer fatal (e.g. _FENCED), served from error_cb."""
-        if self._fatal_cause is None:
+    def fatal_cause(self, wait: float = 1.0) -> str | None:
+        """The error that made the producer fatal (e.g. _FENCED), served from error_cb. Only
+        asked once a call failed with _FATAL: librdkafka marks the producer fatal, then queues
+        the cause for error_cb, so a call can fail a moment before the cause is there to serve
+        (a fence would then pass for a bare _FATAL): polled for up to `wait` seconds."""
+        deadline = time.monotonic() + wait
+        while self._fatal_cause is None:
             try:
-                self._producer.poll(0)    # serves a queued error_cb
+                self._producer.poll(0.05)    # serves a queued error_cb
             except Exception:  # noqa: BLE001 - a fatal producer may refuse that too
                 pass
+            if time.monotonic() >= deadline:
+                break
         return self._fatal_cause
 
     def elapsed(self) -> float | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 from prometheus_client import CollectorRegistry, generate_latest
@@ -336,3 +338,32 @@ def test_a_bare_fatal_error_is_named_by_its_cause_from_error_cb():
     assert p.broken == "_FENCED" and is_fencing(p.broken)
     assert records[-1]["outcome"] == "aborted" and records[-1]["error"] == "_FENCED"
     assert [e.code() for e in seen] == [KafkaError._FENCED]      # the caller's own error_cb still called
+
+
+def test_a_fatal_error_whose_cause_is_queued_a_moment_late_is_still_named_by_it():
+    """librdkafka marks the producer fatal before it queues the cause for error_cb: a call can
+    fail with _FATAL while the first poll finds nothing yet. The cause is waited for, so a
+    fence is still a fence (the Spark sink's cached producer is then re-initialised, not
+    failed)."""
+    p, fake, _, records = make(raises={"produce": [kerr(KafkaError._FATAL, fatal=True)]})
+    polls = []
+
+    def poll(timeout):   # the cause reaches the queue only by the third poll
+        polls.append(timeout)
+        if len(polls) == 3:
+            fake.conf["error_cb"](KafkaError(KafkaError._FENCED, "fenced by a newer instance", fatal=True))
+    fake.poll = poll
+    p.begin()
+    with pytest.raises(KafkaException):
+        p.produce("out", value=b"v")
+    assert p.broken == "_FENCED" and len(polls) == 3
+    assert records[-1]["error"] == "_FENCED"
+
+
+def test_a_fatal_error_without_a_cause_gives_up_waiting():
+    p, fake, _, _ = make(raises={"produce": [kerr(KafkaError._FATAL, fatal=True)]})
+    fake.poll = lambda timeout: time.sleep(timeout)
+    p.begin()
+    with pytest.raises(KafkaException):
+        p.produce("out", value=b"v")
+    assert p.broken == "_FATAL"
