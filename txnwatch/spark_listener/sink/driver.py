@@ -277,9 +277,9 @@ class ExactlyOnceKafkaSink(_Sink):
             sink.write_stream(df).option("checkpointLocation", ...).trigger(...).start()
 
         Needs the JVM writer (`writer_in_use == "jvm"`) on the session's spark.jars. The
-        batches' transactions reach `metrics` through the query's progress events (a
-        listener added to the session once per sink name, reporting to the newest sink
-        object of the name)."""
+        batches' transactions reach `metrics` through the query's progress events (one
+        listener per session, reporting each sink name's batches to the newest sink object of
+        that name)."""
         if self.writer_in_use != "jvm":
             raise UnsafeSinkSettings(f"sink {self.name}: write_stream needs the JVM writer, and this sink writes "
                                      "from Python workers (see writer_in_use and the log); use foreachBatch(sink)")
