@@ -60,6 +60,30 @@ def test_group_lag_against_lso_and_hwm():
     assert derive.blocked_groups(lags, parts) == lags
 
 
+def test_group_lags_of_unchanged_groups_are_last_polls():
+    """With the poller's cache: a group's topic whose committed offsets and partition states
+    are the last poll's keeps its GroupLag objects; a moved LSO or a new commit gives new
+    lags; rows of one group's topic apart from each other, and groups gone, are still right."""
+    parts = derive.partition_states([po("t", 0, 100, 60), po("t", 1, 50, 50), po("u", 0, 9, 9)], {}, now=1.0)
+    committed = [("g", "t", 0, 50), ("g", "t", 1, 40), ("g", "u", 0, 9), ("h", "t", 0, 60)]
+    cache: dict = {}
+    first = derive.group_lags(committed, parts, cache)
+    assert first == derive.group_lags(committed, parts)
+    again = derive.group_lags(list(committed), parts, cache)
+    assert all(a is b for a, b in zip(again, first, strict=True))
+
+    moved = derive.partition_states([po("t", 0, 100, 70), po("t", 1, 50, 50), po("u", 0, 9, 9)], parts, now=2.0)
+    lags = derive.group_lags(committed[:3] + [("h", "t", 0, 65)], moved, cache)
+    assert [(g.group, g.topic, g.partition, g.lag_read_committed, g.lag_read_uncommitted) for g in lags] == [
+        ("g", "t", 0, 20, 50), ("g", "t", 1, 10, 10), ("g", "u", 0, 0, 0), ("h", "t", 0, 5, 35)]
+    assert lags[2] is first[2] and lags[0] is not first[0]
+
+    apart = [committed[0], committed[2], committed[1]]        # g's rows of t not together
+    assert derive.group_lags(apart, moved, cache) == derive.group_lags(apart, moved)
+    derive.group_lags([("h", "t", 0, 65)], moved, cache)
+    assert set(cache) == {("h", "t")}
+
+
 def ps(t, p, hwm, lso):
     return PartitionState(t, p, hwm, lso)
 

@@ -82,3 +82,30 @@ def test_a_raw_request_returns_an_unreadable_answer_as_its_error():
     assert framed[4:12] == b"\x00\x09\x00\x08\x00\x00\x00\x07"
     assert framed[12:14] == b"\x00\x08" and framed[14:22] == b"txnwatch" and framed[22:23] == b"\x00"
     assert framed[23:] == req.body and int.from_bytes(framed[:4], "big") == len(framed) - 4
+
+
+def test_unchanged_commits_are_not_decoded_again():
+    """A group's topic whose bytes are the last fetch's gets the same row objects (and its
+    refused partitions counted again); one whose commits moved is decoded afresh; a group's
+    topic absent from a whole fetch is forgotten."""
+    def answer(g1_orders_offset):
+        return their_answer([
+            ("g1", 0, [("orders", [(0, g1_orders_offset, "", 0), (1, 5, "", 3)]), ("pay", [(5, 9, "", 0)])]),
+            ("g2", 0, [("orders", [(0, 3, "", 0)])])])
+
+    blocks = of.DecodedBlocks()
+    blocks.next_fetch()
+    first = of.decode_response(of.VERSION, answer(10), blocks=blocks)
+    blocks.next_fetch()
+    again = of.decode_response(of.VERSION, answer(10), blocks=blocks)
+    assert again.rows == first.rows and all(a is b for a, b in zip(again.rows, first.rows, strict=True))
+    assert again.skipped == first.skipped == 1
+    blocks.next_fetch()
+    moved = of.decode_response(of.VERSION, answer(11), blocks=blocks)
+    assert moved.rows == [("g1", "orders", 0, 11), ("g1", "pay", 5, 9), ("g2", "orders", 0, 3)]
+    assert moved.rows[0] is not first.rows[0] and moved.rows[1] is first.rows[1]
+    assert moved.rows == of.decode_response(of.VERSION, answer(11)).rows
+    blocks.next_fetch()
+    blocks.next_fetch()                          # a fetch that saw none of them
+    later = of.decode_response(of.VERSION, answer(11), blocks=blocks)
+    assert later.rows == moved.rows and not any(a is b for a, b in zip(later.rows, moved.rows, strict=True))

@@ -160,12 +160,13 @@ def find_coordinator_request(groups: Sequence[str]):
                                   min_version=FIND_COORDINATOR_VERSION, max_version=FIND_COORDINATOR_VERSION)
 
 
-def offset_fetch_request(groups: Sequence[str], keep_topic: Callable[[str], bool] | None = None) -> RawRequest:
+def offset_fetch_request(groups: Sequence[str], keep_topic: Callable[[str], bool] | None = None,
+                         blocks: offset_fetch.DecodedBlocks | None = None) -> RawRequest:
     """OffsetFetch v8 for every committed partition of `groups`, encoded and decoded by
     offset_fetch.py (kafka-python's decoder built three objects per partition); the answer's
-    rows only of the topics `keep_topic` keeps (None: all)."""
-    decode = offset_fetch.decode_response if keep_topic is None else \
-        functools.partial(offset_fetch.decode_response, keep_topic=keep_topic)
+    rows only of the topics `keep_topic` keeps (None: all); `blocks`, the rows of the last
+    fetches by their bytes."""
+    decode = functools.partial(offset_fetch.decode_response, keep_topic=keep_topic, blocks=blocks)
     return RawRequest("OffsetFetchRequest", offset_fetch.API_KEY, OFFSET_FETCH_VERSION, offset_fetch.FLEXIBLE,
                       offset_fetch.encode_request(groups), decode)
 
@@ -232,6 +233,7 @@ class BatchedGroupOffsets:
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.transport = transport
         self.cache = CoordinatorCache()
+        self.decoded = offset_fetch.DecodedBlocks()    # unchanged commits are not decoded again
         self.last: FetchReport | None = None
         self._groups_per_request = groups_per_request
         self._keys_per_request = keys_per_request
@@ -249,6 +251,7 @@ class BatchedGroupOffsets:
         groups = list(dict.fromkeys(groups))
         report = self.last = FetchReport(groups=len(groups))
         self._first_failure = {}
+        self.decoded.next_fetch()
         self.cache.keep_groups(groups)
         if live_nodes is not None:
             dropped = self.cache.keep_nodes(live_nodes)
@@ -267,7 +270,7 @@ class BatchedGroupOffsets:
             retry = self._find([g for g in pending if g not in self.cache], deadline, report, last_cause)
             plan = offset_fetch_plan(self.cache.by_node([g for g in pending if g in self.cache]),
                                      self._groups_per_request)
-            results = self._send("OffsetFetch", [(n, offset_fetch_request(gs, keep_topic)) for n, gs in plan],
+            results = self._send("OffsetFetch", [(n, offset_fetch_request(gs, keep_topic, self.decoded)) for n, gs in plan],
                                  deadline, report)
             for (node, asked), res in zip(plan, results, strict=True):
                 report.coordinators.add(node)

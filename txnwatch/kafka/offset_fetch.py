@@ -51,10 +51,37 @@ class Answer:
     skipped: int = 0
 
 
+class DecodedBlocks:
+    """The rows decoded from each group's topic, by the bytes they came from, kept from one
+    fetch to the next (`next_fetch`): a group whose commits did not move since the last poll
+    (most of a big estate's) answers with the same bytes, and gets the same row objects
+    without a decode. Decoding runs in the client's I/O thread: each entry is the pure result
+    of its bytes, so an answer decoded late is still right."""
+
+    def __init__(self) -> None:
+        self._last: dict[tuple[str, str], tuple[bytes, list[Row], int]] = {}
+        self._now: dict[tuple[str, str], tuple[bytes, list[Row], int]] = {}
+
+    def next_fetch(self) -> None:
+        """A new fetch: what the last one did not see again is forgotten after this one."""
+        self._last, self._now = self._now, {}
+
+    def get(self, key: tuple[str, str], raw: bytes) -> tuple[bytes, list[Row], int] | None:
+        seen = self._now.get(key) or self._last.get(key)
+        if seen is None or seen[0] != raw:
+            return None
+        self._now[key] = seen
+        return seen
+
+    def keep(self, key: tuple[str, str], raw: bytes, rows: list[Row], skipped: int) -> None:
+        self._now[key] = (raw, rows, skipped)
+
+
 def decode_response(version: int, body: bytes | memoryview, keep_topic: Callable[[str], bool] | None = None,
-                    ) -> Answer:
+                    blocks: DecodedBlocks | None = None) -> Answer:
     """The answer's rows; with `keep_topic`, only those of the topics it keeps: the others'
-    partitions are stepped over unread (a replica's share of a sharded cluster's groups)."""
+    partitions are stepped over unread (a replica's share of a sharded cluster's groups).
+    `blocks`: the last fetches' rows by their bytes (DecodedBlocks)."""
     if version != VERSION:
         raise ValueError(f"OffsetFetch v{version}: txnwatch reads v{VERSION} only")
     r = Reader("OffsetFetch", body)
@@ -67,7 +94,7 @@ def decode_response(version: int, body: bytes | memoryview, keep_topic: Callable
             topic = r.string(FLEXIBLE, f"a topic name of group {group}")
             n = r.count(FLEXIBLE, f"the partition count of {topic} in group {group}")
             if keep_topic is None or keep_topic(topic):
-                out.skipped += _partitions(r, n, group, topic, rows)
+                out.skipped += _partitions(r, n, group, topic, rows, blocks)
             else:
                 _partitions(r, n, group, topic, None)
             r.skip_tags(f"the tagged fields of {topic} in group {group}")
@@ -82,7 +109,8 @@ def decode_response(version: int, body: bytes | memoryview, keep_topic: Callable
     return out
 
 
-def _partitions(r: Reader, n: int, group: str, topic: str, rows: list[Row] | None) -> int:
+def _partitions(r: Reader, n: int, group: str, topic: str, rows: list[Row] | None,
+                blocks: DecodedBlocks | None = None) -> int:
     """Appends the committed partitions of `topic` to rows (None: reads past them); returns
     those skipped for an error."""
     size = _PART_PLAIN.size * n
@@ -90,11 +118,20 @@ def _partitions(r: Reader, n: int, group: str, topic: str, rows: list[Row] | Non
         r.pos += size
         return 0
     if r.pos + size <= len(r.buf):
-        parts = list(_PART_PLAIN.iter_unpack(r.buf[r.pos:r.pos + size]))
+        raw = bytes(r.buf[r.pos:r.pos + size])
+        seen = None if blocks is None else blocks.get((group, topic), raw)
+        if seen is not None:
+            r.pos += size
+            rows += seen[1]
+            return seen[2]
+        parts = list(_PART_PLAIN.iter_unpack(raw))
         if all(p[3] == 1 and p[5] == 0 for p in parts):
             r.pos += size
             skipped = sum(1 for p in parts if p[4])
-            rows.extend([(group, topic, p[0], p[1]) for p in parts if not p[4] and p[1] >= 0])
+            got = [(group, topic, p[0], p[1]) for p in parts if not p[4] and p[1] >= 0]
+            if blocks is not None:
+                blocks.keep((group, topic), raw, got, skipped)
+            rows += got
             return skipped
     # commits with metadata (or tagged fields): field by field
     skipped = 0

@@ -6,6 +6,7 @@ I/O; time is always an argument."""
 from __future__ import annotations
 
 import itertools
+import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -26,6 +27,9 @@ from ..model import (
     PartitionState,
     is_two_phase,
 )
+
+_GROUP_TOPIC = operator.itemgetter(0, 1)     # a committed row's (group, topic)
+_NEW_ROW = tuple.__new__
 
 LATE_TRANSACTION_SLACK_MS = 5 * 60 * 1000   # Kafka's own slack for "late" transactions
 
@@ -86,15 +90,41 @@ def lso_timestamps_needed(stalled: Iterable[tuple[str, int, int]],
 
 
 def group_lags(committed: Iterable[tuple[str, str, int, int]],
-               partitions: Mapping[TP, PartitionState]) -> list[GroupLag]:
-    """Lag of each (group, topic, partition, committed offset) against the LSO and the HWM."""
-    out = []
-    for group, topic, partition, offset in committed:
-        p = partitions.get((topic, partition))
-        if p is None or offset < 0:
-            continue
-        out.append(GroupLag(group, topic, partition, offset,
-                            max(p.last_stable_offset - offset, 0), max(p.high_watermark - offset, 0)))
+               partitions: Mapping[TP, PartitionState], cache: dict | None = None) -> list[GroupLag]:
+    """Lag of each (group, topic, partition, committed offset) against the LSO and the HWM.
+
+    `cache` (a dict the caller keeps from one poll to the next): a group's topic whose rows
+    and partition states are those of the last poll (compared whole, at C speed: an unchanged
+    partition keeps its state object) gets last poll's GroupLag objects. Most of a big
+    estate's groups commit nothing new between two polls, and their topics do not move."""
+    out: list[GroupLag] = []
+    last = {} if cache is None else cache
+    kept: dict = {}
+    get = partitions.get
+    for key, run in itertools.groupby(committed, key=_GROUP_TOPIC):   # a group's topic's rows together
+        rows = list(run)
+        seen = last.get(key)
+        if seen is not None and seen[0] == rows:
+            states = tuple(map(get, seen[1]))
+            if states == seen[2]:
+                kept[key] = seen
+                out.extend(seen[3])
+                continue
+        group, topic = key
+        _, _, indexes, offsets = zip(*rows, strict=True)
+        tps = tuple(zip(itertools.repeat(topic), indexes))
+        states = tuple(map(get, tps))
+        # tuple.__new__ is the named tuple's own constructor without its Python-level
+        # __new__: a third of the time, at one GroupLag per committed partition
+        lags = [_NEW_ROW(GroupLag, (group, topic, index, offset,
+                                    s.last_stable_offset - offset if s.last_stable_offset > offset else 0,
+                                    s.high_watermark - offset if s.high_watermark > offset else 0, 0))
+                for index, offset, s in zip(indexes, offsets, states, strict=True) if s is not None and offset >= 0]
+        kept[key] = (rows, tps, states, lags)
+        out.extend(lags)
+    if cache is not None:
+        cache.clear()
+        cache.update(kept)     # only this poll's rows: a group or topic gone is forgotten
     return out
 
 

@@ -33,15 +33,15 @@ K = TypeVar("K")
 def signalled(snap: ClusterSnapshot, behind: Mapping[RowKey, tuple[int, float]], apps: frozenset[str],
               still_seconds: float) -> set[TP]:
     """The partitions carrying a signal in this poll. A group row counts once it has been
-    behind its LSO at the same committed offset for `still_seconds` (`behind`, from
-    behind_since): a consumer that keeps up commits in between (every 5 s by default, at each
-    checkpoint for Flink) and is not a signal."""
+    behind its LSO at the same committed offset for `still_seconds` (`behind`: behind_since
+    of this snapshot's rows): a consumer that keeps up commits in between (every 5 s by
+    default, at each checkpoint for Flink) and is not a signal."""
     out = {tp for tp, s in snap.partitions.items() if s.last_stable_offset < s.high_watermark or s.stalled_seconds}
     out.update((h.topic, h.partition) for h in snap.hanging)
-    for g in snap.groups:
-        seen = behind.get((g.group, g.topic, g.partition))
-        if g.group in apps or (seen is not None and snap.taken_at - seen[1] >= still_seconds):
-            out.add((g.topic, g.partition))
+    out.update((topic, partition) for (_, topic, partition), (_, since) in behind.items()
+               if snap.taken_at - since >= still_seconds)
+    if apps:
+        out.update((g.topic, g.partition) for g in snap.groups if g.group in apps)
     for t in snap.open_transactions or ():
         if t.app in apps:
             out.update(t.partitions)

@@ -75,6 +75,7 @@ class ClusterPoller:
         self._facts = ClusterFacts()
         self._prev_partitions: dict = {}
         self._prev_groups: list = []
+        self._lag_rows: dict = {}      # derive.group_lags' cache: unchanged group rows cost no new objects
         self._lso_ts: dict[tuple[str, int, int], float] = {}
         self._marker_verdicts: dict[derive.MarkerGap, bool] = {}   # steady gaps read: only markers?
         self._prev_epochs: dict[str, tuple[int, int]] = {}
@@ -122,7 +123,7 @@ class ClusterPoller:
         partitions = derive.with_unavailable(
             derive.partition_states(offsets, self._prev_partitions, now, self._lso_ts), self._prev_partitions,
             unavailable)
-        lags = self._without_marker_gaps(derive.group_lags(committed, partitions), partitions)
+        lags = self._without_marker_gaps(derive.group_lags(committed, partitions, self._lag_rows), partitions)
         groups = derive.with_groups_unavailable(lags, self._prev_groups, groups_unavailable)
 
         if self._refreshes_configs():

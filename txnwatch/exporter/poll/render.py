@@ -230,15 +230,19 @@ def _render_offsets(w: FamilyWriter, snap: ClusterSnapshot, granularity: str, ha
         return
     own = cache.series.update(snap) if granularity == "signal" else frozenset()
     rest = OTHER_PARTITIONS if granularity == "signal" else ALL_PARTITIONS
-    cache.partition_lines(w, c, {tp: s for tp, s in snap.partitions.items() if tp in own}, hanging)
-    cache.group_lines(w, c, [g for g in snap.groups if (g.topic, g.partition) in own])
-    sums = topic_sums((s for tp, s in snap.partitions.items() if tp not in own) if own else snap.partitions.values(),
-                      hanging)
+    # `own` is a few partitions among many: a row's topic is looked up first, and only the
+    # rows of those few topics make a (topic, partition) key
+    topics = {topic for topic, _ in own}
+    cache.partition_lines(w, c, {tp: s for tp, s in snap.partitions.items() if tp[0] in topics and tp in own}, hanging)
+    cache.group_lines(w, c, [g for g in snap.groups if g.topic in topics and (g.topic, g.partition) in own])
+    sums = topic_sums((s for tp, s in snap.partitions.items() if tp[0] not in topics or tp not in own)
+                      if own else snap.partitions.values(), hanging)
     for topic, values in sums.items():
         lbl = {"cluster": c, "topic": topic, "partition": rest}
         for name, v in zip(PARTITION_FAMILIES, values, strict=True):
             w.add(name, lbl, v)
-    for (group, topic), values in group_sums(g for g in snap.groups if (g.topic, g.partition) not in own).items():
+    rows = (g for g in snap.groups if g.topic not in topics or (g.topic, g.partition) not in own) if own else snap.groups
+    for (group, topic), values in group_sums(rows).items():
         lbl = {"cluster": c, "group": group, "topic": topic, "partition": rest}
         for name, v in zip(GROUP_FAMILIES, values, strict=True):
             w.add(name, lbl, v)
