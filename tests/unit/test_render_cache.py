@@ -8,6 +8,7 @@ from types import MappingProxyType
 
 from txnwatch.exporter.model import ClusterSnapshot, GroupLag, HangingTransaction
 from txnwatch.exporter.poll import derive
+from txnwatch.exporter.poll.granularity import ALL_PARTITIONS
 from txnwatch.exporter.poll.render import GROUP_FAMILIES, PARTITION_FAMILIES, RenderCache, render_snapshot
 from txnwatch.kafka.answers import ClusterFacts, PartitionOffsets
 from txnwatch.metrics import FamilyWriter
@@ -119,3 +120,55 @@ def test_a_topic_gone_from_the_snapshot_is_gone_from_the_lines():
     w = render(snap(fewer), cache)
     body = b"".join(c.body for c in w.chunks().values())
     assert b'topic="orders"' not in body and b'group="g"' not in body
+
+
+def sums_reference(s: ClusterSnapshot, rest: str) -> FamilyWriter:
+    """Per-topic and per-group sums through FamilyWriter.add, as the render wrote them before."""
+    w = FamilyWriter()
+    by_topic: dict[str, list] = {}
+    for (topic, _), p in s.partitions.items():
+        a = by_topic.setdefault(topic, [0, 0, 0, 0.0, 0])
+        a[0] += p.high_watermark
+        a[1] += p.last_stable_offset
+        a[2] += p.lso_lag
+        a[3] = max(a[3], p.stalled_seconds)
+    for topic, values in by_topic.items():
+        for name, v in zip(PARTITION_FAMILIES, values, strict=True):
+            w.add(name, {"cluster": s.cluster, "topic": topic, "partition": rest}, v)
+    by_group: dict[tuple, list] = {}
+    for g in s.groups:
+        a = by_group.setdefault((g.group, g.topic), [0, 0, 0])
+        a[0] += g.committed
+        a[1] += g.lag_read_committed
+        a[2] += g.lag_read_uncommitted
+    for (group, topic), values in by_group.items():
+        for name, v in zip(GROUP_FAMILIES, values, strict=True):
+            w.add(name, {"cluster": s.cluster, "group": group, "topic": topic, "partition": rest}, v)
+    return w
+
+
+def test_sums_per_topic_and_group_are_formatted_once_until_they_move():
+    """At granularity topic, a topic's and a group's summed lines are what FamilyWriter.add
+    formats for the sums, and are formatted again only when the sums change."""
+    cache = RenderCache()
+    families = PARTITION_FAMILIES + GROUP_FAMILIES
+
+    def topic_render(s):
+        w = FamilyWriter()
+        render_snapshot(w, s, "topic", 100, cache=cache)
+        return w
+
+    first = derive.partition_states(offsets({("orders", 1): (120, 110)}), {}, now=1000.0)
+    s = snap(first, groups_of(first))
+    assert lines(topic_render(s), families) == lines(sums_reference(s, ALL_PARTITIONS), families)
+    assert cache.formatted == len(TOPICS) + 2
+
+    same = derive.partition_states(offsets({("orders", 1): (120, 110)}), first, now=1000.0)
+    topic_render(snap(same, groups_of(same)))
+    assert cache.formatted == 0
+
+    moved = derive.partition_states(offsets({("orders", 1): (120, 110), ("payments", 1): (130, 130)}), same,
+                                    now=1000.0)
+    s = snap(moved, groups_of(moved))
+    assert lines(topic_render(s), families) == lines(sums_reference(s, ALL_PARTITIONS), families)
+    assert cache.formatted == 2          # payments, and the group reading it

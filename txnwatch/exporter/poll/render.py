@@ -41,6 +41,8 @@ class RenderCache:
         self.transactions = transactions if transactions is not None else TransactionSeries(DEFAULT_LINGER_SECONDS)
         self._topics: dict[str, tuple] = {}
         self._groups: dict[str, tuple] = {}
+        self._topic_sums: dict[str, tuple] = {}
+        self._group_sums: dict[str, tuple] = {}
         self.formatted = 0     # topics and groups formatted by the last render (tests, bench)
 
     def partition_lines(self, w: FamilyWriter, cluster: str, partitions, hanging) -> None:
@@ -63,6 +65,35 @@ class RenderCache:
             w, self._groups, f'{w.exposed_label("cluster")}="{escape_label(cluster)}",group="', by_group,
             lambda group, rows: (), lambda prefix, rows, _: _group_bodies(prefix, rows), GROUP_FAMILIES)
         self.formatted += formatted
+
+    def topic_sum_lines(self, w: FamilyWriter, cluster: str, sums: dict[str, list], rest: str) -> None:
+        """topic_sums' values as the topics' lines of PARTITION_FAMILIES (partition=`rest`),
+        formatted again only for the topics whose sums changed."""
+        self._topic_sums, formatted = _lines(
+            w, self._topic_sums, f'{w.exposed_label("cluster")}="{escape_label(cluster)}",topic="', sums,
+            lambda topic, values: rest, lambda prefix, values, _: _sum_bodies(
+                [f'{{{prefix}",partition="{rest}"}} '], [values], PARTITION_FAMILIES), PARTITION_FAMILIES)
+        self.formatted += formatted
+
+    def group_sum_lines(self, w: FamilyWriter, cluster: str, sums: dict[tuple[str, str], list[int]],
+                        rest: str) -> None:
+        """group_sums' values as each group's lines of GROUP_FAMILIES (partition=`rest`),
+        formatted again only for the groups whose sums changed."""
+        by_group: dict[str, list[tuple]] = {}
+        for (group, topic), values in sums.items():
+            by_group.setdefault(group, []).append((topic, *values))
+        self._group_sums, formatted = _lines(
+            w, self._group_sums, f'{w.exposed_label("cluster")}="{escape_label(cluster)}",group="', by_group,
+            lambda group, rows: rest, lambda prefix, rows, _: _sum_bodies(
+                [f'{{{prefix}",topic="{escape_label(r[0])}",partition="{rest}"}} ' for r in rows],
+                [r[1:] for r in rows], GROUP_FAMILIES), GROUP_FAMILIES)
+        self.formatted += formatted
+
+
+def _sum_bodies(labels: list[str], values: list, families: tuple[str, ...]) -> tuple[bytes, ...]:
+    """The lines of `families` for each labels' values (value i of a row goes to family i)."""
+    return tuple("".join(f"{name}{lbl}{format_value(float(row[i]))}\n" for lbl, row in zip(labels, values, strict=True))
+                 .encode() for i, name in enumerate(families))
 
 
 def _lines(w: FamilyWriter, last: dict[str, tuple], label: str, rows_by_key: dict[str, list], extra,
@@ -233,16 +264,12 @@ def _render_offsets(w: FamilyWriter, snap: ClusterSnapshot, granularity: str, ha
     # `own` is a few partitions among many: a row's topic is looked up first, and only the
     # rows of those few topics make a (topic, partition) key
     topics = {topic for topic, _ in own}
-    cache.partition_lines(w, c, {tp: s for tp, s in snap.partitions.items() if tp[0] in topics and tp in own}, hanging)
-    cache.group_lines(w, c, [g for g in snap.groups if g.topic in topics and (g.topic, g.partition) in own])
+    cache.partition_lines(w, c, {tp: s for tp, s in snap.partitions.items() if tp[0] in topics and tp in own}
+                          if own else {}, hanging)
+    cache.group_lines(w, c, [g for g in snap.groups if g.topic in topics and (g.topic, g.partition) in own]
+                      if own else [])
     sums = topic_sums((s for tp, s in snap.partitions.items() if tp[0] not in topics or tp not in own)
                       if own else snap.partitions.values(), hanging)
-    for topic, values in sums.items():
-        lbl = {"cluster": c, "topic": topic, "partition": rest}
-        for name, v in zip(PARTITION_FAMILIES, values, strict=True):
-            w.add(name, lbl, v)
+    cache.topic_sum_lines(w, c, sums, rest)
     rows = (g for g in snap.groups if g.topic not in topics or (g.topic, g.partition) not in own) if own else snap.groups
-    for (group, topic), values in group_sums(rows).items():
-        lbl = {"cluster": c, "group": group, "topic": topic, "partition": rest}
-        for name, v in zip(GROUP_FAMILIES, values, strict=True):
-            w.add(name, lbl, v)
+    cache.group_sum_lines(w, c, group_sums(rows), rest)
