@@ -214,6 +214,23 @@ def test_requests_grow_with_coordinators_not_groups():
     assert f.last.requests == {"OffsetFetch": 3}
 
 
+@pytest.mark.parametrize("metadata", ["", "consumer-7 rebalanced at 12:00"])
+def test_rows_come_sorted_whatever_order_the_coordinators_answer_in(metadata):
+    """A coordinator lists a group's topics and partitions in its own order (hash maps): the
+    rows come sorted by group, topic and partition, from every coordinator, with or without
+    commit metadata, and again so when the same bytes come back (the decoded blocks kept)."""
+    groups = ["g-b", "g-a", "g-c"]
+    offsets = {g: [("payments", 3, 1), ("orders", 2, 5), ("orders", 0, 7), ("payments", 1, 2), ("orders", 1, -1)]
+               for g in groups}
+    cluster = FakeCluster({"g-b": 2, "g-a": 1, "g-c": 3}, offsets, (1, 2, 3))
+    cluster.metadata = metadata
+    f, _ = fetcher(cluster)
+    rows = f.fetch(groups, DEADLINE)
+    assert rows == expected(cluster, groups) and rows[:4] == [
+        ("g-a", "orders", 0, 7), ("g-a", "orders", 2, 5), ("g-a", "payments", 1, 2), ("g-a", "payments", 3, 1)]
+    assert f.fetch(groups, DEADLINE) == rows
+
+
 def test_chunks_of_500_groups_per_request():
     groups, cluster = make(5000, nodes=(1,))
     f, _ = fetcher(cluster)

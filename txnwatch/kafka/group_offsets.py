@@ -33,6 +33,7 @@ the per-group path always did). When every group fails, the step fails with the 
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import time
 from collections import Counter
@@ -190,13 +191,19 @@ def parse_find_coordinator(response) -> tuple[dict[str, Coordinator], dict[str, 
     return found, errors
 
 
-def parse_offset_fetch(answer: offset_fetch.Answer) -> tuple[list[Row], dict[str, int], set[str], int]:
-    """(rows with a committed offset >= 0, {group: error code}, groups answered, partitions
-    skipped for a partition error) of an OffsetFetch v8 answer."""
-    return answer.rows, answer.errors, answer.answered, answer.skipped
+def parse_offset_fetch(answer: offset_fetch.Answer) -> tuple[list[list[Row]], dict[str, int], set[str], int]:
+    """(rows with a committed offset >= 0, a block per group's topic sorted by partition,
+    {group: error code}, groups answered, partitions skipped for a partition error) of an
+    OffsetFetch v8 answer."""
+    return answer.blocks, answer.errors, answer.answered, answer.skipped
 
 
 # ------------------------------------------------------------------ the batched fetch
+def _block_key(block: list[Row]) -> tuple[str, str]:
+    """A block's (group, topic): the first row's."""
+    return block[0][0], block[0][1]
+
+
 class Transport(Protocol):
     def send(self, calls: Sequence[tuple[int | None, object]], deadline: float) -> list[object]:
         """Send each request (to the node, or None: any node) and return its response or the
@@ -257,7 +264,7 @@ class BatchedGroupOffsets:
             dropped = self.cache.keep_nodes(live_nodes)
             if dropped:
                 log.debug("coordinator cache: %d groups of nodes that left the metadata", len(dropped))
-        rows: list[Row] = []
+        blocks: list[list[Row]] = []
         last_cause: dict[str, str] = {}
         pending = groups
         while pending and report.rounds < self._max_rounds:
@@ -282,7 +289,7 @@ class BatchedGroupOffsets:
                     retry += asked
                     continue
                 got, errors, answered, skipped = parse_offset_fetch(res)
-                rows += got
+                blocks += got
                 report.skipped_partitions += skipped
                 for g, code in errors.items():
                     if code in MOVED:
@@ -300,13 +307,17 @@ class BatchedGroupOffsets:
             pending = retry
         for g in pending:
             report.failed[g] = last_cause.get(g, "timeout")
+        # sorted as whole blocks (each sorted by partition as decoded): a few hundred keys, not
+        # every committed partition
+        blocks.sort(key=_block_key)
+        rows = list(itertools.chain.from_iterable(blocks))
         report.rows = len(rows)
         if groups and len(report.failed) == len(groups):
             cause, n = Counter(report.failed.values()).most_common(1)[0]
             why = self._first_failure.get(cause)     # what it was, in its words (a refused login's)
             raise PollError(cause, f"committed offsets of consumer groups: all {len(groups)} groups failed "
                                    f"({n} with {cause}{'' if why is None else f': {why}'})")
-        return sorted(rows)
+        return rows
 
     def _find(self, unknown: list[str], deadline: float, report: FetchReport,
               last_cause: dict[str, str]) -> list[str]:

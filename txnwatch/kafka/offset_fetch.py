@@ -40,15 +40,19 @@ def encode_request(groups: Sequence[str], require_stable: bool = False) -> bytes
 @dataclass
 class Answer:
     """An OffsetFetch v8 answer, read into what group_offsets.parse_offset_fetch returns:
-    rows with a committed offset >= 0, {group: error code}, the groups answered, and the
-    partitions skipped for a partition error. `throttle_time_ms` is read by kafka-python's
-    connection (quota throttling)."""
+    rows with a committed offset >= 0 in blocks (one per group's topic, sorted by partition),
+    {group: error code}, the groups answered, and the partitions skipped for a partition
+    error. `throttle_time_ms` is read by kafka-python's connection (quota throttling)."""
 
     throttle_time_ms: int = 0
-    rows: list[Row] = field(default_factory=list)
+    blocks: list[list[Row]] = field(default_factory=list)
     errors: dict[str, int] = field(default_factory=dict)
     answered: set[str] = field(default_factory=set)
     skipped: int = 0
+
+    @property
+    def rows(self) -> list[Row]:
+        return [row for block in self.blocks for row in block]
 
 
 class DecodedBlocks:
@@ -89,12 +93,12 @@ def decode_response(version: int, body: bytes | memoryview, keep_topic: Callable
     for _ in range(r.count(FLEXIBLE, "the group count")):
         group = r.string(FLEXIBLE, "a group id")
         out.answered.add(group)
-        rows: list[Row] = []
+        found: list[list[Row]] = []
         for _ in range(r.count(FLEXIBLE, f"the topic count of group {group}")):
             topic = r.string(FLEXIBLE, f"a topic name of group {group}")
             n = r.count(FLEXIBLE, f"the partition count of {topic} in group {group}")
             if keep_topic is None or keep_topic(topic):
-                out.skipped += _partitions(r, n, group, topic, rows, blocks)
+                out.skipped += _partitions(r, n, group, topic, found, blocks)
             else:
                 _partitions(r, n, group, topic, None)
             r.skip_tags(f"the tagged fields of {topic} in group {group}")
@@ -103,18 +107,18 @@ def decode_response(version: int, body: bytes | memoryview, keep_topic: Callable
         if code:
             out.errors[group] = code
         else:
-            out.rows += rows
+            out.blocks += found
     r.skip_tags("the answer's tagged fields")
     r.end()
     return out
 
 
-def _partitions(r: Reader, n: int, group: str, topic: str, rows: list[Row] | None,
+def _partitions(r: Reader, n: int, group: str, topic: str, found: list[list[Row]] | None,
                 blocks: DecodedBlocks | None = None) -> int:
-    """Appends the committed partitions of `topic` to rows (None: reads past them); returns
-    those skipped for an error."""
+    """Appends the committed partitions of `topic` to `found`, as one block sorted by
+    partition (None: reads past them); returns those skipped for an error."""
     size = _PART_PLAIN.size * n
-    if rows is None and r.pos + size <= len(r.buf) and _plain(r.buf[r.pos:r.pos + size], n):
+    if found is None and r.pos + size <= len(r.buf) and _plain(r.buf[r.pos:r.pos + size], n):
         r.pos += size
         return 0
     if r.pos + size <= len(r.buf):
@@ -122,19 +126,20 @@ def _partitions(r: Reader, n: int, group: str, topic: str, rows: list[Row] | Non
         seen = None if blocks is None else blocks.get((group, topic), raw)
         if seen is not None:
             r.pos += size
-            rows += seen[1]
+            _add(found, seen[1])
             return seen[2]
-        parts = list(_PART_PLAIN.iter_unpack(raw))
+        parts = sorted(_PART_PLAIN.iter_unpack(raw))
         if all(p[3] == 1 and p[5] == 0 for p in parts):
             r.pos += size
             skipped = sum(1 for p in parts if p[4])
-            got = [(group, topic, p[0], p[1]) for p in parts if not p[4] and p[1] >= 0]
+            rows = [(group, topic, p[0], p[1]) for p in parts if not p[4] and p[1] >= 0]
             if blocks is not None:
-                blocks.keep((group, topic), raw, got, skipped)
-            rows += got
+                blocks.keep((group, topic), raw, rows, skipped)
+            _add(found, rows)
             return skipped
     # commits with metadata (or tagged fields): field by field
     skipped = 0
+    rows = []
     what = f"a partition of {topic} in group {group}"
     for _ in range(n):
         index, offset, _epoch = r.fixed(_PART_HEAD, what)
@@ -143,9 +148,15 @@ def _partitions(r: Reader, n: int, group: str, topic: str, rows: list[Row] | Non
         r.skip_tags(f"the tagged fields of {what}")
         if code:
             skipped += 1
-        elif offset >= 0 and rows is not None:
+        elif offset >= 0:
             rows.append((group, topic, index, offset))
+    _add(found, sorted(rows))
     return skipped
+
+
+def _add(found: list[list[Row]] | None, rows: list[Row]) -> None:
+    if found is not None and rows:
+        found.append(rows)
 
 
 def _plain(records: bytes | memoryview, n: int) -> bool:

@@ -36,7 +36,9 @@ log = logging.getLogger(__name__)
 
 BACKOFF_START, BACKOFF_MAX = 1.0, 30.0
 HEALTHY_RESET_SECONDS = 60.0     # a worker up this long starts the next backoff from the start
-SUPERVISE_INTERVAL = 0.1
+# a look at the worker without news from it (its exit, a stall, the scrapers' view for its
+# schedule); its published data comes at once, by the pipe it writes to after each publish
+SUPERVISE_INTERVAL = 0.25
 # publishes whose lag (worker status to data served) the poll schedule allows for, the slowest
 PUBLISH_LAGS_KEPT = 8
 STARTUP_GRACE = 30.0             # seconds a new worker may take to publish its first status

@@ -52,7 +52,9 @@ from .supervisor import SUPERVISE_INTERVAL
 
 log = logging.getLogger("txnwatch.worker")
 
-STATUS_INTERVAL = 0.5
+# the status between polls is a heartbeat (the supervisor calls a worker stalled after 5 s of
+# silence); each costs a file written here and read by the serving process
+STATUS_INTERVAL = 1.0
 SHUTDOWN_GRACE = 8.0      # seconds a worker takes at most to stop after SIGTERM
 TAP_INTERVAL = 0.25
 # the least the poll schedule allows for publishing: a file written and read, a wake-up

@@ -285,7 +285,10 @@ def app_views(snap, cluster: str, open_transactions: Sequence | None = None, cou
         return app_by_id.get(tid) or (app_of(tid) if app_of is not None else fallback_app(tid))
 
     parts = snap.partitions
-    lso_lag = {tp: p.lso_lag for tp, p in parts.items()}
+
+    def lso_lag(tp: tuple[str, int]) -> int | None:      # of the few partitions pinned, not of every one
+        p = parts.get(tp)
+        return None if p is None else p.lso_lag
     pins: dict[str, dict[tuple, Pin]] = {}
     stuck: dict[str, list[Stuck]] = {}
     holders_at: dict[tuple[str, int], list[Holder]] = {}
@@ -297,7 +300,7 @@ def app_views(snap, cluster: str, open_transactions: Sequence | None = None, cou
         if app is None:
             continue
         pins.setdefault(app, {})[(tp, h.transactional_id)] = Pin(h.topic, h.partition, h.transactional_id, HANGING,
-                                                                 h.age_seconds, lso_lag.get(tp))
+                                                                 h.age_seconds, lso_lag(tp))
         stuck.setdefault(app, []).append(Stuck(h.transactional_id, True, h.topic, h.partition, h.age_seconds))
     opened: dict[str, list] = {}
     hanging_tps = set(holders_at)
@@ -306,7 +309,7 @@ def app_views(snap, cluster: str, open_transactions: Sequence | None = None, cou
         mine = pins.setdefault(t.app, {})
         for tp in t.partitions:
             mine.setdefault((tp, t.transactional_id), Pin(tp[0], tp[1], t.transactional_id, t.state,
-                                                          t.age_seconds, lso_lag.get(tp)))
+                                                          t.age_seconds, lso_lag(tp)))
             if tp not in hanging_tps:    # a hanging transaction holds the LSO below any open one
                 holders_at.setdefault(tp, []).append(Holder(tp[0], tp[1], t.app, t.transactional_id, t.state,
                                                             t.age_seconds))
