@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import itertools
 import math
 import multiprocessing
 import os
@@ -104,6 +105,8 @@ class Subject:
     shown: list[tuple[float, float]] = field(default_factory=list)   # (scrape done, monotonic; marker HWM)
     rss: list[float] = field(default_factory=list)     # bytes, all its processes, after each measured scrape
     polled: list[float] = field(default_factory=list)  # txnwatch_polls_total in each measured scrape
+    wall_at: list[float] = field(default_factory=list)  # when each measured scrape was sent (wall clock)
+    waited: list[tuple[float, float]] = field(default_factory=list)  # scrape waits served / timed out, so far
     series: int = 0                                    # sample lines of its last measured scrape
 
 
@@ -184,11 +187,15 @@ def delays(acks: list[tuple[int, float]], shown: list[tuple[float, float]], ever
     return out
 
 
-def txnwatch(name: str, bootstrap: str, prefix: str, cwd: str | None, args: tuple[str, ...] = ()) -> Subject:
+def txnwatch(name: str, bootstrap: str, prefix: str, cwd: str | None, args: tuple[str, ...] = (),
+             log_dir: str | None = None) -> Subject:
+    """`log_dir`: its log there as <name>.log, at DEBUG (the poll schedule's decisions)."""
     cluster = {"name": "bench", "bootstrap_servers": bootstrap, "poll_timeout_seconds": 60,
                "topics": {"include": [f"{prefix}-.*"]}, "groups": {"include": [f"{prefix}-group-.*"]},
                "poll_schedule": "scrapes", "poll_interval_seconds": 1}
-    exp = ExporterProcess({"clusters": [cluster]}, cwd=cwd, extra_args=list(args)).start(timeout=60)
+    logs = dict(log_path=Path(log_dir, f"{name.replace('/', '-')}.log"), extra_args=[*args, "--log-level", "DEBUG"]) \
+        if log_dir else dict(extra_args=list(args))
+    exp = ExporterProcess({"clusters": [cluster]}, cwd=cwd, **logs).start(timeout=60)
     exp.wait_metric(lambda m: m.get_value("txnwatch_up", source="poller") == 1, 600, what=f"{name}: first poll")
     return Subject(name, exp.proc.pid, exp.url + "/metrics", exp.stop)
 
@@ -341,7 +348,7 @@ def scrape_loop(url: str, pid: int, own: bool, every: float, phase: float, warm:
     timeout = min(every, 10)
     start_at, end_at = t0 + phase + warm * every, t0 + phase + (warm + measured) * every
     r_lat, r_at, r_ages, r_took, r_stolen, r_waits, r_traces = [], [], [], [], [], [], []
-    r_shown, r_rss, r_polled, series = [], [], [], 0
+    r_shown, r_rss, r_polled, r_wall, r_waited, series = [], [], [], [], [], 0
     polls, cpu0, wall = (0.0, 0.0), {}, 0.0
     groups: dict[str, list[int]] = {}
     k = 0
@@ -357,7 +364,7 @@ def scrape_loop(url: str, pid: int, own: bool, every: float, phase: float, warm:
         req = urllib.request.Request(url, headers={**HEADERS, "X-Prometheus-Scrape-Timeout-Seconds": f"{timeout:g}"})
         waits0, stolen0 = where_the_time_went(groups), steal()
         own0 = sched(os.getpid())    # the scraper's own, tight around the scrape (no /proc walk in it)
-        mono0, began = time.monotonic(), time.perf_counter()
+        mono0, began, wall_began = time.monotonic(), time.perf_counter(), time.time()
         with urllib.request.urlopen(req, timeout=300) as r:
             body = r.read()
             gzipped = r.headers.get("Content-Encoding") == "gzip"
@@ -375,6 +382,7 @@ def scrape_loop(url: str, pid: int, own: bool, every: float, phase: float, warm:
             series = sample_lines(text)
             r_lat.append(took)
             r_at.append(began - t0)
+            r_wall.append(wall_began)
             r_waits.append({**{k: (waits[k][0] - v[0], waits[k][1] - v[1]) for k, v in waits0.items()},
                             "scraper": (own1[0] - own0[0], own1[1] - own0[1])})
             r_stolen.append(stolen - stolen0)
@@ -383,6 +391,8 @@ def scrape_loop(url: str, pid: int, own: bool, every: float, phase: float, warm:
                 r_ages.append(m.get_value("txnwatch_data_age_seconds", source="poller"))
                 r_took.append(m.get_value("txnwatch_poll_duration_seconds", source="poller"))
                 r_polled.append(m.get_value("txnwatch_polls_total"))
+                r_waited.append((m.get_value("txnwatch_scrape_waits_total", outcome="served") or 0.0,
+                                 m.get_value("txnwatch_scrape_waits_total", outcome="timed_out") or 0.0))
                 polls = (polls[0], m.get_value("txnwatch_polls_total"))
         elif m is not None:
             polls = (m.get_value("txnwatch_polls_total"), 0.0)
@@ -391,7 +401,7 @@ def scrape_loop(url: str, pid: int, own: bool, every: float, phase: float, warm:
         k = max(k + 1, math.ceil((time.monotonic() - t0 - phase) / every))
     time.sleep(max(0.0, end_at - time.monotonic()))
     out.send({"latencies": r_lat, "at": r_at, "waits": r_waits, "traces": r_traces, "ages": r_ages, "took": r_took,
-              "polled": r_polled,
+              "polled": r_polled, "wall_at": r_wall, "waited": r_waited,
               "stolen": r_stolen, "polls": polls, "shown": r_shown, "rss": r_rss, "series": series,
               "cpu": (cpu0, cpu_seconds(pid)), "wall": time.monotonic() - wall})
 
@@ -467,7 +477,7 @@ def phase(size: int, every: float, subjects: list[Subject], warm: int, measured:
         got = recv.recv()
         proc.join()
         for name in ("latencies", "at", "waits", "traces", "ages", "took", "stolen", "polls", "cpu", "wall",
-                     "shown", "rss", "series", "polled"):
+                     "shown", "rss", "series", "polled", "wall_at", "waited"):
             setattr(s, name, got[name])
     for s in subjects:
         print(report(size, every, s), flush=True)
@@ -475,13 +485,18 @@ def phase(size: int, every: float, subjects: list[Subject], warm: int, measured:
         print(side_by_side(size, every, subjects, marker), flush=True)
     for s, _, _ in runs:
         if s.txnwatch:     # how the schedule held: polls that were not served by the scrape they were timed for
+            # (the length of a poll that missed its scrape shows in no scrape: the next scrape
+            # serves the poll after it; --log-dir has it)
             late = [i for i, a in enumerate(s.ages) if a > every / 2]
+            waited = [(b[0] - a[0], b[1] - a[1]) for a, b in itertools.pairwise(s.waited)]
             print(f"<!-- {s.name}: polls took {statistics.median(s.took) * 1000:.0f} ms median, p90 "
                   f"{pct(s.took, 0.9) * 1000:.0f} ms, max {max(s.took) * 1000:.0f} ms; {len(late)} of {len(s.ages)} "
                   "scrapes found the poll timed for them not yet served"
-                  + "".join(f"; scrape {i}: data age {s.ages[i]:.2f} s, polls so far {s.polled[i]:g}, the next "
-                            f"poll then took {s.took[i + 1] * 1000 if i + 1 < len(s.took) else float('nan'):.0f} ms"
-                            for i in late) + " -->", flush=True)
+                  + "".join(f"; scrape {i} (sent at {s.wall_at[i]:.3f}, wall clock): data age {s.ages[i]:.2f} s, "
+                            f"polls so far {s.polled[i]:g}" for i in late)
+                  + f"; {sum(1 for w in waited if w[0])} scrapes waited for a late poll and got its data"
+                  + "".join(f" (scrape {i + 1}: {s.latencies[i + 1] * 1000:.0f} ms)" for i, w in enumerate(waited) if w[0])
+                  + f", {sum(1 for w in waited if w[1])} waited their budget out -->", flush=True)
     for s, _, _ in runs:   # where to look in a trace of the subject (lab: time.monotonic() - t0)
         seen = [f"; data age {a:.2f} s, last poll {t:.2f} s" for a, t in zip(s.ages, s.took, strict=True)]
         slow = sorted(zip(s.latencies, s.at, s.waits, s.stolen, seen or [""] * len(s.at), s.traces, strict=True),
@@ -514,6 +529,9 @@ def main() -> None:
                          "its scraper waited")
     ap.add_argument("--trace-dir", default=None,
                     help="where --trace-slow keeps each slow scrape's events (default: a new temporary directory)")
+    ap.add_argument("--log-dir", default=None,
+                    help="keep each txnwatch subject's log there, at DEBUG (when each poll was due and started, "
+                         "when its data was served)")
     ap.add_argument("--peers", default="", help="name=binary,... (kminion, kafka_exporter)")
     ap.add_argument("--peer-sizes", default="10000", help="sizes at which the peers run (first cadence)")
     ap.add_argument("--peer-start-seconds", type=float, default=600,
@@ -643,7 +661,7 @@ def run(a, cadences: list[float], measured: list[int], peers: dict[str, str], fl
                         try:   # each subject stopped even when a later one fails to start
                             for n, cwd, args in group:
                                 if n != "control":
-                                    subjects.append(txnwatch(n, broker.bootstrap, prefix, cwd, args))
+                                    subjects.append(txnwatch(n, broker.bootstrap, prefix, cwd, args, a.log_dir))
                             if ("control", None, ()) in group:   # first, as the subject its scraper measures
                                 subjects.insert(0, control(subjects[-1]))
                             if i == 0 and str(size) in a.peer_sizes.split(","):

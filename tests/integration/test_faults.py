@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -11,6 +14,7 @@ import yaml
 from tests.integration.helpers import cluster_config, tap_caught_up
 from txnwatch_dev.net import free_port, wait_for
 from txnwatch_dev.observability.exporter_proc import ExporterProcess
+from txnwatch_dev.observability.scrape import Metrics, parse_metrics
 from txnwatch_dev.proxy import KafkaProxy
 from txnwatch_dev.transactions.workload import create_topics
 
@@ -75,6 +79,65 @@ def test_one_stalled_cluster_delays_no_other(proxied_broker, broker, exporter_fa
                         >= first + 3, timeout=15, what="healthy cluster to keep polling")
     assert m.get_value("txnwatch_last_success_timestamp_seconds", kafka_cluster="stalled") == stuck_at
     proxy.resume()
+
+
+def test_a_scrape_waits_for_the_poll_timed_for_it_when_the_broker_answers_late(proxied_broker, exporter_factory,
+                                                                               unique):
+    """Fault: the broker holds its answers while the poll timed for a scrape runs (a broker busy
+    with other clients' requests). Expected: that scrape waits for the poll's data (within a
+    quarter of the timeout its scraper sends) instead of serving the poll before's, a scrape
+    period old, and the wait is counted; a request that sends no timeout never waits."""
+    b, proxy = proxied_broker
+    topic = unique("late")
+    bootstrap = f"127.0.0.1:{proxy.port}"
+    create_topics(bootstrap, [topic])
+    cfg = cluster_config(bootstrap, [topic], poll_timeout_seconds=20, poll_idle_interval_seconds=600)
+    del cfg["clusters"][0]["poll_interval_seconds"]          # unset: polls timed to the scrapes
+    exp = exporter_factory(cfg)
+    wait_for(lambda: exp.get("/readyz")[0] == 200, 30, what="the first poll")
+    period = 2.0
+    # a scraper whose timeout is 8 s: a scrape may wait 2 s for a late poll
+    prometheus = {"User-Agent": "Prometheus/late-poll-test", "X-Prometheus-Scrape-Timeout-Seconds": "8"}
+    t0, sent = time.monotonic(), itertools.count()
+
+    def scrape(slot: int | None = None) -> Metrics:
+        slot = next(sent) if slot is None else slot
+        time.sleep(max(0.0, t0 + slot * period - time.monotonic()))   # the cadence itself
+        status, body = exp.get("/metrics", headers=prometheus, timeout=30)
+        assert status == 200, body[:300]
+        return Metrics(parse_metrics(body))
+
+    ages: list[float] = []
+
+    def fresh() -> bool:   # the cadence learnt: each poll served just before its scrape
+        ages.append(scrape().get_value("txnwatch_data_age_seconds", source="poller"))
+        return len(ages) >= 2 and all(a < period / 2 for a in ages[-2:])
+
+    wait_for(fresh, 90, interval=0, what=f"scrapes with fresh data (data age at each: {ages})")
+    before = scrape()
+    waited = before.get_value("txnwatch_scrape_waits_total", outcome="served")
+    proxy.stall()        # the poll timed for the next scrape starts and is held
+    wait_for(lambda: proxy.held > 0, 10, what="the poll timed for the next scrape to be held")
+    # a request that sends no timeout (a person's curl) is served the data it has, at once
+    status, body = exp.get("/metrics", headers={"User-Agent": "curl/8"}, timeout=30)
+    m = Metrics(parse_metrics(body))
+    assert status == 200 and m.get_value("txnwatch_scrape_waits_total", outcome="served") == waited
+    got: list[Metrics] = []
+    slot = next(sent)
+    late = threading.Thread(target=lambda: got.append(scrape(slot)))
+    late.start()
+    # the fault lasts until 0.3 s after that scrape is sent: the broker answers while it waits
+    time.sleep(max(0.0, t0 + slot * period + 0.3 - time.monotonic()))
+    proxy.resume()
+    late.join(30)
+    [m] = got
+    assert m.get_value("txnwatch_scrape_waits_total", outcome="served") == waited + 1
+    assert m.get_value("txnwatch_scrape_waits_total", outcome="timed_out") == \
+        before.get_value("txnwatch_scrape_waits_total", outcome="timed_out")
+    # the held poll's data, not the poll before's
+    assert m.get_value("txnwatch_polls_total", source="poller") > before.get_value("txnwatch_polls_total",
+                                                                                   source="poller")
+    assert m.get_value("txnwatch_data_age_seconds", source="poller") < period / 2
 
 
 def test_exporter_sigkill_restart_rebuilds_state_and_readiness(broker, producers, unique, tmp_path):

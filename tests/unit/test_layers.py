@@ -41,6 +41,7 @@ FORBIDDEN = {
     "tap": {"serve", "spark", "runtime", "poll"},
     "model": {"poll", "tap", "serve", "spark", "runtime", "health", "access"},
     "health": {"poll", "tap", "serve", "spark", "runtime", "access"},
+    "in_flight": {"poll", "tap", "serve", "spark", "runtime", "access", "health"},
     "access": {"poll", "tap", "serve", "spark", "runtime", "health"},
 }
 HARNESS = ("txnwatch_dev", "tests", "bench")

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from ..metrics import FamilyWriter
+from .in_flight import WaitCounts
 
 
 @dataclass(frozen=True)
@@ -91,3 +92,10 @@ def render_health(w: FamilyWriter, cluster: str, health: SourceHealth) -> None:
         w.add("txnwatch_poll_errors", {**lbl, "cause": cause}, n)
     if health.source == "poller":    # the tap and the canary count their own work (records, rounds)
         w.add("txnwatch_polls", lbl, health.attempts)
+
+
+def render_scrape_waits(w: FamilyWriter, cluster: str, counts: WaitCounts) -> None:
+    """How often scrapes waited for a poll that ran late (in_flight.py), and how long."""
+    w.add("txnwatch_scrape_waits", {"cluster": cluster, "outcome": "served"}, counts.served)
+    w.add("txnwatch_scrape_waits", {"cluster": cluster, "outcome": "timed_out"}, counts.timed_out)
+    w.add("txnwatch_scrape_wait_seconds", {"cluster": cluster}, counts.seconds)

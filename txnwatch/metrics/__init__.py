@@ -354,6 +354,14 @@ CATALOG: dict[str, MetricSpec] = {s.name: s for s in [
     _m("txnwatch_shard", "info",
        "On a replica started with --total-shards: which share of the work it has (see txnwatch.sharding).",
        ("shard", "total_shards"), source="self"),
+    _m("txnwatch_scrape_waits", "counter",
+       "Scrapes that came while a poll ran past its usual length and waited for its data, by outcome "
+       "(served: the poll's data came; timed_out: a quarter of the scraper's timeout passed and the data "
+       "before was served). Only scrapers that send their timeout (X-Prometheus-Scrape-Timeout-Seconds) wait.",
+       ("cluster", "outcome"), source="self"),
+    _m("txnwatch_scrape_wait_seconds", "counter",
+       "Seconds scrapes spent waiting for a poll that ran past its usual length (txnwatch_scrape_waits_total), "
+       "in all.", ("cluster",), source="self"),
     _m("txnwatch_worker_restarts", "counter",
        "Times the cluster's worker process (http.worker_processes) was restarted after it exited or stalled.",
        ("cluster",), source="self"),

@@ -20,6 +20,7 @@ from ...kafka.kip664 import TransactionAPI
 from ...kafka.login import explain as explain_failure
 from ...sharding import WHOLE, ClusterShare
 from ..health import HealthTracker
+from ..in_flight import Poll, PollInFlight
 from ..model import (
     TP,
     ClusterSnapshot,
@@ -71,6 +72,10 @@ class ClusterPoller:
         self.scrapes: Callable[[], ScrapeView] = lambda: NOBODY
         self.publish_delay = 0.0
         self.wake = threading.Event()
+        # the poll running now, for the scrapes that wait for an overdue one; on_start is
+        # called as each poll starts (a worker process tells its serving process)
+        self.in_flight = PollInFlight()
+        self.on_start: Callable[[], None] | None = None
         self.polls = 0
         self._facts = ClusterFacts()
         self._prev_partitions: dict = {}
@@ -404,17 +409,27 @@ class ClusterPoller:
         while not self._stop.is_set():
             started, t0 = time.time(), time.monotonic()
             refreshing = self._refreshes_configs()
+            # after a failed poll nothing says how long the next takes: no scrape waits for it
+            self._begin(started, durations.expected(refreshing) if not self._consecutive_failures else None)
             self.run_cycle()
+            self.in_flight.set(None)
             took = time.monotonic() - t0
+            durations.add(took, refreshing)
             if self.cfg.poll_schedule == "interval":
                 self._stop.wait(wait_before_next_poll(interval, self.cfg.poll_duty_cycle, took))
                 continue
-            durations.add(took, refreshing)
             # the duty cycle on the recent median too: one poll slowed by a busy host does not
             # push the next past the scrape it is for; a cluster whose polls are all slow is
             # still asked less often
             typical, spread, duty = durations.plan(self._refreshes_configs())
             self._wait_for_the_scrapes(started, typical, spread, poll_period(interval, self.cfg.poll_duty_cycle, duty))
+
+    def _begin(self, started: float, expected: float | None) -> None:
+        """Say a poll runs, and when a poll of its kind is usually done (none yet: the first
+        poll holds no scrape)."""
+        self.in_flight.set(None if expected is None else Poll(started, started + expected))
+        if self.on_start is not None:
+            self.on_start()
 
     def _refreshes_configs(self) -> bool:
         """Whether the next poll also reads the configs (DescribeConfigs and the group facts)."""
@@ -425,10 +440,15 @@ class ClusterPoller:
         just before the next scrape (scrape_clock.plan_next_poll), re-planned when the
         scrapers change."""
         while not self._stop.is_set():
-            now = time.time()
-            due = plan_next_poll(now, self.scrapes(), started, duration, min_period,
+            now, view = time.time(), self.scrapes()
+            due = plan_next_poll(now, view, started, duration, min_period,
                                  self.cfg.poll_idle_interval_seconds, self.publish_delay, spread)
             if due <= now:
+                if log.isEnabledFor(logging.DEBUG):
+                    log.debug("cluster %s: poll %d starts %.3f s after its due time %.3f, expected to take "
+                              "%.3f s (spread %.3f, publish delay %.3f); next scrapes expected at %s",
+                              self.cfg.name, self.polls + 1, now - due, due, duration, spread,
+                              self.publish_delay, [round(c.next_after(now + duration), 3) for c in view.cadences])
                 return
             self.wake.wait(min(due - now, REPLAN_SECONDS))
             self.wake.clear()

@@ -37,6 +37,11 @@ class PollDurations:
     def add(self, took: float, refreshing: bool) -> None:
         (self._refreshing if refreshing else self._plain).append(took)
 
+    def expected(self, refreshing: bool) -> float | None:
+        """How long a poll of this kind usually takes (None before any poll)."""
+        own = (self._refreshing if refreshing else self._plain) or self._plain or self._refreshing
+        return statistics.median(own) if own else None
+
     def plan(self, refreshing: bool) -> tuple[float, float, float]:
         """For the next poll (whether it refreshes the configs): its expected duration (the
         median of its kind; of the other while its kind has none yet), that duration's spread

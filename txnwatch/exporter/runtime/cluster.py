@@ -13,7 +13,8 @@ from ...config import ClusterConfig
 from ...kafka.login import status_of as login_status
 from ...metrics import FamilyWriter
 from ...sharding import WHOLE, ClusterShare
-from ..health import first_attempts_done, render_health
+from ..health import first_attempts_done, render_health, render_scrape_waits
+from ..in_flight import PollInFlight
 from ..poll.findings import abort_app_command
 from ..poll.granularity import PartitionSeries
 from ..poll.poller import ClusterPoller
@@ -62,6 +63,10 @@ class ClusterRuntime:
             self.canary = CanaryProbe(cfg.name, cfg.client_properties(), cfg.canary,
                                       cfg.canary.instance or default_instance())
 
+    @property
+    def in_flight(self) -> PollInFlight:
+        return self.poller.in_flight
+
     def scrapes_changed(self) -> None:
         self.poller.wake.set()
 
@@ -90,6 +95,7 @@ class ClusterRuntime:
         if snap is not None:
             w.add("txnwatch_data_age_seconds", {"cluster": self.cfg.name, "source": "poller"},
                   max(0.0, time.time() - snap.taken_at))
+        render_scrape_waits(w, self.cfg.name, self.in_flight.counts())
 
     def digest(self) -> ClusterDigest:
         """The page's data (every partition stays in spark_view: it is in memory anyway)."""

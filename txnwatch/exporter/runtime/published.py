@@ -19,6 +19,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ..health import SourceHealth
+from ..in_flight import Poll
 from ..model import ClusterSnapshot, Finding, GroupLag, HangingEnded, OpenTransaction, PartitionState
 from ..serve.app_view import AppView, CounterWindow, app_views
 from ..serve.page import group_rows
@@ -199,6 +200,7 @@ class WorkerStatus:
     readiness: tuple[bool, ...]
     data_taken_at: dict[str, float] = field(default_factory=dict)   # source -> when its data was taken
     dropped: dict[tuple[str, str, str], int] = field(default_factory=dict)   # (cluster, metric, reason) -> n
+    poll: Poll | None = None     # the poll running as this status was written
 
 
 def write_atomic(path: Path, obj: Any) -> None:

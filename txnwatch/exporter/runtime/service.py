@@ -97,6 +97,15 @@ class Exporter:
         for rt in self.clusters.values():
             rt.scrapes_changed()
 
+    def wait_for_late_polls(self, budget: float) -> None:
+        """Up to `budget` seconds in all for the clusters' polls that should be done by now
+        (in_flight.py): a scrape then serves their data, not the polls' before."""
+        if budget <= 0:
+            return
+        now, deadline = time.time(), time.monotonic() + budget
+        for rt in self.clusters.values():
+            rt.in_flight.wait_if_overdue(now, deadline - time.monotonic())
+
     def worker_pids(self) -> dict[str, int]:
         """cluster -> pid of its running worker process (none without worker processes)."""
         out = {}

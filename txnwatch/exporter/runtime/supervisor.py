@@ -28,7 +28,8 @@ from pathlib import Path
 from types import MappingProxyType
 
 from ...metrics import DEFAULT_CLUSTER_LABEL, FamilyWriter
-from ..health import SourceHealth, first_attempts_done, render_health
+from ..health import SourceHealth, first_attempts_done, render_health, render_scrape_waits
+from ..in_flight import Poll, PollInFlight
 from ..poll.scrape_clock import NOBODY, ScrapeView
 from .published import ClusterDigest, PublishedFile, WorkerStatus, write_atomic_text
 
@@ -53,6 +54,8 @@ class WorkerRuntime:
                  kill_stalled_after: float | None = None, share=None,
                  cluster_label: str = DEFAULT_CLUSTER_LABEL, scrapes: Callable[[], ScrapeView] = lambda: NOBODY) -> None:
         self._publish_lags: deque[float] = deque(maxlen=PUBLISH_LAGS_KEPT)
+        self.in_flight = PollInFlight()              # the worker's poll, while its data is not served
+        self._served_taken_at = float("-inf")        # when the poll data served last was taken
         self._wake: int | None = None    # the read end of the worker's wake-up pipe
         self.cfg = cfg
         self.cluster_label = cluster_label
@@ -182,6 +185,7 @@ class WorkerRuntime:
         if p is not None and p.poll() is not None:
             code = p.returncode
             self.proc = None
+            self.in_flight.set(None)          # its poll ended with it: no scrape waits for it
             self._count("worker_exit")
             up_for = now - self._started_at
             if up_for >= HEALTHY_RESET_SECONDS:
@@ -230,7 +234,10 @@ class WorkerRuntime:
                 collector.publish_chunks(f"{name}:{self.cfg.name}", pending[1])
                 del self._pending[name]
                 if name == "poller":    # from the worker's status to scrapes serving its data
+                    self._served_taken_at = pending[0]
                     self._publish_lags.append(max(0.0, time.time() - st_next.published_at))
+                    log.debug("cluster %s: serving the poll data taken at %.3f, %.3f s after its status",
+                              self.cfg.name, pending[0], self._publish_lags[-1])
         self._digest_file.load()
         if new_status:
             st: WorkerStatus = st_next
@@ -245,6 +252,13 @@ class WorkerRuntime:
                 self._status_seen = time.monotonic()
                 if self.proc is not None and st.pid == self.proc.pid:
                     self._problem = self._problem_cause = None
+        self.in_flight.set(self._unserved_poll())
+
+    def _unserved_poll(self) -> Poll | None:
+        """The poll the worker last said it runs, unless its data is served already."""
+        st = self._status
+        poll = st.poll if st is not None and self.proc is not None and st.pid == self.proc.pid else None
+        return poll if poll is not None and self._served_taken_at < poll.started else None
 
 
     def _write_spark_topics(self) -> None:
@@ -330,6 +344,7 @@ class WorkerRuntime:
             for (cluster, metric, reason), n in st.dropped.items():
                 w.add("txnwatch_series_dropped", {"cluster": cluster, "metric": metric, "reason": reason}, n)
         w.add("txnwatch_worker_restarts", {"cluster": self.cfg.name}, self.restarts)
+        render_scrape_waits(w, self.cfg.name, self.in_flight.counts())
 
     def digest(self) -> ClusterDigest:
         d = self._digest_file.value if self._digest_file is not None else None

@@ -105,6 +105,7 @@ class Worker:
         self._digest: ClusterDigest | None = None
         self.rt.poller.on_snapshot = self._on_snapshot
         self.rt.poller.on_success = self._on_success
+        self.rt.poller.on_start = self.publish_status   # a scrape may wait for a poll that runs late
         # poll_schedule "scrapes": the scrapers as the serving process last wrote them
         self._scrapes_key = None
         self._scrape_view = NOBODY
@@ -146,6 +147,8 @@ class Worker:
             self._data_taken_at["poller"] = snap.taken_at
         self.publish_status()
         self._poll_published_at = time.time()
+        log.debug("cluster %s: poll data taken at %.3f published at %.3f", self.cfg.name, snap.taken_at,
+                  self._poll_published_at)
         self._write_checkpoint()     # after: the scrape waits for the data, not for this
 
     def _publish_tap(self) -> None:
@@ -210,7 +213,8 @@ class Worker:
             if self.rt.tap is not None:
                 readiness.append(self._last_tap_view is not None and self._last_tap_view.rebuilt)
             status = WorkerStatus(self.cfg.name, os.getpid(), self._seq, time.time(), tuple(self.rt.sources()),
-                                  tuple(readiness), dict(self._data_taken_at), dict(self.dropped.counts))
+                                  tuple(readiness), dict(self._data_taken_at), dict(self.dropped.counts),
+                                  self.rt.poller.in_flight.current())
             write_atomic(self.dir / "status", status)
         self._nudge()
 

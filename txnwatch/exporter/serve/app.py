@@ -6,6 +6,7 @@ from __future__ import annotations
 from flask import Flask, Response, request
 
 from ...metrics.exposition import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, accepts_gzip, wants_openmetrics
+from ..in_flight import TIMEOUT_HEADER, wait_budget
 from ..spark.ingest import INGEST_PATH, make_ingest_blueprint
 from .auth import Authorizer
 from .page import render_page
@@ -35,8 +36,10 @@ def create_app(exporter) -> Flask:
     @app.get(http.telemetry_path)
     def metrics() -> Response:
         # when each scraper comes (its address and user agent: an HA pair is two) times the polls
-        exporter.scrape_seen(f"{request.remote_addr} {request.headers.get('User-Agent', '')}",
-                             "X-Prometheus-Scrape-Timeout-Seconds" in request.headers)
+        timeout = request.headers.get(TIMEOUT_HEADER)
+        exporter.scrape_seen(f"{request.remote_addr} {request.headers.get('User-Agent', '')}", timeout is not None)
+        # a poll timed for this scrape that runs late: its data, not the data a period old
+        exporter.wait_for_late_polls(wait_budget(timeout))
         # OpenMetrics when the scraper asks for it (Accept: application/openmetrics-text).
         om = wants_openmetrics(request.headers.get("Accept", ""))
         gz = accepts_gzip(request.headers.get("Accept-Encoding", ""))
