@@ -81,8 +81,9 @@ def test_one_stalled_cluster_delays_no_other(proxied_broker, broker, exporter_fa
     proxy.resume()
 
 
+@pytest.mark.parametrize("workers", [True, False], ids=["worker-process", "in-process"])
 def test_a_scrape_waits_for_the_poll_timed_for_it_when_the_broker_answers_late(proxied_broker, exporter_factory,
-                                                                               unique):
+                                                                               unique, workers):
     """Fault: the broker holds its answers while the poll timed for a scrape runs (a broker busy
     with other clients' requests). Expected: that scrape waits for the poll's data (within a
     quarter of the timeout its scraper sends) instead of serving the poll before's, a scrape
@@ -93,7 +94,7 @@ def test_a_scrape_waits_for_the_poll_timed_for_it_when_the_broker_answers_late(p
     create_topics(bootstrap, [topic])
     cfg = cluster_config(bootstrap, [topic], poll_timeout_seconds=20, poll_idle_interval_seconds=600)
     del cfg["clusters"][0]["poll_interval_seconds"]          # unset: polls timed to the scrapes
-    exp = exporter_factory(cfg)
+    exp = exporter_factory({**cfg, "http": {"worker_processes": workers}})
     wait_for(lambda: exp.get("/readyz")[0] == 200, 30, what="the first poll")
     period = 2.0
     # a scraper whose timeout is 8 s: a scrape may wait 2 s for a late poll

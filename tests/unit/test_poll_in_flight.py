@@ -80,6 +80,8 @@ def test_the_same_poll_said_again_keeps_the_scrape_waiting_and_a_wait_ends_on_ti
 def test_a_poll_of_a_kind_never_seen_expects_the_other_kinds_length():
     d = PollDurations(kept=5, kept_refreshing=3)
     assert d.expected(False) is None and d.expected(True) is None   # the first poll holds no scrape
+    d.add(4.0, refreshing=True)                                     # the first poll: cold
+    assert d.expected(False) == d.expected(True) == pytest.approx(4.0)
     for took in (0.2, 0.3, 0.25):
         d.add(took, refreshing=False)
     assert d.expected(False) == pytest.approx(0.25)

@@ -26,6 +26,7 @@ def test_polls_that_refresh_the_configs_are_planned_on_their_own_durations():
     from txnwatch.exporter.poll.schedule import PollDurations
 
     d = PollDurations(kept=5, kept_refreshing=3)
+    d.add(9.0, refreshing=True)          # the first poll: cold, no sample of either kind
     for took in (0.5, 0.52, 0.5, 0.55, 0.5):
         d.add(took, refreshing=False)
     # none refreshing seen yet: the plain polls' figures
@@ -36,7 +37,24 @@ def test_polls_that_refresh_the_configs_are_planned_on_their_own_durations():
     # the plain polls keep their own plan: the long one is not in their spread
     typical, spread, duty = d.plan(False)
     assert typical == pytest.approx(0.5) and spread == pytest.approx(0.02) and duty == pytest.approx(0.5)
-    # before any plain poll (the first poll refreshes): its own duration for both
+    # after the first poll alone: its duration for both kinds, until one of either is measured
     first = PollDurations()
     first.add(2.0, refreshing=True)
-    assert first.plan(False) == (pytest.approx(2.0), 0.0, pytest.approx(2.0))
+    assert first.plan(False) == first.plan(True) == (pytest.approx(2.0), 0.0, pytest.approx(2.0))
+    first.add(0.5, refreshing=False)
+    assert first.plan(True) == first.plan(False) == (pytest.approx(0.5), 0.0, pytest.approx(0.5))
+
+
+def test_the_first_poll_is_no_sample_of_the_refreshing_polls():
+    """At 100,000 partitions the first poll (connections, a cold cluster) took 10 s, the next
+    refreshing one 3 s, the plain ones 1.4 s: counted as a refreshing poll, the first had the
+    next refreshing poll planned on 10 s, started far too early for the scrape after next."""
+    from txnwatch.exporter.poll.schedule import PollDurations
+
+    d = PollDurations()
+    d.add(10.0, refreshing=True)
+    for _ in range(19):
+        d.add(1.4, refreshing=False)
+    assert d.expected(True) == pytest.approx(1.4)        # the plain polls' until one is measured
+    d.add(3.0, refreshing=True)
+    assert d.expected(True) == pytest.approx(3.0) and d.plan(True)[0] == pytest.approx(3.0)
