@@ -31,18 +31,33 @@ def test_no_poll_running_or_no_budget_holds_no_scrape():
     assert flight.wait_if_overdue(now=101.0, timeout=0.0) is None
 
 
+class SaysWhenWaiting(threading.Condition):
+    """A condition that says when a thread waits on it (its lock then released)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waiting = threading.Event()
+
+    def wait(self, timeout=None):
+        self.waiting.set()
+        return super().wait(timeout)
+
+
+def scrape_in_a_thread(flight: PollInFlight, now: float) -> tuple[threading.Thread, list]:
+    """A scrape at `now` that may wait (up to 30 s), started and waiting; what it returns goes
+    in the list."""
+    flight._cond = cond = SaysWhenWaiting()
+    got: list = []
+    t = threading.Thread(target=lambda: got.append(flight.wait_if_overdue(now=now, timeout=30.0)))
+    t.start()
+    cond.waiting.wait(30)
+    return t, got
+
+
 def test_a_scrape_waits_for_an_overdue_poll_until_its_data_is_served():
     flight = PollInFlight()
     flight.set(Poll(100.0, 100.2))
-    waiting, got = threading.Event(), []
-
-    def scrape() -> None:
-        waiting.set()
-        got.append(flight.wait_if_overdue(now=100.5, timeout=30.0))
-
-    t = threading.Thread(target=scrape)
-    t.start()
-    waiting.wait()
+    t, got = scrape_in_a_thread(flight, 100.5)
     flight.set(None)                     # its data is served
     t.join(30)
     assert got == [True]
@@ -52,17 +67,8 @@ def test_a_scrape_waits_for_an_overdue_poll_until_its_data_is_served():
 def test_the_next_poll_starting_also_ends_the_wait():
     """A worker's status can name the next poll before the serving side saw one without any."""
     flight = PollInFlight()
-    first = Poll(100.0, 100.2)
-    flight.set(first)
-    waiting, got = threading.Event(), []
-
-    def scrape() -> None:
-        waiting.set()
-        got.append(flight.wait_if_overdue(now=100.5, timeout=30.0))
-
-    t = threading.Thread(target=scrape)
-    t.start()
-    waiting.wait()
+    flight.set(Poll(100.0, 100.2))
+    t, got = scrape_in_a_thread(flight, 100.5)
     flight.set(Poll(105.0, 105.2))
     t.join(30)
     assert got == [True]
