@@ -126,7 +126,8 @@ class KafkaProxy:
                         upstream.sendall(data)
                     else:
                         client.sendall(data)
-        except OSError:
+        except (OSError, ValueError):
+            # ValueError: select on a socket another thread closed (a cut, or stop)
             pass
         finally:
             for s in socks:
