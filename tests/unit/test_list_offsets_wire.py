@@ -13,7 +13,7 @@ from kafka.protocol.consumer.offsets import ListOffsetsRequest, ListOffsetsRespo
 from txnwatch.kafka import list_offsets as lo
 from txnwatch.kafka.answers import PartitionOffsets
 from txnwatch.kafka.errors import BatchedUnsupported
-from txnwatch.kafka.wire import ProtocolError
+from txnwatch.kafka.wire import ProtocolError, Reader
 
 VERSIONS = range(lo.MIN_VERSION, lo.MAX_VERSION + 1)
 _T = ListOffsetsRequest.ListOffsetsTopic
@@ -52,6 +52,24 @@ def test_answers_decode_as_kafka_python_encodes_them(version):
     assert answer.throttle_time_ms == 250
     got = [(t.topic, [(r[0], r[1], r[3], r[4]) for r in t.rows]) for t in answer.topics]
     assert got == [(t, [(p, e, o, 5) for p, e, o in rows]) for t, rows in topics]
+
+
+@pytest.mark.parametrize("version", [v for v in VERSIONS if v >= lo.FLEXIBLE_FROM])
+def test_common_topics_are_read_in_one_loop_and_the_unusual_ones_field_by_field(version):
+    """A name of 130 bytes and a topic of 200 partitions need two-byte varints: the loop over
+    the common shape stops there, the field-by-field read goes on, and every topic comes out
+    as kafka-python encoded it, in order."""
+    long_name = "t" * 130
+    topics = [("a", [(0, 0, 1), (1, 0, 2)]), ("b", []), (long_name, [(0, 0, 3)]), ("c", [(0, 0, 4)]),
+              ("many", [(p, 0, p) for p in range(200)]), ("d", [(3, 6, -1)])]
+    body = their_answer(version, topics)
+    answer = lo.decode_response(version, body)
+    got = [(t.topic, [(r[0], r[1], r[3]) for r in t.rows]) for t in answer.topics]
+    assert got == topics
+    r = Reader("ListOffsets", body, 4)
+    n = r.count(True, "the topic count")
+    common: list = []
+    assert lo._common_topics(r, n, common) == 2 and [t.topic for t in common] == ["a", "b"]
 
 
 def _tagged() -> bytes:

@@ -125,10 +125,13 @@ class Answer:
 def decode_response(version: int, body: bytes | memoryview) -> Answer:
     """A ListOffsets answer's body (after the response header) as per-topic rows."""
     flexible = version >= FLEXIBLE_FROM
-    r = Reader("ListOffsets", body)
+    r = Reader("ListOffsets", bytes(body))
     throttle = r.fixed(I32, "ThrottleTimeMs")[0]
-    out = []
-    for _ in range(r.count(flexible, "the topic count")):
+    out: list[TopicAnswer] = []
+    left = r.count(flexible, "the topic count")
+    if flexible:
+        left -= _common_topics(r, left, out)
+    for _ in range(left):
         name = r.string(flexible, "a topic name")
         n = r.count(flexible, f"the partition count of {name}")
         out.append(_topic(r, n, flexible, name))
@@ -138,6 +141,32 @@ def decode_response(version: int, body: bytes | memoryview) -> Answer:
         r.skip_tags("the answer's tagged fields")
     r.end()
     return Answer(throttle, out)
+
+
+def _common_topics(r: Reader, n: int, out: list[TopicAnswer]) -> int:
+    """Up to `n` topics of a flexible answer read in one loop while each has the common shape
+    (a name and a partition count under 127, so one-byte varints; fixed-width partition
+    records; no tagged fields): at 100,000 partitions a poll decodes 14,000 topics, and the
+    field-by-field reads cost 2.5 us a topic. Returns how many it read; the caller reads the
+    rest field by field, where every unusual or cut answer gets its error."""
+    buf, pos, end = r.buf, r.pos, len(r.buf)
+    size = _PART_FLEX.size
+    done = 0
+    while done < n and pos < end:
+        name_end = pos + buf[pos]                  # compact string: 1 + its length
+        if not 0 < buf[pos] < 0x80 or name_end >= end or not 0 < buf[name_end] < 0x80:
+            break
+        records_end = name_end + 1 + size * (buf[name_end] - 1)
+        if records_end >= end or buf[records_end] != 0:
+            break
+        raw = buf[name_end + 1:records_end]
+        if raw[size - 1::size] != bytes(buf[name_end] - 1):       # a partition's tagged fields
+            break
+        out.append(TopicAnswer(buf[pos + 1:name_end].decode("utf-8", "replace"), raw=raw, rec=_PART_FLEX))
+        pos = records_end + 1
+        done += 1
+    r.pos = pos
+    return done
 
 
 def _topic(r: Reader, n: int, flexible: bool, topic: str) -> TopicAnswer:
