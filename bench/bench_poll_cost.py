@@ -406,6 +406,10 @@ def scrape_loop(url: str, pid: int, own: bool, every: float, phase: float, warm:
               "cpu": (cpu0, cpu_seconds(pid)), "wall": time.monotonic() - wall})
 
 
+# a subject whose every scrape outlasted the run (kafka_exporter at 100,000 partitions)
+NO_SCRAPE = "no scrape finished in the run"
+
+
 def pct(xs: list[float], p: float) -> float:
     """The nearest-rank percentile: of fewer than 100 scrapes, p99 is the slowest one."""
     xs = sorted(xs)
@@ -417,7 +421,7 @@ def report(size: int, every: float, s: Subject) -> str:
     total = sum(after.values()) - sum(before.values())
     cpu = f"**{total / s.wall * 100:.1f} %**"
     lat = (f"{statistics.median(s.latencies) * 1000:.0f} / {pct(s.latencies, 0.99) * 1000:.0f} / "
-           f"{max(s.latencies) * 1000:.0f} ms")
+           f"{max(s.latencies) * 1000:.0f} ms" if s.latencies else NO_SCRAPE)
     if not s.txnwatch:
         how = "static bytes" if s.name == "control" else "fetch on scrape"
         return f"| {size:,} | {every:g} s | {s.name} | {len(s.latencies)} | {lat} | {how} | | | {cpu} | | |"
@@ -443,12 +447,14 @@ def side_by_side(size: int, every: float, subjects: list[Subject], marker: Marke
                  else ("" if s.name == "control" else "never shown"))
         before, after = s.cpu
         cpu = (sum(after.values()) - sum(before.values())) / s.wall * 100
-        p50, p99 = statistics.median(s.latencies), pct(s.latencies, 0.99)
-        ratio = (f"{p50 / statistics.median(ctl.latencies):.2f}x / {p99 / pct(ctl.latencies, 0.99):.2f}x"
-                 if ctl is not None and s is not ctl else "")
+        latency, ratio = NO_SCRAPE, ""
+        if s.latencies:
+            p50, p99 = statistics.median(s.latencies), pct(s.latencies, 0.99)
+            latency = f"{p50 * 1000:.0f} / {p99 * 1000:.0f} ms"
+            if ctl is not None and s is not ctl and ctl.latencies:
+                ratio = f"{p50 / statistics.median(ctl.latencies):.2f}x / {p99 / pct(ctl.latencies, 0.99):.2f}x"
         rss = f"{statistics.mean(s.rss) / 2**20:.0f} MiB" if s.rss else ""
-        rows.append(f"| {s.name} | {delay} | {cpu:.1f} % | {rss} | {s.series:,} | {p50 * 1000:.0f} / "
-                    f"{p99 * 1000:.0f} ms | {ratio} |")
+        rows.append(f"| {s.name} | {delay} | {cpu:.1f} % | {rss} | {s.series:,} | {latency} | {ratio} |")
     return "\n".join(rows)
 
 
