@@ -9,7 +9,9 @@ Starts its own broker (Apache Kafka from Maven Central, KAFKA_VERSION; a KRaft c
          ListOffsets requests (one per leader and isolation level, the bytes it encoded)
          through a kafka-python connection with their answers left undecoded, list groups
          and the groups' offsets batched per coordinator (kafka-python's
-         list_group_offsets: FindCoordinator v4 + OffsetFetch v8), and
+         list_group_offsets: FindCoordinator v4 + OffsetFetch v8), and the open transactions
+         listed by every broker (kafka-python's list_transactions, the states the poller asks
+         for), and
   poll:  ClusterPoller.poll_once() and its render (the same requests plus decoding,
          derivations, snapshot and sample lines, as the worker does each poll)
 in the same run, alternating, and prints medians, the ratio and the poll's CPU (this
@@ -28,6 +30,7 @@ from bench_scrape import broker_for, commit_groups  # bench/ is on sys.path when
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from txnwatch.config import load_config
+from txnwatch.exporter.model import OPEN_STATES
 from txnwatch.exporter.poll.poller import ClusterPoller
 from txnwatch.exporter.poll.render import RenderCache, render_snapshot
 from txnwatch.kafka import list_offsets as lo
@@ -68,6 +71,7 @@ def floor_cycle(admin: AdminClient, transport, requests, version: int, timeout: 
                    time.monotonic() + timeout, what="ListOffsets")
     groups = admin.list_consumer_groups(request_timeout=timeout).result().valid
     group_admin.list_group_offsets({g.group_id: None for g in groups})
+    group_admin.list_transactions(state_filters=sorted(OPEN_STATES))
     del md
     return time.perf_counter() - t0
 
@@ -129,25 +133,36 @@ def main() -> None:
     ap.add_argument("--groups", type=int, default=500)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--profile", action="store_true", help="then profile one poll (cProfile, own time)")
+    ap.add_argument("--bootstrap", default=None,
+                    help="a cluster set up before (e.g. bench_scrape's), left running; no setup")
+    ap.add_argument("--topics-regex", default=None, help="with --bootstrap: the topics polled")
+    ap.add_argument("--groups-regex", default=None, help="with --bootstrap: the groups polled")
     a = ap.parse_args()
+    if a.bootstrap:
+        report(compare(a.bootstrap, a.rounds, a.topics_regex, a.groups_regex, profile=a.profile))
+        return
     with broker_for(a.partitions) as broker:
         t0 = time.perf_counter()
         setup(broker.bootstrap, a.topics, a.partitions, a.groups)
         print(f"setup: {a.topics} topics / {a.partitions} partitions / {a.groups} groups in "
               f"{time.perf_counter() - t0:.1f}s")
-        r = compare(broker.bootstrap, a.rounds, profile=a.profile)
-        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        print(f"partitions polled: {r['partitions']}, group-partitions: {r['group_rows']}, "
-              f"ListOffsets v{r['version']} in {r['requests']} requests")
-        print(f"floor (the same requests, bare) median: {r['floor'] * 1000:.0f} ms  "
-              f"(all: {[round(x * 1000) for x in r['floors']]})")
-        print(f"txnwatch poll + render   median: {r['poll'] * 1000:.0f} ms  "
-              f"(all: {[round(x * 1000) for x in r['polls']]})")
-        print(f"ratio poll/floor: {r['poll'] / r['floor']:.2f}x")
-        print(f"poll CPU (all threads of this process) median: {r['cpu'] * 1000:.0f} ms, "
-              f"{r['cpu'] / r['partitions'] * 1e6:.1f} us per partition (all: {[round(x * 1000) for x in r['cpus']]})")
-        print(f"bench process max RSS: {rss:.0f} MB; machine: {platform.machine()}, "
-              f"{platform.processor() or 'cpu'}, python {platform.python_version()}")
+        report(compare(broker.bootstrap, a.rounds, profile=a.profile))
+
+
+def report(r: dict) -> None:
+    """The comparison's medians, ratio and CPU per partition."""
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"partitions polled: {r['partitions']}, group-partitions: {r['group_rows']}, "
+          f"ListOffsets v{r['version']} in {r['requests']} requests")
+    print(f"floor (the same requests, bare) median: {r['floor'] * 1000:.0f} ms  "
+          f"(all: {[round(x * 1000) for x in r['floors']]})")
+    print(f"txnwatch poll + render   median: {r['poll'] * 1000:.0f} ms  "
+          f"(all: {[round(x * 1000) for x in r['polls']]})")
+    print(f"ratio poll/floor: {r['poll'] / r['floor']:.2f}x")
+    print(f"poll CPU (all threads of this process) median: {r['cpu'] * 1000:.0f} ms, "
+          f"{r['cpu'] / r['partitions'] * 1e6:.1f} us per partition (all: {[round(x * 1000) for x in r['cpus']]})")
+    print(f"bench process max RSS: {rss:.0f} MB; machine: {platform.machine()}, "
+          f"{platform.processor() or 'cpu'}, python {platform.python_version()}")
 
 
 if __name__ == "__main__":

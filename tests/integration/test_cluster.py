@@ -16,11 +16,12 @@ from __future__ import annotations
 import json
 import os
 import signal
+import struct
 import subprocess
 import sys
 
 import pytest
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
 from tests import compat
@@ -28,6 +29,8 @@ from tests.integration.helpers import cluster_config
 from txnwatch.alerts.config import AlertConfig
 from txnwatch.alerts.rules import generate_alerts
 from txnwatch.apps import AppResolver
+from txnwatch.exporter.model import OPEN_STATES
+from txnwatch.kafka.kip664 import TransactionAPI
 from txnwatch.producer import TransactionalProducer
 from txnwatch_dev.kafka import KafkaCluster
 from txnwatch_dev.net import wait_for
@@ -113,6 +116,44 @@ def commit_rows(bootstrap: str, tid: str, topic: str, partitions, n: int = 3) ->
                     p.produce(topic, value=f"{i}".encode(), partition=part)
     finally:
         p.close()
+
+
+def _java_hash(s: str) -> int:
+    """Java's String.hashCode (UTF-16 code units), as the coordinator places an id."""
+    h = 0
+    for unit in struct.unpack(f">{len(s.encode('utf-16-be')) // 2}H", s.encode("utf-16-be")):
+        h = (31 * h + unit) & 0xFFFFFFFF
+    return h - 2**32 if h >= 2**31 else h
+
+
+def test_open_transactions_are_listed_from_every_coordinator(cluster, unique):
+    """ListTransactions goes to every broker at once: twelve open transactions whose ids the
+    cluster coordinates on more than one broker are all listed, in their state."""
+    topic = unique("listed")
+    create_topics(cluster.bootstrap, [topic], partitions=3, replication_factor=3)
+    ids = [f"{topic}-{i}" for i in range(12)]
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    log = admin.list_topics("__transaction_state", timeout=10).topics["__transaction_state"].partitions
+    coordinators = {log[abs(_java_hash(tid)) % len(log)].leader for tid in ids}
+    assert len(coordinators) > 1, coordinators       # else the test could not tell one broker from all
+    producers = []
+    try:
+        for i, tid in enumerate(ids):
+            p = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": tid, "log_level": 3})
+            p.init_transactions(60)
+            p.begin_transaction()
+            p.produce(topic, b"open", partition=i % 3)
+            p.flush(30)
+            producers.append(p)
+        api = TransactionAPI({"bootstrap.servers": cluster.bootstrap}, 10)
+        try:
+            listed = {t.transactional_id: t.state for t in api.list_transactions(OPEN_STATES)}
+        finally:
+            api.close()
+        assert {tid: listed.get(tid) for tid in ids} == dict.fromkeys(ids, "Ongoing")
+    finally:
+        for p in producers:
+            p.abort_transaction(30)
 
 
 def test_a_dead_broker_costs_its_own_partitions_only(cluster, unique, exporter_factory):

@@ -17,7 +17,9 @@ from txnwatch.kafka.kip664 import (
     capabilities_from_api_versions,
     descriptions_from_response,
     duration_filter_supported,
+    list_request,
     listings_from_response,
+    listings_of,
     producers_from_response,
 )
 
@@ -149,3 +151,31 @@ def test_an_id_expired_since_it_was_listed_is_left_out_not_fatal():
     assert sorted(out) == ["a", "b"]
     assert admin.calls[0] == ("describe", ["a", "gone", "b"])          # one request, then one by one
     assert [c for c in admin.calls[1:]] == [("describe", ["a"]), ("describe", ["gone"]), ("describe", ["b"])]
+
+
+def test_a_list_request_asks_the_lowest_version_that_carries_its_filters():
+    """(`_min_version`: the floor kafka-python's version negotiation keeps to.)"""
+    plain = list_request({"state_filters": ["Ongoing", "PrepareCommit"]})
+    assert plain._min_version == 0 and list(plain.state_filters) == ["Ongoing", "PrepareCommit"]
+    assert list_request({"duration_filter_ms": 5000})._min_version == 1
+    with_pattern = list_request({"duration_filter_ms": 5000, "transactional_id_pattern": "app-.*"})
+    assert with_pattern._min_version == 2 and with_pattern.transactional_id_pattern == "app-.*"
+    assert with_pattern.duration_filter == 5000
+
+
+def test_every_brokers_listing_counts_once_and_a_brokers_error_raises_its_class():
+    from types import SimpleNamespace
+
+    from kafka.errors import BrokerResponseError
+
+    def answer(code, *ids):
+        return SimpleNamespace(error_code=code, transaction_states=[
+            SimpleNamespace(transactional_id=t, producer_id=7, transaction_state="Ongoing") for t in ids])
+    got = listings_of([answer(0, "a", "b"), answer(0, "c"), answer(0, "a")])
+    assert sorted((t.transactional_id, t.state) for t in got) == [("a", "Ongoing"), ("b", "Ongoing"), ("c", "Ongoing")]
+    try:
+        listings_of([answer(0, "a"), answer(128)])
+    except BrokerResponseError as exc:
+        assert exc.errno == 128        # the refused id pattern list_transactions falls back from
+    else:
+        raise AssertionError("an error code must raise")
