@@ -185,7 +185,7 @@ class TransactionAPI:
     def _list_everywhere(self, filters: dict, keep: tuple[type[Exception], ...] = ()) -> list[TxnListing]:
         """ListTransactions sent to every broker at once: each coordinator holds a slice of
         __transaction_state, and kafka-python's own call asks one broker after another (a
-        round trip each, 90 ms of every poll on 7 brokers). The first failure raises, as
+        round trip each: a poll waited for their sum). The first failure raises, as
         kafka-python's does; a broker's error code raises its error class."""
         manager = getattr(self._client(), "_manager", None)
         if not all(hasattr(manager, a) for a in ("run", "send", "cluster")):   # another kafka-python
