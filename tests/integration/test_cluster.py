@@ -128,7 +128,8 @@ def _java_hash(s: str) -> int:
 
 def test_open_transactions_are_listed_from_every_coordinator(cluster, unique):
     """ListTransactions goes to every broker at once: twelve open transactions whose ids the
-    cluster coordinates on more than one broker are all listed, in their state."""
+    cluster coordinates on more than one broker are all listed, in their state, and their
+    producer ids lead back to them."""
     topic = unique("listed")
     create_topics(cluster.bootstrap, [topic], partitions=3, replication_factor=3)
     ids = [f"{topic}-{i}" for i in range(12)]
@@ -147,10 +148,12 @@ def test_open_transactions_are_listed_from_every_coordinator(cluster, unique):
             producers.append(p)
         api = TransactionAPI({"bootstrap.servers": cluster.bootstrap}, 10)
         try:
-            listed = {t.transactional_id: t.state for t in api.list_transactions(OPEN_STATES)}
+            listed = {t.transactional_id: t for t in api.list_transactions(OPEN_STATES)}
+            pids = api.pids_to_ids(listed[tid].producer_id for tid in ids if tid in listed)
         finally:
             api.close()
-        assert {tid: listed.get(tid) for tid in ids} == dict.fromkeys(ids, "Ongoing")
+        assert {tid: listed[tid].state if tid in listed else None for tid in ids} == dict.fromkeys(ids, "Ongoing")
+        assert pids == {listed[tid].producer_id: tid for tid in ids}
     finally:
         for p in producers:
             p.abort_transaction(30)

@@ -221,8 +221,7 @@ class TransactionAPI:
         pids = sorted(set(pids))
         if not pids:
             return {}
-        listings = listings_from_response(self._call("list_transactions", producer_id_filters=pids))
-        return {t.producer_id: t.transactional_id for t in listings}
+        return {t.producer_id: t.transactional_id for t in self._list_everywhere({"producer_id_filters": pids})}
 
     def groups_by_type(self) -> dict[str, list[str]]:
         """Every group the brokers list, by type (classic, consumer, share, streams, ...):
