@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import itertools
+import os
+import signal
+import subprocess
 import threading
 import time
 import urllib.error
@@ -11,7 +14,7 @@ import urllib.request
 import pytest
 import yaml
 
-from tests.integration.helpers import cluster_config, tap_caught_up
+from tests.integration.helpers import children, cluster_config, tap_caught_up
 from txnwatch_dev.net import free_port, wait_for
 from txnwatch_dev.observability.exporter_proc import ExporterProcess
 from txnwatch_dev.observability.scrape import Metrics, parse_metrics
@@ -79,6 +82,36 @@ def test_one_stalled_cluster_delays_no_other(proxied_broker, broker, exporter_fa
                         >= first + 3, timeout=15, what="healthy cluster to keep polling")
     assert m.get_value("txnwatch_last_success_timestamp_seconds", kafka_cluster="stalled") == stuck_at
     proxy.resume()
+
+
+def test_sigterm_while_a_poll_waits_on_the_broker_stops_within_a_runtimes_grace(proxied_broker, exporter_factory,
+                                                                                 unique):
+    """Fault: SIGTERM to the serving process (as `podman stop` and `docker stop` send it to
+    PID 1) while the worker's poll waits on a broker that holds its answers, as a first poll
+    can on a busy machine. Expected: the exporter exits 0 before the runtime's SIGKILL, 10 s
+    after SIGTERM: the worker hears of it with the HTTP servers and gives up the stuck call
+    within its grace; no process is left."""
+    b, proxy = proxied_broker
+    topic = unique("term")
+    bootstrap = f"127.0.0.1:{proxy.port}"
+    create_topics(bootstrap, [topic])
+    cfg = cluster_config(bootstrap, [topic], poll_timeout_seconds=60, poll_interval_seconds=0.5)
+    exp = exporter_factory({**cfg, "http": {"worker_processes": True}})
+    wait_for(lambda: exp.get("/readyz")[0] == 200, 30, what="the first poll")
+    [worker] = children(exp.proc.pid)
+    proxy.stall()
+    wait_for(lambda: proxy.held > 0, 15, what="a poll held by the broker")
+    os.kill(exp.proc.pid, signal.SIGTERM)
+    t = time.monotonic()
+    try:
+        code = exp.proc.wait(10)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"still running 10 s after SIGTERM (a runtime would SIGKILL it):\n{exp.log()[-3000:]}")
+    finally:
+        proxy.resume()
+    assert code == 0, exp.log()[-3000:]
+    assert not os.path.exists(f"/proc/{worker}") or "zombie" in open(f"/proc/{worker}/status").read().lower()
+    print(f"stopped {time.monotonic() - t:.1f} s after SIGTERM")
 
 
 @pytest.mark.parametrize("workers", [True, False], ids=["worker-process", "in-process"])

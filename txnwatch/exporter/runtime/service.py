@@ -146,11 +146,15 @@ class Exporter:
         for rt in self.clusters.values():
             rt.start()
 
+    def signal_stop(self) -> None:
+        """Tell every source to stop (worker processes get SIGTERM), without waiting."""
+        for rt in self.clusters.values():
+            rt.signal_stop()
+
     def stop(self) -> None:
         # Every source is told first, then each is waited for: a shutdown takes as long as
         # the slowest source's call in flight, not the sum of them.
-        for rt in self.clusters.values():
-            rt.signal_stop()
+        self.signal_stop()
         for rt in self.clusters.values():
             rt.stop()
         if not self.workers:
@@ -202,6 +206,9 @@ def serve(config: Config, ready_event: threading.Event | None = None, shard=None
     def shutdown(signum, _frame) -> None:
         log.info("received %s, shutting down", signal.Signals(signum).name)
         servers.close()
+        # the sources start stopping now, beside the servers: a worker stuck in a poll's call
+        # uses its grace while they close, and the whole stop fits a container runtime's 10 s
+        threading.Thread(target=exporter.signal_stop, name="stop sources", daemon=True).start()
 
     signal.signal(signal.SIGTERM, shutdown)
     signal.signal(signal.SIGINT, shutdown)

@@ -55,7 +55,9 @@ log = logging.getLogger("txnwatch.worker")
 # the status between polls is a heartbeat (the supervisor calls a worker stalled after 5 s of
 # silence); each costs a file written here and read by the serving process
 STATUS_INTERVAL = 1.0
-SHUTDOWN_GRACE = 8.0      # seconds a worker takes at most to stop after SIGTERM
+# seconds a worker takes at most to stop after SIGTERM: a call stuck in a client library is
+# given up (what matters was published); podman and docker send SIGKILL 10 s after SIGTERM
+SHUTDOWN_GRACE = 5.0
 TAP_INTERVAL = 0.25
 # the least the poll schedule allows for publishing: a file written and read, a wake-up
 MIN_PUBLISH_DELAY = 0.02
