@@ -10,6 +10,7 @@ from collections import Counter
 from pathlib import Path
 from typing import NamedTuple
 
+import pytest
 from confluent_kafka import Consumer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -31,6 +32,10 @@ BASE = 1_700_000_000          # a multiple of the window
 KEYS = 20
 PER_PARTITION = 400           # 40 s of event time per partition, 0.1 s apart
 WINDOW = 5
+
+# The exactly-once sink's two forms: foreachBatch(sink), and sink.write_stream(df) (the
+# query's own sink, the faster one); `txnwatch pipeline --sink-form`.
+SINK_FORMS = pytest.mark.parametrize("form", ["foreachBatch", "stream"])
 
 
 def make_input(bootstrap: str, topic: str) -> dict[tuple[str, int], tuple[int, float]]:

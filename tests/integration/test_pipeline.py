@@ -28,6 +28,7 @@ from confluent_kafka import Consumer, TopicPartition
 from tests import compat
 from tests.integration.helpers import (
     KEYS,
+    SINK_FORMS,
     WINDOW,
     aborted_records,
     assert_exactly_once,
@@ -280,9 +281,10 @@ def _executors_of(worker_port: int) -> list[int]:
     return pids
 
 
-def test_jvm_writer_executor_killed_mid_transaction_on_a_standalone_cluster(broker, unique, tmp_path):
+@SINK_FORMS
+def test_jvm_writer_executor_killed_mid_transaction_on_a_standalone_cluster(broker, unique, tmp_path, form):
     """A Spark standalone cluster (a Master and one Worker of the pip-installed PySpark) runs
-    the reference pipeline on the JVM writer. At a moment the coordinator shows one of the
+    the reference pipeline on the JVM writer, in each of the sink's forms. At a moment the coordinator shows one of the
     sink's transactions open with rows on the output that no transaction ended yet, the
     executor is frozen, checked again, and SIGKILLed. Spark starts another executor and
     retries the tasks within the run: the pipeline reaches its idle exit, read_committed
@@ -328,7 +330,8 @@ def test_jvm_writer_executor_killed_mid_transaction_on_a_standalone_cluster(brok
         child = spawn("pipeline", [
             sys.executable, "-m", "txnwatch_dev.spark.pipeline", "--bootstrap", broker.bootstrap,
             "--input-topic", inp, "--output-topic", out, "--checkpoint", str(tmp_path / "ckpt"), "--name", name,
-            "--master", f"spark://127.0.0.1:{master_port}", "--sink-writer", "jvm", "--trigger-seconds", "0.5",
+            "--master", f"spark://127.0.0.1:{master_port}", "--sink-writer", "jvm", "--sink-form", form,
+            "--trigger-seconds", "0.5",
             "--max-records-per-batch", "100", "--window", f"{WINDOW} seconds", "--watermark", "5 seconds",
             "--transaction-timeout-ms", "30000", "--broker-max-timeout-ms", "900000",
             "--metrics-file", str(tmp_path / "metrics.txt"), "--exit-when-idle", "3", "--timeout", "240"])
@@ -361,6 +364,7 @@ def test_jvm_writer_executor_killed_mid_transaction_on_a_standalone_cluster(brok
         rc = child.wait(300)
         log = (tmp_path / "pipeline.log").read_text()
         assert rc == 0, log[-3000:]
+        assert f"(sink: {form} form, jvm writer)" in log, log[-3000:]
         assert "Lost executor 0" in log, log[-3000:]          # the driver saw the killed executor go
         (app,) = (tmp_path / "work").iterdir()                 # one application, its executors' dirs
         assert len(list(app.iterdir())) >= 2, "Spark did not start another executor"

@@ -23,7 +23,14 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.integration.helpers import aborted_records, assert_exactly_once, make_input, samples, total
+from tests.integration.helpers import (
+    SINK_FORMS,
+    aborted_records,
+    assert_exactly_once,
+    make_input,
+    samples,
+    total,
+)
 from txnwatch.kafka.kip664 import TransactionAPI
 from txnwatch.producer import TransactionalProducer, TransactionError
 from txnwatch.spark_listener import attach, detach
@@ -374,10 +381,11 @@ def test_spark_task_retry_within_the_batch(broker, unique, tmp_path):
     assert total(smp, "kafka_producer_transactions_total", app=name, outcome="committed") >= 4
 
 
-def test_jvm_writer_driver_killed_mid_transaction_then_restart(broker, unique, tmp_path):
+@SINK_FORMS
+def test_jvm_writer_driver_killed_mid_transaction_then_restart(broker, unique, tmp_path, form):
     """The reference pipeline on the JVM writer, in a child process (driver and executors in
     one JVM), frozen at a moment the coordinator shows one of its transactions open, and
-    SIGKILLed there; then restarted from its checkpoint. The output holds every window once
+    SIGKILLed there; then restarted from its checkpoint. In both of the sink's forms. The output holds every window once
     for read_committed consumers, every record it shows belongs to a committed attempt, and
     the restarted tasks report each killed transaction (fenced by their init)."""
     name = unique("jvmkill").replace("-", "_")
@@ -391,7 +399,8 @@ def test_jvm_writer_driver_killed_mid_transaction_then_restart(broker, unique, t
                 "--input-topic", inp, "--output-topic", out, "--checkpoint", str(tmp_path / "ckpt"), "--name", name,
                 "--sink-writer", "jvm", "--trigger-seconds", "0.5", "--max-records-per-batch", "100",
                 "--window", "5 seconds", "--watermark", "5 seconds", "--transaction-timeout-ms", "30000",
-                "--broker-max-timeout-ms", "900000", "--metrics-file", str(tmp_path / metrics), *extra]
+                "--broker-max-timeout-ms", "900000", "--sink-form", form, "--metrics-file", str(tmp_path / metrics),
+                *extra]
 
     with open(tmp_path / "killed.log", "w") as log:
         child = subprocess.Popen(cmd("killed.txt", "--timeout", "180"), stdout=log, stderr=subprocess.STDOUT,
@@ -421,7 +430,9 @@ def test_jvm_writer_driver_killed_mid_transaction_then_restart(broker, unique, t
     with open(tmp_path / "restarted.log", "w") as log:
         rc = subprocess.run(cmd("restarted.txt", "--exit-when-idle", "3", "--timeout", "180"), stdout=log,
                             stderr=subprocess.STDOUT, timeout=300).returncode
-    assert rc == 0, (tmp_path / "restarted.log").read_text()[-3000:]
+    restarted = (tmp_path / "restarted.log").read_text()
+    assert rc == 0, restarted[-3000:]
+    assert f"(sink: {form} form, jvm writer)" in restarted, restarted[-3000:]
     records = assert_exactly_once(broker.bootstrap, out, expected)
     assert {r.attempt for r in records} <= set(committed_attempts(broker.bootstrap, name))
     smp = samples((tmp_path / "restarted.txt").read_text())
