@@ -164,6 +164,61 @@ def api_versions(admin) -> dict[int, tuple[int, int]]:
     return {int(k): (int(v[0]), int(v[1])) for k, v in raw.items()}
 
 
+def has_connection_manager(admin, *needs: str) -> bool:
+    """Whether this kafka-python admin client sends requests through a connection manager
+    that has `needs` (kafka-python 2.x's; an older one has none)."""
+    manager = getattr(admin, "_manager", None)
+    return manager is not None and all(hasattr(manager, a) for a in needs)
+
+
+SENDS = ("send", "call_soon", "wait_for", "cluster")   # what send_to_nodes uses of the manager
+
+
+def send_to_nodes(manager, calls: Sequence[tuple[int | None, object]], deadline: float,
+                  what: str) -> list[object]:
+    """Each (node, request)'s answer, or the exception it failed with, in order: sent through
+    kafka-python's connection manager at once to every node, at most IN_FLIGHT_PER_NODE at a
+    time to one node, each with what is left of `deadline` (monotonic). PollError timeout when
+    the deadline passes with answers missing."""
+    calls = list(calls)
+    if not calls:
+        return []
+
+    def left_ms() -> int:
+        return max(int((deadline - time.monotonic()) * 1000), 1)
+
+    async def run() -> list[object]:
+        out: list[object] = [None] * len(calls)
+        for wave in waves([n for n, _ in calls], IN_FLIGHT_PER_NODE):
+            sent = []
+            for i in wave:
+                node, request = calls[i]
+                try:
+                    sent.append((i, manager.send(request, node_id=node, request_timeout_ms=left_ms())))
+                except Exception as exc:  # noqa: BLE001 - e.g. UnknownBrokerIdError, a sticky auth failure
+                    out[i] = exc
+            for i, f in sent:
+                try:
+                    out[i] = await manager.wait_for(f, left_ms())
+                except Exception as exc:  # noqa: BLE001 - the request's own failure, judged by the caller
+                    out[i] = exc
+        return out
+
+    done = threading.Event()
+    future = manager.call_soon(run)
+    future.add_both(lambda _: done.set())
+    if not done.wait(max(deadline - time.monotonic(), 0) + 0.5):
+        raise PollError("timeout", f"{what}: no answer within the poll timeout")
+    if future.exception is not None:
+        raise future.exception
+    from kafka.errors import KafkaTimeoutError
+
+    results = list(future.value)
+    if time.monotonic() >= deadline and any(isinstance(r, KafkaTimeoutError) for r in results):
+        raise PollError("timeout", f"{what}: no answer within the poll timeout")
+    return results
+
+
 _NODE_KEY = "__txnwatch_coordinator_node_{}"   # one kafka-python coordinator entry per node, not per group
 
 
@@ -178,11 +233,10 @@ class KafkaPythonTransport:
         if connect_timeout is not None:
             cfg["bootstrap_timeout_ms"] = max(int(connect_timeout * 1000), 1)
         self._admin = KafkaAdminClient(**cfg)
-        manager = getattr(self._admin, "_manager", None)
-        if not all(hasattr(manager, a) for a in ("send", "call_soon", "wait_for", "cluster")):
+        if not has_connection_manager(self._admin, *SENDS):
             self.close()
             raise BatchedUnsupported("this kafka-python has no connection manager to send requests through")
-        self._manager = manager
+        self._manager = self._admin._manager
         self.sent: Counter = Counter()   # API name -> requests sent since the start
         self._props = client_props
 
@@ -212,46 +266,11 @@ class KafkaPythonTransport:
 
     def send(self, calls: Sequence[tuple[int | None, object]], deadline: float,
              what: str = "committed offsets") -> list[object]:
+        """Each (node, request)'s answer, or the exception it failed with, in order."""
         calls = list(calls)
-        if not calls:
-            return []
-        manager = self._manager
-
-        def left_ms() -> int:
-            return max(int((deadline - time.monotonic()) * 1000), 1)
-
-        async def run() -> list[object]:
-            out: list[object] = [None] * len(calls)
-            for wave in waves([n for n, _ in calls], IN_FLIGHT_PER_NODE):
-                sent = []
-                for i in wave:
-                    node, request = calls[i]
-                    try:
-                        sent.append((i, manager.send(request, node_id=node, request_timeout_ms=left_ms())))
-                    except Exception as exc:  # noqa: BLE001 - e.g. UnknownBrokerIdError, a sticky auth failure
-                        out[i] = exc
-                for i, f in sent:
-                    try:
-                        out[i] = await manager.wait_for(f, left_ms())
-                    except Exception as exc:  # noqa: BLE001 - the request's own failure, judged by the caller
-                        out[i] = exc
-            return out
-
         for _, request in calls:
             self.sent[str(request.name).removesuffix("Request")] += 1
-        done = threading.Event()
-        future = manager.call_soon(run)
-        future.add_both(lambda _: done.set())
-        if not done.wait(max(deadline - time.monotonic(), 0) + 0.5):
-            raise PollError("timeout", f"{what}: no answer within the poll timeout")
-        if future.exception is not None:
-            raise future.exception
-        results = [self._login_named(r) for r in future.value]
-        from kafka.errors import KafkaTimeoutError
-
-        if time.monotonic() >= deadline and any(isinstance(r, KafkaTimeoutError) for r in results):
-            raise PollError("timeout", f"{what}: no answer within the poll timeout")
-        return results
+        return [self._login_named(r) for r in send_to_nodes(self._manager, calls, deadline, what)]
 
     def _login_named(self, answer):
         """A request that failed at the login (kafka-python's GSSAPI error, the broker's SASL

@@ -7,11 +7,19 @@ and the Spark sink never see a kafka-python object."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Mapping
 
 from .answers import ActiveProducer, TxnDescription, TxnListing
 from .errors import PollError
-from .kafka_python import api_versions, close_admin, kafka_python_config
+from .kafka_python import (
+    SENDS,
+    api_versions,
+    close_admin,
+    has_connection_manager,
+    kafka_python_config,
+    send_to_nodes,
+)
 
 log = logging.getLogger(__name__)
 
@@ -187,14 +195,19 @@ class TransactionAPI:
         __transaction_state, and kafka-python's own call asks one broker after another (a
         round trip each: a poll waited for their sum). The first failure raises, as
         kafka-python's does; a broker's error code raises its error class."""
-        manager = getattr(self._client(), "_manager", None)
-        if not all(hasattr(manager, a) for a in ("run", "send", "cluster")):   # another kafka-python
+        admin = self._client()
+        if not has_connection_manager(admin, *SENDS):   # another kafka-python: its own serial call
             return listings_from_response(self._call("list_transactions", keep=keep, **filters))
+        manager = admin._manager
 
-        async def ask_every_broker() -> list:
-            sent = [manager.send(list_request(filters), node_id=b.node_id) for b in manager.cluster.brokers()]
-            return [await f for f in sent]
-        return self._guarded("list_transactions", lambda: listings_of(manager.run(ask_every_broker)), keep)
+        def ask_every_broker() -> list[TxnListing]:
+            calls = [(b.node_id, list_request(filters)) for b in manager.cluster.brokers()]
+            answers = send_to_nodes(manager, calls, time.monotonic() + self._timeout, "ListTransactions")
+            failed = next((a for a in answers if isinstance(a, BaseException)), None)
+            if failed is not None:
+                raise failed
+            return listings_of(answers)
+        return self._guarded("list_transactions", ask_every_broker, keep)
 
     def describe_transactions(self, ids: Iterable[str]) -> dict[str, TxnDescription]:
         """Descriptions of `ids`; ids the coordinator no longer knows (expired since they
