@@ -123,7 +123,8 @@ def group_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
 
 
 class Feeder:
-    """Committed transactions of 20 records each into IN, every 50 ms, until stopped."""
+    """Committed transactions of 20 records each into IN, over every partition, every 50 ms,
+    until stopped."""
 
     def __init__(self, bootstrap: str, topic: str, first: int) -> None:
         self.bootstrap, self.topic, self.next = bootstrap, topic, first
@@ -140,8 +141,8 @@ class Feeder:
             while not self._stop.is_set():
                 batch = [f"rec-{i:06d}" for i in range(self.next, self.next + 20)]
                 p.begin_transaction()
-                for v in batch:
-                    p.produce(self.topic, v.encode())
+                for i, v in enumerate(batch, start=self.next):
+                    p.produce(self.topic, v.encode(), partition=i % PARTITIONS)     # as produce_committed
                 p.commit_transaction(30)
                 self.sent.extend(batch)
                 self.next += len(batch)
@@ -166,12 +167,16 @@ class Feeder:
 
 
 def produce_committed(bootstrap: str, topic: str, values: list[str]) -> None:
+    """`values` in transactions of 100, over every partition in turn: Flink's source commits
+    no offset for a partition it has read nothing from (its split's offset stays "earliest"),
+    so a partition left empty by the producer's sticky partitioning (keyless records, all sent
+    within one sticky spell) never settles."""
     p = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"flink-test-src-{uuid.uuid4().hex[:8]}"})
     p.init_transactions(30)
     for i in range(0, len(values), 100):
         p.begin_transaction()
-        for v in values[i:i + 100]:
-            p.produce(topic, v.encode())
+        for j, v in enumerate(values[i:i + 100], start=i):
+            p.produce(topic, v.encode(), partition=j % PARTITIONS)
         p.commit_transaction(30)
 
 
