@@ -8,7 +8,9 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.UUID;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Future;
+import java.util.concurrent.FutureTask;
 import org.apache.kafka.clients.consumer.ConsumerGroupMetadata;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
@@ -61,11 +63,14 @@ final class TaskWriter implements DataWriter<InternalRow> {
     private List<Map<String, Object>> records = new ArrayList<>();
     private long rows;
     private String error;
-    // A kept producer's rows, held (not sent) until its marker is acknowledged: the marker's
-    // round trip overlaps the rows' computation, and a fence it finds still finds nothing of
-    // the batch written. Bounded: past MAX_HELD_BYTES the task waits for the marker.
+    // Rows held (not sent) until the transaction is ready for them: a kept producer's until its
+    // marker is acknowledged (the marker's round trip overlaps the rows' computation, and a fence
+    // it finds still finds nothing of the batch written); a new producer's until its start
+    // (describe, init, progress, marker: about 200 ms), which runs on a thread of its own
+    // meanwhile. Bounded: past MAX_HELD_BYTES the task waits.
     private List<byte[][]> held;
     private long heldBytes;
+    private FutureTask<Void> starting;      // a new producer's start, while it runs (startAfresh)
     static final long MAX_HELD_BYTES = 8L << 20;
 
     TaskWriter(SinkOptions o, int task, int keyColumn, boolean keyIsString, int valueColumn, boolean valueIsString) {
@@ -82,7 +87,7 @@ final class TaskWriter implements DataWriter<InternalRow> {
         if (!started) {
             start();
         }
-        if (replayed) {
+        if (held == null && replayed) {
             return;
         }
         byte[] key = keyColumn < 0 ? null : bytes(row, keyColumn, keyIsString);
@@ -93,7 +98,7 @@ final class TaskWriter implements DataWriter<InternalRow> {
         }
         held.add(new byte[][] {key, value});
         heldBytes += (key == null ? 0 : key.length) + (value == null ? 0 : value.length);
-        if (markerSent.isDone() || heldBytes >= MAX_HELD_BYTES) {
+        if ((starting != null ? starting.isDone() : markerSent.isDone()) || heldBytes >= MAX_HELD_BYTES) {
             settle();
         }
     }
@@ -137,7 +142,55 @@ final class TaskWriter implements DataWriter<InternalRow> {
             p.producer.close(Duration.ZERO);
             records.clear();
         }
-        startAfresh();
+        // On a thread of its own, which the task thread joins (settle) before it reads anything
+        // the start sets; a new thread inherits the task's context class loader, which the
+        // Kafka clients load their classes from.
+        starting = new FutureTask<>(() -> {
+            startAfresh();
+            return null;
+        });
+        Thread t = new Thread(starting, "txnwatch-sink-start-" + o.transactionalId(task));
+        t.setDaemon(true);
+        t.start();
+        held = new ArrayList<>();
+    }
+
+    /** Wait for the new producer's start, on the task's thread; its failure is the task's. An
+     *  interrupt leaves it to settleStart. */
+    private void joinStart() {
+        try {
+            starting.get();
+        } catch (ExecutionException e) {
+            starting = null;
+            Throwable cause = e.getCause();
+            throw cause instanceof RuntimeException ? (RuntimeException) cause : new IllegalStateException(cause);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new IllegalStateException("interrupted while " + o.transactionalId(task) + " started", e);
+        }
+        starting = null;
+    }
+
+    /** A start still running when the task ends otherwise (Spark's abort or close, an interrupted
+     *  task) is waited for, interrupts or not (it is bounded by its own timeouts), so that what
+     *  it made (a producer, a transaction) is aborted and closed, not left behind. */
+    private void settleStart() {
+        FutureTask<Void> f = starting;
+        starting = null;
+        boolean interrupted = false;
+        while (f != null) {
+            try {
+                f.get();
+                f = null;
+            } catch (InterruptedException e) {
+                interrupted = true;
+            } catch (ExecutionException e) {
+                f = null;            // the task already failed; what the start left is cleaned up after
+            }
+        }
+        if (interrupted) {
+            Thread.currentThread().interrupt();
+        }
     }
 
     /** A new producer for the id (its init fences every other), the progress read after it,
@@ -172,12 +225,14 @@ final class TaskWriter implements DataWriter<InternalRow> {
         List<byte[][]> rowsHeld = held;
         held = null;
         heldBytes = 0;
-        if (!awaitMarker(true)) {
+        if (starting != null) {
+            joinStart();
+        } else if (!awaitMarker(true)) {
             records.clear();
             startAfresh();
-            if (replayed) {
-                return;
-            }
+        }
+        if (replayed) {
+            return;
         }
         for (byte[][] r : rowsHeld) {
             send(r[0], r[1]);
@@ -316,6 +371,7 @@ final class TaskWriter implements DataWriter<InternalRow> {
      *  itself) for the next attempt to report, then abort. The producer is not kept. */
     @Override
     public void abort() {
+        settleStart();
         if (producer == null) {
             return;
         }
@@ -357,6 +413,7 @@ final class TaskWriter implements DataWriter<InternalRow> {
 
     @Override
     public void close() {
+        settleStart();
         if (producer != null) {      // neither committed nor aborted: never reused
             producer.producer.close(Duration.ZERO);
             producer = null;
