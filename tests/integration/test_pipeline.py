@@ -284,9 +284,9 @@ def _executors_of(worker_port: int) -> list[int]:
 @SINK_FORMS
 def test_jvm_writer_executor_killed_mid_transaction_on_a_standalone_cluster(broker, unique, tmp_path, form):
     """A Spark standalone cluster (a Master and one Worker of the pip-installed PySpark) runs
-    the reference pipeline on the JVM writer, in each of the sink's forms. At a moment the coordinator shows one of the
-    sink's transactions open with rows on the output that no transaction ended yet, the
-    executor is frozen, checked again, and SIGKILLed. Spark starts another executor and
+    the reference pipeline on the JVM writer, in each of the sink's forms. At a moment the
+    coordinator shows one of the sink's transactions open with rows on the output that no
+    transaction ended yet, the executor is frozen, checked again, and SIGKILLed. Spark starts another executor and
     retries the tasks within the run: the pipeline reaches its idle exit, read_committed
     sees every window once, the killed attempt's rows were written and aborted, and the
     retried task reports each killed transaction (fenced by its init)."""

@@ -385,9 +385,10 @@ def test_spark_task_retry_within_the_batch(broker, unique, tmp_path):
 def test_jvm_writer_driver_killed_mid_transaction_then_restart(broker, unique, tmp_path, form):
     """The reference pipeline on the JVM writer, in a child process (driver and executors in
     one JVM), frozen at a moment the coordinator shows one of its transactions open, and
-    SIGKILLed there; then restarted from its checkpoint. In both of the sink's forms. The output holds every window once
-    for read_committed consumers, every record it shows belongs to a committed attempt, and
-    the restarted tasks report each killed transaction (fenced by their init)."""
+    SIGKILLed there; then restarted from its checkpoint; in both of the sink's forms. The
+    output holds every window once for read_committed consumers, every record it shows belongs
+    to a committed attempt, and the restarted tasks report each killed transaction (fenced by
+    their init)."""
     name = unique("jvmkill").replace("-", "_")
     inp, out = f"{name}-in", f"{name}-out"
     create_topics(broker.bootstrap, [inp, out], partitions=2)
