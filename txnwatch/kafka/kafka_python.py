@@ -10,7 +10,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import SimpleNamespace
 
 from .errors import AUTH, BatchedUnsupported, PollError, auth_failure_message, cause_of_exception
@@ -164,14 +164,22 @@ def api_versions(admin) -> dict[int, tuple[int, int]]:
     return {int(k): (int(v[0]), int(v[1])) for k, v in raw.items()}
 
 
-def has_connection_manager(admin, *needs: str) -> bool:
-    """Whether this kafka-python admin client sends requests through a connection manager
-    that has `needs` (kafka-python 2.x's; an older one has none)."""
+_SENDS = ("send", "call_soon", "wait_for", "cluster")   # what send_to_nodes uses of the manager
+
+
+def can_send_to_nodes(admin) -> bool:
+    """Whether this kafka-python admin client has the connection manager send_to_nodes and
+    send_to_every_broker send through (kafka-python 2.x's; an older one has none)."""
     manager = getattr(admin, "_manager", None)
-    return manager is not None and all(hasattr(manager, a) for a in needs)
+    return manager is not None and all(hasattr(manager, a) for a in _SENDS)
 
 
-SENDS = ("send", "call_soon", "wait_for", "cluster")   # what send_to_nodes uses of the manager
+def send_to_every_broker(admin, make_request: Callable[[], object], deadline: float, what: str) -> list[object]:
+    """A request of `make_request`'s to every broker the admin client knows, at once (see
+    send_to_nodes): each answer, or the exception it failed with, in the brokers' order."""
+    manager = admin._manager
+    calls = [(broker.node_id, make_request()) for broker in manager.cluster.brokers()]
+    return send_to_nodes(manager, calls, deadline, what)
 
 
 def send_to_nodes(manager, calls: Sequence[tuple[int | None, object]], deadline: float,
@@ -233,7 +241,7 @@ class KafkaPythonTransport:
         if connect_timeout is not None:
             cfg["bootstrap_timeout_ms"] = max(int(connect_timeout * 1000), 1)
         self._admin = KafkaAdminClient(**cfg)
-        if not has_connection_manager(self._admin, *SENDS):
+        if not can_send_to_nodes(self._admin):
             self.close()
             raise BatchedUnsupported("this kafka-python has no connection manager to send requests through")
         self._manager = self._admin._manager

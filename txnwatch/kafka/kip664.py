@@ -13,12 +13,11 @@ from collections.abc import Iterable, Mapping
 from .answers import ActiveProducer, TxnDescription, TxnListing
 from .errors import PollError
 from .kafka_python import (
-    SENDS,
     api_versions,
+    can_send_to_nodes,
     close_admin,
-    has_connection_manager,
     kafka_python_config,
-    send_to_nodes,
+    send_to_every_broker,
 )
 
 log = logging.getLogger(__name__)
@@ -196,13 +195,12 @@ class TransactionAPI:
         round trip each: a poll waited for their sum). The first failure raises, as
         kafka-python's does; a broker's error code raises its error class."""
         admin = self._client()
-        if not has_connection_manager(admin, *SENDS):   # another kafka-python: its own serial call
+        if not can_send_to_nodes(admin):   # another kafka-python: its own serial call
             return listings_from_response(self._call("list_transactions", keep=keep, **filters))
-        manager = admin._manager
 
         def ask_every_broker() -> list[TxnListing]:
-            calls = [(b.node_id, list_request(filters)) for b in manager.cluster.brokers()]
-            answers = send_to_nodes(manager, calls, time.monotonic() + self._timeout, "ListTransactions")
+            answers = send_to_every_broker(admin, lambda: list_request(filters), time.monotonic() + self._timeout,
+                                           "ListTransactions")
             failed = next((a for a in answers if isinstance(a, BaseException)), None)
             if failed is not None:
                 raise failed
