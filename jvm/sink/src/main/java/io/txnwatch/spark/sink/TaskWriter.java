@@ -9,11 +9,14 @@ import java.util.List;
 import java.util.Map;
 import java.util.UUID;
 import java.util.concurrent.ExecutionException;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 import java.util.concurrent.FutureTask;
 import org.apache.kafka.clients.consumer.ConsumerGroupMetadata;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.clients.producer.RecordMetadata;
 import org.apache.kafka.common.TopicPartition;
@@ -31,8 +34,9 @@ import org.apache.spark.sql.connector.write.WriterCommitMessage;
  * Output task i of a batch: its rows, in one transaction of the producer
  * {@code txnwatch.<name>.<i>}, with the batch's progress, as the Python writer does
  * (executor.py): a begin marker in partition i of the progress topic, then the rows, each
- * with the header {@code txnwatch.txn} = the attempt id, then the progress group's offset
- * past the marker (sendOffsetsToTransaction), then the commit, all in DataWriter.commit.
+ * with the header {@code txnwatch.txn} = the attempt id, and the progress group's offset
+ * past the marker (sendOffsetsToTransaction, beside the rows once the marker is acknowledged),
+ * then the commit, in DataWriter.commit.
  * A batch whose marker the group already names (a replay) is skipped: its rows are
  * dropped. A failed attempt leaves an abort note in its transaction and aborts it; one that
  * dies unannounced is aborted by the next attempt's init (or the coordinator's timeout),
@@ -72,6 +76,13 @@ final class TaskWriter implements DataWriter<InternalRow> {
     private long heldBytes;
     private FutureTask<Void> starting;      // a new producer's start, while it runs (startAfresh)
     static final long MAX_HELD_BYTES = 8L << 20;
+    private Future<?> progressSent;         // the progress group's offset, into the transaction (sendProgress)
+    /** Runs sendProgress's blocking call beside the tasks; daemon threads, reused across batches. */
+    private static final ExecutorService BESIDE = Executors.newCachedThreadPool(r -> {
+        Thread t = new Thread(r, "txnwatch-sink-progress");
+        t.setDaemon(true);
+        return t;
+    });
 
     TaskWriter(SinkOptions o, int task, int keyColumn, boolean keyIsString, int valueColumn, boolean valueIsString) {
         this.o = o;
@@ -156,7 +167,7 @@ final class TaskWriter implements DataWriter<InternalRow> {
     }
 
     /** Wait for the new producer's start, on the task's thread; its failure is the task's. An
-     *  interrupt leaves it to settleStart. */
+     *  interrupt leaves it to settleBeside. */
     private void joinStart() {
         try {
             starting.get();
@@ -171,12 +182,18 @@ final class TaskWriter implements DataWriter<InternalRow> {
         starting = null;
     }
 
-    /** A start still running when the task ends otherwise (Spark's abort or close, an interrupted
-     *  task) is waited for, interrupts or not (it is bounded by its own timeouts), so that what
-     *  it made (a producer, a transaction) is aborted and closed, not left behind. */
-    private void settleStart() {
-        FutureTask<Void> f = starting;
+    /** A start or a progress send still running when the task ends otherwise (Spark's abort or
+     *  close, an interrupted task) is waited for, interrupts or not (each is bounded by its own
+     *  timeouts), so that what it made (a producer, a transaction) is aborted and closed, not
+     *  left behind, and no abort races a request of the transaction still in flight. */
+    private void settleBeside() {
+        awaitQuietly(starting);
         starting = null;
+        awaitQuietly(progressSent);
+        progressSent = null;
+    }
+
+    private static void awaitQuietly(Future<?> f) {
         boolean interrupted = false;
         while (f != null) {
             try {
@@ -185,7 +202,7 @@ final class TaskWriter implements DataWriter<InternalRow> {
             } catch (InterruptedException e) {
                 interrupted = true;
             } catch (ExecutionException e) {
-                f = null;            // the task already failed; what the start left is cleaned up after
+                f = null;            // the task already failed; what was left is cleaned up after
             }
         }
         if (interrupted) {
@@ -234,8 +251,32 @@ final class TaskWriter implements DataWriter<InternalRow> {
         if (replayed) {
             return;
         }
+        sendProgress();
         for (byte[][] r : rowsHeld) {
             send(r[0], r[1]);
+        }
+    }
+
+    /** The progress group's offset past the acknowledged marker, into the transaction, on a
+     *  thread beside the task: sendOffsetsToTransaction blocks for its round trips
+     *  (AddOffsetsToTxn and TxnOffsetCommit), while which the client's sender sends no rows.
+     *  Sent at the task's end, after the rows, they added to every commit; sent here, they
+     *  overlap the computation of the rows, which the client buffers meanwhile. The order
+     *  within the transaction does not matter: both land at its commit, or neither. */
+    private void sendProgress() {
+        KafkaProducer<byte[], byte[]> p = producer.producer;
+        Map<TopicPartition, OffsetAndMetadata> offset = Collections.singletonMap(
+            new TopicPartition(o.progressTopic, task), new OffsetAndMetadata(markerOffset() + 1));
+        ConsumerGroupMetadata group = new ConsumerGroupMetadata(o.progressGroup());
+        progressSent = BESIDE.submit(() -> p.sendOffsetsToTransaction(offset, group));
+    }
+
+    /** The marker's offset, once acknowledged (awaitMarker). */
+    private long markerOffset() {
+        try {
+            return markerSent.get().offset();
+        } catch (ExecutionException | InterruptedException e) {
+            throw new IllegalStateException("the marker of " + o.transactionalId(task) + " was not acknowledged", e);
         }
     }
 
@@ -340,9 +381,8 @@ final class TaskWriter implements DataWriter<InternalRow> {
         try {
             producer.producer.flush();
             markerOffset = markerSent.get().offset();
-            producer.producer.sendOffsetsToTransaction(
-                Collections.singletonMap(new TopicPartition(o.progressTopic, task), new OffsetAndMetadata(markerOffset + 1)),
-                new ConsumerGroupMetadata(o.progressGroup()));
+            progressSent.get();
+            progressSent = null;
             long c0 = System.nanoTime();
             producer.producer.commitTransaction();
             commitSeconds = seconds(c0);
@@ -371,7 +411,7 @@ final class TaskWriter implements DataWriter<InternalRow> {
      *  itself) for the next attempt to report, then abort. The producer is not kept. */
     @Override
     public void abort() {
-        settleStart();
+        settleBeside();
         if (producer == null) {
             return;
         }
@@ -413,7 +453,7 @@ final class TaskWriter implements DataWriter<InternalRow> {
 
     @Override
     public void close() {
-        settleStart();
+        settleBeside();
         if (producer != null) {      // neither committed nor aborted: never reused
             producer.producer.close(Duration.ZERO);
             producer = null;
