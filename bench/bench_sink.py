@@ -289,6 +289,8 @@ def batch_stats(q) -> dict:
             "first_batch_ms": data[0]["batchDuration"] if data else 0,
             "later_rows_per_s": later_rows / later_busy if later_rows and later_busy else None,
             "data_batches": len(data), "busy_s": sum(p["batchDuration"] for p in progress) / 1000.0,
+            "batch_ms": [p["batchDuration"] for p in progress],
+            "add_batch_ms": [p["durationMs"].get("addBatch", 0) for p in progress],
             "wall_s": t1 - t0,
             "median_batch_ms": statistics.median(p["batchDuration"] for p in data) if data else 0,
             "median_add_batch_ms": statistics.median(p["durationMs"].get("addBatch", 0) for p in data)
@@ -498,6 +500,8 @@ def main() -> int:
     ap.add_argument("--records-per-second-of-trigger", type=int, default=10_000,
                     help="throughput: maxOffsetsPerTrigger = this x trigger seconds")
     ap.add_argument("--throughput-transforms", default="agg,projection", help="agg, projection")
+    ap.add_argument("--warmup-records", type=int, default=100_000,
+                    help="warm-up (discarded): input records each sink and transform reads first, 10,000 a batch")
     ap.add_argument("--rate", type=int, default=1000, help="latency: input records/s")
     ap.add_argument("--latency-seconds", default=None,
                     help="latency: produce for this long per run, one value per trigger or one for all "
@@ -543,13 +547,16 @@ def main() -> int:
         spark = spark_session("local[2]", "bench-sink", 2, remote=a.remote,
                               **{"spark.ui.showConsoleProgress": "false"})
         print(f"session: {'Spark Connect ' + a.remote if a.remote else 'classic local[2]'}", flush=True)
-        # Warm-up (discarded): JVM classes of the Kafka source/sink, Python workers, first connections.
+        # Warm-up (discarded): JVM classes of the Kafka source/sink, Python workers, first
+        # connections, and enough batches for the JIT to compile each sink's path: with two
+        # batches each, the sink measured first ran 25-30 % slower in its first repetition
+        # than in its later ones, so the repetitions' order decided the ratio.
         warm = f"bench-warm-{stamp}"
         create_topics(bootstrap, [warm], partitions=2)
-        write_input(bootstrap, warm, 20_000, a.keys, a.event_rate)
+        write_input(bootstrap, warm, a.warmup_records, a.keys, a.event_rate)
         for sink in sinks:
             for tr in (transforms if "throughput" in phases else ["projection"]):
-                throughput_run(spark, bootstrap, warm, 20_002, sink, tr, 1.0, 10_000, tmp,
+                throughput_run(spark, bootstrap, warm, a.warmup_records // 2 * 2 + 2, sink, tr, 1.0, 10_000, tmp,
                                f"{stamp}-w-{sink}-{tr}")
         print(f"warm-up done at {time.time() - t_start:.0f} s", flush=True)
         if "throughput" in phases:
