@@ -52,6 +52,7 @@ class Settings:
     sink_warm_spares: bool = True     # eos: a connected spare producer per id in each Python worker
     sink_writer: str = "auto"         # eos: auto (the JVM writer where it loads) | jvm | python
     sink_form: str = "foreachBatch"   # eos: foreachBatch(sink) | stream (sink.write_stream: the query's own sink)
+    sink_jvm_client_config: tuple = ()   # eos: (key, value) Kafka client settings of the JVM writer, Java's names
     trigger_seconds: float = 1.0
     max_records_per_batch: int | None = 50_000
     starting_offsets: str = "earliest"
@@ -104,7 +105,8 @@ def make_sink(s: Settings, metrics: Any = None) -> Any:
             transaction_timeout_ms=s.transaction_timeout_ms, trigger_interval_seconds=s.trigger_seconds,
             broker_max_timeout_ms=s.broker_max_timeout_ms, metrics=metrics,
             partitioning=s.sink_partitioning, warm_spares=s.sink_warm_spares,
-            producer_factory=s.producer_factory or task_producer, writer=s.sink_writer)
+            producer_factory=s.producer_factory or task_producer, writer=s.sink_writer,
+            jvm_client_config=dict(s.sink_jvm_client_config) or None)
     if s.sink == "at-least-once":
         return AtLeastOnceKafkaSink(s.name, s.bootstrap, s.output_topic, num_tasks=s.num_tasks)
     raise ValueError(f"unknown sink {s.sink!r} (eos|at-least-once|spark-kafka)")
@@ -214,6 +216,13 @@ def _max_timeout(v: str) -> int | str | None:
     return int(v)
 
 
+def _setting(v: str) -> tuple[str, str]:
+    key, eq, value = v.partition("=")
+    if not eq or not key.strip():
+        raise argparse.ArgumentTypeError(f"{v!r} is not KEY=VALUE (for example batch.size=65536)")
+    return key.strip(), value
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="txnwatch pipeline", description=__doc__.split("\n\n")[0])
     p.add_argument("--bootstrap", required=True, help="Kafka bootstrap servers")
@@ -235,6 +244,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--sink-form", choices=["foreachBatch", "stream"], default="foreachBatch",
                    help="eos: foreachBatch(sink), or the query's own sink (sink.write_stream: faster, the "
                         "JVM writer only; docs/spark-sink.md)")
+    p.add_argument("--sink-jvm-client-config", type=_setting, action="append", default=[], metavar="KEY=VALUE",
+                   help="eos: a Kafka client setting of the JVM writer, in the Java client's names (security, "
+                        "producer tuning); repeatable")
     p.add_argument("--trigger-seconds", type=float, default=1.0, help="0: as fast as possible")
     p.add_argument("--max-records-per-batch", type=int, default=50_000, help="0: no limit")
     p.add_argument("--starting-offsets", default="earliest")
@@ -266,7 +278,7 @@ def settings_from(a: argparse.Namespace) -> Settings:
     return Settings(bootstrap=a.bootstrap, input_topic=a.input_topic, output_topic=a.output_topic,
                     checkpoint=a.checkpoint, name=a.name, sink=a.sink,
                     num_tasks=a.num_tasks, sink_partitioning=a.sink_partitioning, sink_writer=a.sink_writer,
-                    sink_form=a.sink_form,
+                    sink_form=a.sink_form, sink_jvm_client_config=tuple(a.sink_jvm_client_config),
                     trigger_seconds=a.trigger_seconds,
                     max_records_per_batch=a.max_records_per_batch or None,
                     starting_offsets=a.starting_offsets, window=a.window, watermark=a.watermark,

@@ -332,6 +332,11 @@ def test_jvm_writer_executor_killed_mid_transaction_on_a_standalone_cluster(brok
             "--input-topic", inp, "--output-topic", out, "--checkpoint", str(tmp_path / "ckpt"), "--name", name,
             "--master", f"spark://127.0.0.1:{master_port}", "--sink-writer", "jvm", "--sink-form", form,
             "--trigger-seconds", "0.5",
+            # A request per record, one at a time: a task's rows reach the broker over several
+            # round trips before its commit, so the moment this test freezes the executor in (rows
+            # past the LSO, the transaction not ended) spans them all, not the last answer alone.
+            "--sink-jvm-client-config", "batch.size=1",
+            "--sink-jvm-client-config", "max.in.flight.requests.per.connection=1",
             "--max-records-per-batch", "100", "--window", f"{WINDOW} seconds", "--watermark", "5 seconds",
             "--transaction-timeout-ms", "30000", "--broker-max-timeout-ms", "900000",
             "--metrics-file", str(tmp_path / "metrics.txt"), "--exit-when-idle", "3", "--timeout", "240"])

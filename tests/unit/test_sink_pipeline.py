@@ -37,6 +37,25 @@ def test_flags_to_settings(faulted):
     assert d.output_mode == "append" and d.transaction_timeout_ms == 60_000
 
 
+def test_jvm_client_settings_reach_the_sink(capsys, monkeypatch):
+    """--sink-jvm-client-config KEY=VALUE, repeatable, becomes the sink's jvm_client_config
+    (Java's names); a flag without '=' exits 2 naming the form."""
+    from txnwatch.spark_listener import sink as sink_module
+
+    made = []
+    monkeypatch.setattr(sink_module, "ExactlyOnceKafkaSink", lambda *a, **kw: made.append(kw))   # no broker here
+    base = ["--bootstrap", "b", "--input-topic", "i", "--output-topic", "o", "--checkpoint", "c"]
+    s = pipeline.settings_from(pipeline.parse_args(base + ["--sink-jvm-client-config", "batch.size=1",
+                                                           "--sink-jvm-client-config", "sasl.jaas.config=a=b"]))
+    assert s.sink_jvm_client_config == (("batch.size", "1"), ("sasl.jaas.config", "a=b"))
+    pipeline.make_sink(s)
+    pipeline.make_sink(pipeline.settings_from(pipeline.parse_args(base)))
+    assert [kw["jvm_client_config"] for kw in made] == [{"batch.size": "1", "sasl.jaas.config": "a=b"}, None]
+    with pytest.raises(SystemExit) as e:
+        pipeline.parse_args(base + ["--sink-jvm-client-config", "batch.size"])
+    assert e.value.code == 2 and "is not KEY=VALUE" in capsys.readouterr().err
+
+
 def test_unsafe_settings_exit_2_before_spark(capsys, monkeypatch):
     def no_spark(*a, **k):
         raise AssertionError("must not start Spark")
