@@ -463,3 +463,26 @@ def test_jvm_writer_closes_producers_left_idle(spark, broker, unique, out_topic)
     assert sink.stats["tasks_committed"] == 4
     assert values(broker.bootstrap, out_topic) == Counter({f"v{i}": 1 for i in [*range(50), *range(100, 150)]})
     assert len(producer_threads(spark, name)) == 2
+
+
+def test_jvm_writer_task_without_rows_keeps_the_producer_it_started(spark, broker, unique, out_topic):
+    """A task's producer is started when Spark makes the task, not at its first row, so a
+    task that gets no rows has one too: it keeps it for the id's next task, and reports what
+    its init found, here a zombie's open transaction that the init fenced."""
+    name = unique("norows")
+    sink = new_sink(broker, name, out_topic, writer="jvm")
+    zombies = [start_zombie(broker, name, task, out_topic, [f"zombie-{task}"]) for task in (0, 1)]
+    one_key = spark.createDataFrame([("k", f"v{i}") for i in range(20)], "key STRING, value STRING")
+    sink(one_key, 0)
+    status = {r["task"]: r["status"] for r in sink.last_results}
+    assert sorted(status.values()) == ["committed", "empty"]
+    assert len(producer_threads(spark, name)) == 2                 # the empty task's kept too
+    for task, dead in dead_attempts(sink).items():
+        (fenced,) = dead
+        assert fenced["attempt"].startswith("txn-") and fenced["error"] == "PRODUCER_FENCED", (status[task], dead)
+    for z in zombies:
+        z.close()
+    sink(batch(spark, 40, offset=100), 1)
+    assert sorted(r["status"] for r in sink.last_results) == ["committed", "committed"]
+    assert len(producer_threads(spark, name)) == 2
+    assert values(broker.bootstrap, out_topic) == Counter({f"v{i}": 1 for i in [*range(20), *range(100, 140)]})

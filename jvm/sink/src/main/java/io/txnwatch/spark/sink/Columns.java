@@ -41,7 +41,7 @@ final class Columns implements Serializable {
     }
 
     TaskWriter writer(SinkOptions options, int task) {
-        return new TaskWriter(options, task, key, keyIsString, value, valueIsString);
+        return new TaskWriter(options, task, key, keyIsString, value, valueIsString).prepare();
     }
 
     private static int index(StructType schema, String name) {

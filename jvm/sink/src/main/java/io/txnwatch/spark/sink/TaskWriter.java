@@ -29,6 +29,8 @@ import org.apache.kafka.common.protocol.Errors;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.connector.write.DataWriter;
 import org.apache.spark.sql.connector.write.WriterCommitMessage;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
  * Output task i of a batch: its rows, in one transaction of the producer
@@ -42,9 +44,11 @@ import org.apache.spark.sql.connector.write.WriterCommitMessage;
  * dies unannounced is aborted by the next attempt's init (or the coordinator's timeout),
  * and reported by the next attempt that reads its marker.
  *
- * Nothing is done for a task without rows: no transaction, as in the Python writer.
+ * A task without rows begins no transaction, as in the Python writer; the producer its id
+ * got when the task started (prepare) is kept for the id's next task.
  */
 final class TaskWriter implements DataWriter<InternalRow> {
+    private static final Logger LOG = LoggerFactory.getLogger(TaskWriter.class);
     static final String TXN_HEADER = "txnwatch.txn";
 
     private final SinkOptions o;
@@ -70,11 +74,13 @@ final class TaskWriter implements DataWriter<InternalRow> {
     // Rows held (not sent) until the transaction is ready for them: a kept producer's until its
     // marker is acknowledged (the marker's round trip overlaps the rows' computation, and a fence
     // it finds still finds nothing of the batch written); a new producer's until its start
-    // (describe, init, progress, marker: about 200 ms), which runs on a thread of its own
-    // meanwhile. Bounded: past MAX_HELD_BYTES the task waits.
+    // (describe, init, progress: about 200 ms, on a thread of its own from the task's start) is
+    // done and its marker acknowledged. Bounded: past MAX_HELD_BYTES the task waits.
     private List<byte[][]> held;
     private long heldBytes;
-    private FutureTask<Void> starting;      // a new producer's start, while it runs (startAfresh)
+    private TaskClients.TaskProducer kept;  // the id's producer kept in this executor, until the first row
+    private FutureTask<Fresh> starting;     // a new producer's start, while it runs (startAfresh)
+    private boolean verifyMarker;           // the marker is a kept producer's: a fence refusing it is not an error
     static final long MAX_HELD_BYTES = 8L << 20;
     private Future<?> progressSent;         // the progress group's offset, into the transaction (sendProgress)
     /** Runs sendProgress's blocking call beside the tasks; daemon threads, reused across batches. */
@@ -109,7 +115,12 @@ final class TaskWriter implements DataWriter<InternalRow> {
         }
         held.add(new byte[][] {key, value});
         heldBytes += (key == null ? 0 : key.length) + (value == null ? 0 : value.length);
-        if ((starting != null ? starting.isDone() : markerSent.isDone()) || heldBytes >= MAX_HELD_BYTES) {
+        boolean full = heldBytes >= MAX_HELD_BYTES;
+        if (starting != null) {
+            if (starting.isDone() || full) {
+                beginFresh();
+            }
+        } else if (markerSent.isDone() || full) {
             settle();
         }
     }
@@ -131,46 +142,75 @@ final class TaskWriter implements DataWriter<InternalRow> {
         return isString ? row.getUTF8String(i).getBytes() : row.getBinary(i);
     }
 
-    /** At the first row: this task's producer for the id (kept from its last batch when still
-     *  current), its progress, and either a skip (the batch committed already) or the
-     *  transaction begun with its marker. */
+    /** When Spark makes the task, before its first row: the id's producer kept in this
+     *  executor, or else a new one started on a thread of its own (startAfresh) while the task
+     *  computes its rows. A task whose rows come late (an aggregation's, after all its input)
+     *  finds its producer ready; one that gets no rows keeps it for the id's next task. */
+    TaskWriter prepare() {
+        kept = TaskClients.take(o, task);
+        if (kept == null) {
+            startBeside();
+        }
+        return this;
+    }
+
+    /** At the first row: with a kept producer, the skip (the batch committed already) or the
+     *  transaction begun with its marker; the rows are held until the marker is acknowledged,
+     *  or until the new producer's start is done and its marker acknowledged. */
     private void start() {
         started = true;
         t0 = System.nanoTime();
-        TaskClients.TaskProducer p = TaskClients.take(o, task);
+        held = new ArrayList<>();
+        TaskClients.TaskProducer p = kept;
+        kept = null;
+        if (p == null) {
+            return;          // started beside the task (prepare)
+        }
         // A kept producer's own last commit (or skip) is the id's progress: another producer of
         // the id could only have committed since after an init, which fenced this one, and the
         // marker's send finds that out before any row is sent (the rows are held until its
         // acknowledgement: settle). Its progress is then read afresh after a new init. So a
         // kept producer reads nothing.
-        if (p != null && begin(p, Progress.known(p.committedOffset, p.lastMarker), Collections.emptyList(), true)) {
-            if (!replayed) {
-                held = new ArrayList<>();
+        if (begin(p, Progress.known(p.committedOffset, p.lastMarker), Collections.emptyList(), true)) {
+            verifyMarker = true;
+            if (replayed) {
+                held = null;
             }
             return;
         }
-        if (p != null) {
-            p.producer.close(Duration.ZERO);
-            records.clear();
-        }
-        // On a thread of its own, which the task thread joins (settle) before it reads anything
-        // the start sets; a new thread inherits the task's context class loader, which the
-        // Kafka clients load their classes from.
-        starting = new FutureTask<>(() -> {
-            startAfresh();
-            return null;
-        });
+        p.producer.close(Duration.ZERO);
+        records.clear();
+        startBeside();
+    }
+
+    /** A new producer's start (startAfresh) on a thread of its own, which the task thread joins
+     *  before it reads anything the start made; a new thread inherits the task's context class
+     *  loader, which the Kafka clients load their classes from. */
+    private void startBeside() {
+        starting = new FutureTask<>(this::startAfresh);
         Thread t = new Thread(starting, "txnwatch-sink-start-" + o.transactionalId(task));
         t.setDaemon(true);
         t.start();
-        held = new ArrayList<>();
+    }
+
+    /** The new producer, once started, on the task's thread: the skip, or its transaction
+     *  begun and its marker sent (its rows still held, until the marker's acknowledgement). */
+    private void beginFresh() {
+        Fresh f = joinStart();
+        verifyMarker = false;
+        begin(f.producer, f.progress, f.fenced, false);
+        if (replayed) {
+            held = null;
+            heldBytes = 0;
+        }
     }
 
     /** Wait for the new producer's start, on the task's thread; its failure is the task's. An
      *  interrupt leaves it to settleBeside. */
-    private void joinStart() {
+    private Fresh joinStart() {
+        Fresh f;
         try {
-            starting.get();
+            f = starting.get();
         } catch (ExecutionException e) {
             starting = null;
             Throwable cause = e.getCause();
@@ -180,6 +220,7 @@ final class TaskWriter implements DataWriter<InternalRow> {
             throw new IllegalStateException("interrupted while " + o.transactionalId(task) + " started", e);
         }
         starting = null;
+        return f;
     }
 
     /** A start or a progress send still running when the task ends otherwise (Spark's abort or
@@ -187,17 +228,21 @@ final class TaskWriter implements DataWriter<InternalRow> {
      *  timeouts), so that what it made (a producer, a transaction) is aborted and closed, not
      *  left behind, and no abort races a request of the transaction still in flight. */
     private void settleBeside() {
-        awaitQuietly(starting);
+        Fresh unused = awaitQuietly(starting);
         starting = null;
+        if (unused != null) {           // started, and the task ended before it began
+            unused.producer.producer.close(Duration.ZERO);
+        }
         awaitQuietly(progressSent);
         progressSent = null;
     }
 
-    private static void awaitQuietly(Future<?> f) {
+    private static <T> T awaitQuietly(Future<T> f) {
+        T result = null;
         boolean interrupted = false;
         while (f != null) {
             try {
-                f.get();
+                result = f.get();
                 f = null;
             } catch (InterruptedException e) {
                 interrupted = true;
@@ -208,26 +253,36 @@ final class TaskWriter implements DataWriter<InternalRow> {
         if (interrupted) {
             Thread.currentThread().interrupt();
         }
+        return result;
     }
 
-    /** A new producer for the id (its init fences every other), the progress read after it,
-     *  and the skip or the transaction begun, its marker acknowledged. */
-    private void startAfresh() {
+    /** A new producer, its progress read after its init, and the transactions its init fenced. */
+    private static final class Fresh {
+        final TaskClients.TaskProducer producer;
+        final Progress progress;
+        final List<Map<String, Object>> fenced;
+
+        Fresh(TaskClients.TaskProducer producer, Progress progress, List<Map<String, Object>> fenced) {
+            this.producer = producer;
+            this.progress = progress;
+            this.fenced = fenced;
+        }
+    }
+
+    /** A new producer for the id (its init fences every other), the progress read after it, and
+     *  the transactions the init fenced. */
+    private Fresh startAfresh() {
         KafkaConsumer<byte[], byte[]> consumer = TaskClients.borrowConsumer(o);
         try {
             PriorTransaction prior = PriorTransaction.describe(o, task);
             TaskClients.TaskProducer p = TaskClients.initialised(o, task);
             double fencedAt = System.currentTimeMillis() / 1000.0;
-            Progress prog;
             try {
-                prog = Progress.read(consumer, o, task);
+                Progress prog = Progress.read(consumer, o, task);
+                return new Fresh(p, prog, PriorTransaction.fencedByInit(prog, prior, fencedAt));
             } catch (RuntimeException e) {
                 p.producer.close(Duration.ZERO);
                 throw e;
-            }
-            begin(p, prog, PriorTransaction.fencedByInit(prog, prior, fencedAt), false);
-            if (!replayed) {
-                awaitMarker(false);
             }
         } finally {
             TaskClients.returnConsumer(o, consumer);
@@ -240,13 +295,19 @@ final class TaskWriter implements DataWriter<InternalRow> {
      *  or are dropped if the progress read after the init says the batch is done. */
     private void settle() {
         List<byte[][]> rowsHeld = held;
+        if (starting != null) {
+            beginFresh();
+        }
         held = null;
         heldBytes = 0;
-        if (starting != null) {
-            joinStart();
-        } else if (!awaitMarker(true)) {
+        if (!replayed && !awaitMarker(verifyMarker)) {
             records.clear();
-            startAfresh();
+            Fresh f = startAfresh();         // on the task's thread: its rows are held already
+            verifyMarker = false;
+            begin(f.producer, f.progress, f.fenced, false);
+            if (!replayed) {
+                awaitMarker(false);
+            }
         }
         if (replayed) {
             return;
@@ -368,7 +429,7 @@ final class TaskWriter implements DataWriter<InternalRow> {
     @Override
     public WriterCommitMessage commit() {
         if (!started) {
-            return new TaskResult(task, "empty", 0, "[]", "", 0.0);
+            return keepForNextTask();
         }
         if (held != null) {
             settle();
@@ -405,6 +466,32 @@ final class TaskWriter implements DataWriter<InternalRow> {
         TaskClients.give(o, task, producer);
         producer = null;
         return new TaskResult(task, "committed", rows, json(records), attempt, seconds(t0));
+    }
+
+    /** A task without rows: no transaction. A producer started for it is kept for the id's next
+     *  task, knowing the progress it read after its init (as after a skip), and what that read
+     *  found is reported here: the attempts that died, the transaction the init fenced. A start
+     *  that failed is left to the next task of the id, which starts again. */
+    private TaskResult keepForNextTask() {
+        if (kept != null) {
+            TaskClients.give(o, task, kept);
+            kept = null;
+        }
+        Fresh f = null;
+        try {
+            f = starting == null ? null : joinStart();
+        } catch (RuntimeException e) {
+            LOG.warn("txnwatch sink {}: starting the producer {} for a task without rows failed; its next task "
+                + "starts it again", o.name, o.transactionalId(task), e);
+        }
+        if (f == null) {
+            return new TaskResult(task, "empty", 0, "[]", "", 0.0);
+        }
+        records.addAll(f.progress.deadAttemptRecords(o, task, f.fenced, System.currentTimeMillis() / 1000.0));
+        f.producer.committedOffset = f.progress.committedOffset;
+        f.producer.lastMarker = f.progress.marker;
+        TaskClients.give(o, task, f.producer);
+        return new TaskResult(task, "empty", 0, json(records), "", 0.0);
     }
 
     /** Called by Spark when write or commit failed: leave a note (in the aborted transaction
@@ -454,6 +541,10 @@ final class TaskWriter implements DataWriter<InternalRow> {
     @Override
     public void close() {
         settleBeside();
+        if (kept != null) {          // a task that failed before its first row: the producer is untouched
+            TaskClients.give(o, task, kept);
+            kept = null;
+        }
         if (producer != null) {      // neither committed nor aborted: never reused
             producer.producer.close(Duration.ZERO);
             producer = null;
