@@ -196,7 +196,11 @@ final class TaskWriter implements DataWriter<InternalRow> {
     /** The new producer, once started, on the task's thread: the skip, or its transaction
      *  begun and its marker sent (its rows still held, until the marker's acknowledgement). */
     private void beginFresh() {
-        Fresh f = joinStart();
+        begin(joinStart());
+    }
+
+    /** A new producer's skip, or its transaction begun; a fence refusing its marker is an error. */
+    private void begin(Fresh f) {
         verifyMarker = false;
         begin(f.producer, f.progress, f.fenced, false);
         if (replayed) {
@@ -302,9 +306,7 @@ final class TaskWriter implements DataWriter<InternalRow> {
         heldBytes = 0;
         if (!replayed && !awaitMarker(verifyMarker)) {
             records.clear();
-            Fresh f = startAfresh();         // on the task's thread: its rows are held already
-            verifyMarker = false;
-            begin(f.producer, f.progress, f.fenced, false);
+            begin(startAfresh());            // on the task's thread: its rows are held already
             if (!replayed) {
                 awaitMarker(false);
             }
@@ -441,7 +443,7 @@ final class TaskWriter implements DataWriter<InternalRow> {
         double commitSeconds;
         try {
             producer.producer.flush();
-            markerOffset = markerSent.get().offset();
+            markerOffset = markerOffset();
             progressSent.get();
             progressSent = null;
             long c0 = System.nanoTime();
