@@ -45,6 +45,15 @@ final class TaskClients {
         }
     }
 
+    /** The rows a task held until its marker's acknowledgement (an aggregation's come all at
+     *  once, after its input) leave in a burst, which 16 KiB batches (the client's default) turn
+     *  into many requests, five in flight at most: about twice the flush of 256 KiB batches.
+     *  The client takes a whole batch.size from its 32 MiB buffer for each partition it
+     *  writes, so a task writing to more than about 100 partitions waits for buffers; such
+     *  a topic needs a smaller batch.size (producer_config). */
+    static final int BATCH_SIZE = 256 * 1024;
+    private static final String RETRY_BACKOFF_MAX = "retry.backoff.max.ms";
+
     private static final Map<String, TaskProducer> IDLE = new ConcurrentHashMap<>();
     private static final Map<String, ConcurrentLinkedDeque<KafkaConsumer<byte[], byte[]>>> CONSUMERS =
         new ConcurrentHashMap<>();
@@ -83,10 +92,20 @@ final class TaskClients {
      *  and aborts the transaction that one left open. */
     static TaskProducer initialised(SinkOptions o, int task) {
         Properties p = new Properties();
-        p.putAll(o.clientConfig);
-        // No linger: a task's marker leaves at once (its rows wait for its acknowledgement), and
-        // the rows are batched by the sender as they accumulate, as Spark's Kafka sink's are.
+        // Defaults, which the sink's client and producer settings override. No linger: a task's
+        // marker leaves at once (its rows wait for its acknowledgement), and the rows are batched
+        // by the sender as they accumulate, as Spark's Kafka sink's are.
         p.put(ProducerConfig.LINGER_MS_CONFIG, "0");
+        p.put(ProducerConfig.BATCH_SIZE_CONFIG, String.valueOf(BATCH_SIZE));
+        if (ProducerConfig.configNames().contains(RETRY_BACKOFF_MAX)) {
+            // The init's InitProducerId waits out one retry backoff (100 ms by default) for its
+            // connection to the coordinator, which is still opening when the coordinator is
+            // found: most of a start's time. Clients that back off exponentially (3.7 on:
+            // retry.backoff.max.ms, 1 s) start from 10 ms; older ones retry at a fixed
+            // interval, and keep theirs.
+            p.put(ProducerConfig.RETRY_BACKOFF_MS_CONFIG, "10");
+        }
+        p.putAll(o.clientConfig);
         p.putAll(o.producerConfig);
         p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, o.bootstrapServers);
         p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, o.transactionalId(task));
