@@ -451,14 +451,38 @@ def producer_threads(spark, name: str) -> set[str]:
     return {t.getName() for t in threads if f"producer-txnwatch.{name}." in t.getName()}
 
 
+def sink_clients(spark, name: str) -> set[str]:
+    """The client ids of this sink's admin clients and progress consumers alive in the driver's
+    JVM (under local[N], also the executor's), from their JMX app-info beans:
+    `txnwatch-sink-<name>-<n>` and `consumer-txnwatch.<name>-<n>`."""
+    jvm, gateway = spark._jvm, spark.sparkContext._gateway
+    server = jvm.java.lang.management.ManagementFactory.getPlatformMBeanServer()
+    # Through the interface: py4j looks methods up on the server's class, which the JDK's
+    # modules do not export.
+    types = gateway.new_array(jvm.java.lang.Class, 2)
+    types[0] = jvm.java.lang.Class.forName("javax.management.ObjectName")
+    types[1] = jvm.java.lang.Class.forName("javax.management.QueryExp")
+    query_names = jvm.java.lang.Class.forName("javax.management.MBeanServer").getMethod("queryNames", types)
+    ids = set()
+    for kind in ("kafka.admin.client", "kafka.consumer"):
+        args = gateway.new_array(jvm.java.lang.Object, 2)
+        args[0] = jvm.javax.management.ObjectName(f"{kind}:type=app-info,*")
+        ids |= {b.getKeyProperty("id") or "" for b in query_names.invoke(server, args).toArray()}
+    return {i for i in ids if i.startswith((f"txnwatch-sink-{name}-", f"consumer-txnwatch.{name}-"))}
+
+
 def test_jvm_writer_closes_producers_left_idle(spark, broker, unique, out_topic):
-    """An executor keeps each id's producer between batches, and closes it once it has been
-    idle jvm_idle_close_seconds; the next batch of the id initialises a new one."""
+    """An executor keeps each id's producer between batches, and the admin clients and
+    progress consumers its starts used, and closes them once they have been idle
+    jvm_idle_close_seconds; the next batch of the id initialises a new one."""
     name = unique("idle")
     sink = new_sink(broker, name, out_topic, writer="jvm", jvm_idle_close_seconds=5)
     sink(batch(spark, 50), 0)
     assert len(producer_threads(spark, name)) == 2                 # kept for the next batch
+    kinds = {i.split("-")[0] for i in sink_clients(spark, name)}
+    assert kinds == {"txnwatch", "consumer"}, sink_clients(spark, name)
     wait_for(lambda: not producer_threads(spark, name), 60, what="the idle producers closed")
+    wait_for(lambda: not sink_clients(spark, name), 30, what="the idle admin clients and consumers closed")
     sink(batch(spark, 50, offset=100), 1)
     assert sink.stats["tasks_committed"] == 4
     assert values(broker.bootstrap, out_topic) == Counter({f"v{i}": 1 for i in [*range(50), *range(100, 150)]})

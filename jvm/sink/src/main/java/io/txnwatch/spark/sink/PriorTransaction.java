@@ -5,13 +5,11 @@ import java.util.Collections;
 import java.util.EnumSet;
 import java.util.List;
 import java.util.Map;
-import java.util.Properties;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import org.apache.kafka.clients.admin.Admin;
-import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.admin.ProducerState;
 import org.apache.kafka.clients.admin.TransactionDescription;
 import org.apache.kafka.clients.admin.TransactionState;
@@ -29,7 +27,6 @@ import org.apache.kafka.common.errors.UnsupportedVersionException;
 final class PriorTransaction {
     private static final Set<TransactionState> ABORTED = EnumSet.of(TransactionState.PREPARE_ABORT,
         TransactionState.COMPLETE_ABORT, TransactionState.PREPARE_EPOCH_FENCE);
-    private static final Map<String, Admin> ADMINS = new ConcurrentHashMap<>();
     private static final Set<String> WITHOUT_KIP664 = ConcurrentHashMap.newKeySet();
 
     final boolean open;
@@ -64,13 +61,9 @@ final class PriorTransaction {
         }
         String tid = o.transactionalId(task);
         TopicPartition progress = new TopicPartition(o.progressTopic, task);
+        Admin admin = null;
         try {
-            Admin admin = ADMINS.computeIfAbsent(o.clientsKey(), k -> {
-                Properties p = new Properties();
-                p.putAll(o.clientConfig);
-                p.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, o.bootstrapServers);
-                return Admin.create(p);
-            });
+            admin = TaskClients.borrowAdmin(o);
             TransactionDescription d = admin.describeTransactions(Collections.singleton(tid)).description(tid)
                 .get(10, TimeUnit.SECONDS);
             boolean open = d.state() == TransactionState.ONGOING;
@@ -115,6 +108,10 @@ final class PriorTransaction {
         } catch (Exception e) {       // no answer: markers only, this time
             org.slf4j.LoggerFactory.getLogger(PriorTransaction.class).debug("describing {}", tid, e);
             return null;
+        } finally {
+            if (admin != null) {
+                TaskClients.returnAdmin(o, admin);
+            }
         }
     }
 

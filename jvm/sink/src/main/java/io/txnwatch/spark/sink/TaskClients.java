@@ -8,6 +8,11 @@ import java.util.concurrent.ConcurrentLinkedDeque;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.function.Consumer;
+import java.util.function.Supplier;
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.producer.KafkaProducer;
@@ -23,6 +28,7 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  * second attempt of the same task (a retry while a zombie still runs) makes its own, whose
  * init fences the other.
  *
+ * The progress consumers and the admin clients (PriorTransaction's) are pooled per sink.
  * Clients left idle longer than the sink's idle.close.seconds are closed (a daemon thread
  * looks every second): a query that stopped, or a task id this executor no longer gets,
  * would otherwise hold a producer's sender thread, buffers and connections for the JVM's
@@ -55,10 +61,9 @@ final class TaskClients {
     private static final String RETRY_BACKOFF_MAX = "retry.backoff.max.ms";
 
     private static final Map<String, TaskProducer> IDLE = new ConcurrentHashMap<>();
-    private static final Map<String, ConcurrentLinkedDeque<KafkaConsumer<byte[], byte[]>>> CONSUMERS =
-        new ConcurrentHashMap<>();
-    /** Per consumer pool: when it was last returned to, and its idle limit (nanoseconds). */
-    private static final Map<String, long[]> CONSUMERS_USED = new ConcurrentHashMap<>();
+    private static final Pool<KafkaConsumer<byte[], byte[]>> CONSUMERS = new Pool<>(c -> c.close(Duration.ZERO));
+    private static final Pool<Admin> ADMINS = new Pool<>(a -> a.close(Duration.ZERO));
+    private static final AtomicLong ADMIN_SEQUENCE = new AtomicLong();
     private static final ScheduledExecutorService REAPER = Executors.newSingleThreadScheduledExecutor(r -> {
         Thread t = new Thread(r, "txnwatch-sink-idle-clients");
         t.setDaemon(true);
@@ -99,10 +104,10 @@ final class TaskClients {
         p.put(ProducerConfig.BATCH_SIZE_CONFIG, String.valueOf(BATCH_SIZE));
         if (ProducerConfig.configNames().contains(RETRY_BACKOFF_MAX)) {
             // The init's InitProducerId waits out one retry backoff (100 ms by default) for its
-            // connection to the coordinator, which is still opening when the coordinator is
-            // found: most of a start's time. Clients that back off exponentially (3.7 on:
-            // retry.backoff.max.ms, 1 s) start from 10 ms; older ones retry at a fixed
-            // interval, and keep theirs.
+            // connection to the coordinator, still opening when the coordinator is found: most
+            // of a start's time (initTransactions 110-140 ms here, 25-45 ms from 10 ms). Clients
+            // that back off exponentially (kafka-clients 3.7 on: retry.backoff.max.ms, 1 s)
+            // start from 10 ms; older ones retry at a fixed interval, and keep theirs.
             p.put(ProducerConfig.RETRY_BACKOFF_MS_CONFIG, "10");
         }
         p.putAll(o.clientConfig);
@@ -127,11 +132,10 @@ final class TaskClients {
 
     /** A progress consumer of the sink's group (read_uncommitted: dead attempts' markers too). */
     static KafkaConsumer<byte[], byte[]> borrowConsumer(SinkOptions o) {
-        KafkaConsumer<byte[], byte[]> c = CONSUMERS.computeIfAbsent(o.clientsKey(),
-            k -> new ConcurrentLinkedDeque<>()).pollFirst();
-        if (c != null) {
-            return c;
-        }
+        return CONSUMERS.borrow(o.clientsKey(), () -> consumer(o));
+    }
+
+    private static KafkaConsumer<byte[], byte[]> consumer(SinkOptions o) {
         Properties p = new Properties();
         p.putAll(o.clientConfig);
         p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, o.bootstrapServers);
@@ -148,13 +152,27 @@ final class TaskClients {
     }
 
     static void returnConsumer(SinkOptions o, KafkaConsumer<byte[], byte[]> c) {
-        CONSUMERS.computeIfAbsent(o.clientsKey(), k -> new ConcurrentLinkedDeque<>()).addFirst(c);
-        CONSUMERS_USED.put(o.clientsKey(), new long[] {System.nanoTime(), o.idleCloseMs * 1_000_000L});
+        CONSUMERS.give(o.clientsKey(), c, o.idleCloseMs * 1_000_000L);
     }
 
-    /** Close the producers and consumer pools idle past their limit. A producer is closed only
-     *  if it is still the one kept (a task may have taken it meanwhile); a consumer only if it
-     *  is still in its pool. */
+    /** An admin client for the sink's DescribeTransactions and DescribeProducers (named after
+     *  the sink unless its client settings name it). */
+    static Admin borrowAdmin(SinkOptions o) {
+        return ADMINS.borrow(o.clientsKey(), () -> {
+            Properties p = new Properties();
+            p.put(AdminClientConfig.CLIENT_ID_CONFIG, "txnwatch-sink-" + o.name + "-" + ADMIN_SEQUENCE.incrementAndGet());
+            p.putAll(o.clientConfig);
+            p.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, o.bootstrapServers);
+            return Admin.create(p);
+        });
+    }
+
+    static void returnAdmin(SinkOptions o, Admin a) {
+        ADMINS.give(o.clientsKey(), a, o.idleCloseMs * 1_000_000L);
+    }
+
+    /** Close the producers, and the consumer and admin pools, idle past their limit. A producer
+     *  is closed only if it is still the one kept (a task may have taken it meanwhile). */
     static void closeIdle() {
         long now = System.nanoTime();
         for (Map.Entry<String, TaskProducer> e : IDLE.entrySet()) {
@@ -163,13 +181,39 @@ final class TaskClients {
                 p.producer.close(Duration.ZERO);
             }
         }
-        for (Map.Entry<String, long[]> e : CONSUMERS_USED.entrySet()) {
-            long[] used = e.getValue();
-            if (now - used[0] > used[1] && CONSUMERS_USED.remove(e.getKey(), used)) {
-                ConcurrentLinkedDeque<KafkaConsumer<byte[], byte[]>> pool = CONSUMERS.get(e.getKey());
-                for (KafkaConsumer<byte[], byte[]> c = pool == null ? null : pool.pollFirst(); c != null;
-                     c = pool.pollFirst()) {
-                    c.close(Duration.ZERO);
+        CONSUMERS.closeIdle(now);
+        ADMINS.closeIdle(now);
+    }
+
+    /** Clients of one kind per sink, each lent to one caller at a time (so none is closed while
+     *  in use), closed together once the sink's pool has had nothing returned for its idle limit. */
+    static final class Pool<C> {
+        private final Map<String, ConcurrentLinkedDeque<C>> idle = new ConcurrentHashMap<>();
+        private final Map<String, long[]> used = new ConcurrentHashMap<>();   // last return, idle limit (ns)
+        private final Consumer<C> close;
+
+        Pool(Consumer<C> close) {
+            this.close = close;
+        }
+
+        C borrow(String key, Supplier<C> make) {
+            C c = idle.computeIfAbsent(key, k -> new ConcurrentLinkedDeque<>()).pollFirst();
+            return c != null ? c : make.get();
+        }
+
+        void give(String key, C c, long idleLimitNanos) {
+            idle.computeIfAbsent(key, k -> new ConcurrentLinkedDeque<>()).addFirst(c);
+            used.put(key, new long[] {System.nanoTime(), idleLimitNanos});
+        }
+
+        void closeIdle(long now) {
+            for (Map.Entry<String, long[]> e : used.entrySet()) {
+                long[] last = e.getValue();
+                if (now - last[0] > last[1] && used.remove(e.getKey(), last)) {
+                    ConcurrentLinkedDeque<C> pool = idle.get(e.getKey());
+                    for (C c = pool == null ? null : pool.pollFirst(); c != null; c = pool.pollFirst()) {
+                        close.accept(c);
+                    }
                 }
             }
         }
