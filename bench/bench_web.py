@@ -12,6 +12,16 @@ of three exporters in turn (`txnwatch serve`, polling every 2 s):
 4 scraper processes, each scraping every 0.25 s on its own schedule over a kept-alive
 connection (as Prometheus does) with Prometheus's Accept headers (OpenMetrics, gzip):
 p50/p99/max. Then the same with a new connection (a full TLS handshake) for every scrape.
+
+    .venv/bin/python bench/bench_web.py --compare ../before [--rounds 10] [--scrapes 300]
+
+What one scrape costs the serving process, side by side: this checkout's exporter (plain
+http), the one of another checkout (e.g. `git worktree add ../before HEAD~1`) and a control
+(static_server.py sending the same document, doing nothing else), on one broker, each polling
+every 5 s in its worker process. In alternating rounds, each subject in turn: an idle window
+(the serving process's background CPU, its rate) then --scrapes sequential scrapes, each on a
+new connection with Prometheus's headers; the serving process's CPU (its threads' schedstat)
+beyond the idle rate, per scrape, and the scrapes' latency. Medians over the rounds.
 """
 
 from __future__ import annotations
@@ -23,11 +33,13 @@ import ssl
 import statistics
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 import bcrypt
 import yaml
-from bench_scrape import (  # bench/ is on sys.path when run as a script
+from bench_poll_cost import Subject, control, sched  # bench/ is on sys.path when run as a script
+from bench_scrape import (
     PROMETHEUS_HEADERS,
     in_processes,
     paced,
@@ -92,12 +104,75 @@ def summary(lat: list[float]) -> str:
             f"max {max(lat) * 1000:.1f} ms")
 
 
+def scrape_cost(url: str, pid: int, scrapes: int, idle: float) -> tuple[float, list[float]]:
+    """The serving process's CPU seconds per scrape beyond its idle rate, and the latencies."""
+    ran0, t0 = sched(pid)[0], time.monotonic()
+    time.sleep(idle)
+    ran1, t1 = sched(pid)[0], time.monotonic()
+    rate = (ran1 - ran0) / (t1 - t0)
+    lat = []
+    req = urllib.request.Request(url, headers={**PROMETHEUS_HEADERS, "User-Agent": "Prometheus/3.0.0"})
+    for _ in range(scrapes):
+        began = time.perf_counter()
+        with urllib.request.urlopen(req, timeout=30) as r:
+            r.read()
+        lat.append(time.perf_counter() - began)
+        time.sleep(0.01)
+    ran2, t2 = sched(pid)[0], time.monotonic()
+    return (ran2 - ran1 - rate * (t2 - t1)) / scrapes, lat
+
+
+def compare(bootstrap: str, before: str, rounds: int, scrapes: int) -> None:
+    cluster = {"name": "bench", "bootstrap_servers": bootstrap, "poll_schedule": "interval",
+               "poll_interval_seconds": 5, "poll_timeout_seconds": 60}
+    here = str(Path(__file__).resolve().parent.parent)
+    exporters: dict[str, ExporterProcess] = {}
+    ctl = None
+    try:
+        for name, cwd in (("after", here), ("before", before)):
+            exporters[name] = ExporterProcess({"clusters": [cluster]}, cwd=cwd).start(60)
+        for exp in exporters.values():
+            exp.wait_metric(lambda m: m.get_value("txnwatch_up") == 1, timeout=300, what="first poll")
+        subjects = [Subject(n, e.proc.pid, e.url + "/metrics", e.stop) for n, e in exporters.items()]
+        ctl = control(subjects[0])
+        subjects.append(ctl)
+        cpu: dict[str, list[float]] = {s.name: [] for s in subjects}
+        lat: dict[str, list[float]] = {s.name: [] for s in subjects}
+        for r in range(rounds):
+            for s in subjects[r % 3:] + subjects[:r % 3]:
+                per_scrape, took = scrape_cost(s.url, s.pid, scrapes, idle=2.0)
+                cpu[s.name].append(per_scrape)
+                lat[s.name] += took
+        print("| subject | serving CPU per scrape, median of rounds (min, max) | scrape p50 / p99 |")
+        print("|---|---|---|")
+        for s in subjects:
+            c = cpu[s.name]
+            print(f"| {s.name} | {statistics.median(c) * 1e3:.3f} ms ({min(c) * 1e3:.3f}, {max(c) * 1e3:.3f}) | "
+                  f"{statistics.median(lat[s.name]) * 1e3:.2f} / {pct(lat[s.name], 99) * 1e3:.2f} ms |")
+        after, bef = statistics.median(cpu["after"]), statistics.median(cpu["before"])
+        print(f"after / before: {after / bef:.2f}x the CPU per scrape; after / control: "
+              f"{after / statistics.median(cpu['control']):.2f}x")
+    finally:
+        if ctl is not None:
+            ctl.stop()
+        for exp in exporters.values():
+            exp.stop()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--partitions", type=int, default=10_000)
     ap.add_argument("--groups", type=int, default=500)
     ap.add_argument("--seconds", type=float, default=30)
+    ap.add_argument("--compare", metavar="CHECKOUT", help="the scrape's CPU against CHECKOUT's and a control's")
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--scrapes", type=int, default=300)
     a = ap.parse_args()
+    if a.compare:
+        with make_broker() as broker:
+            setup(broker.bootstrap, a.partitions, a.groups)
+            compare(broker.bootstrap, a.compare, a.rounds, a.scrapes)
+        return
     work = Path(tempfile.mkdtemp(prefix="txnwatch-bench-web-"))
     with make_broker() as broker:
         t0 = time.perf_counter()

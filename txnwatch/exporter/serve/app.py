@@ -5,26 +5,26 @@ from __future__ import annotations
 
 from flask import Flask, Response, request
 
-from ...metrics.exposition import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, accepts_gzip, wants_openmetrics
-from ..in_flight import TIMEOUT_HEADER, wait_budget
 from ..spark.ingest import INGEST_PATH, make_ingest_blueprint
 from .auth import Authorizer
 from .page import render_page
+from .telemetry import TelemetryEndpoint, unauthorized
 
 
 def create_app(exporter) -> Flask:
     app = Flask("txnwatch")
     app.config["exporter"] = exporter
     http = exporter.config.http
-    protected = {http.telemetry_path, "/"}
     authorized = Authorizer(http.web.basic_auth_users, http.auth_bearer_token)
     headers = dict(http.web.headers)
+    # the scrapes skip Flask (telemetry.py); the page needs the same credentials
+    app.wsgi_app = TelemetryEndpoint(app.wsgi_app, exporter, http.telemetry_path, authorized, headers)
 
     @app.before_request
     def require_auth():
-        if request.path in protected and not authorized(request.headers.get("Authorization", "")):
-            return Response("unauthorized\n", status=401, mimetype="text/plain",
-                            headers={"WWW-Authenticate": authorized.challenge})
+        if request.path == "/" and not authorized(request.headers.get("Authorization", "")):
+            status, challenge, body = unauthorized(authorized)
+            return Response(body, status=status, headers=challenge)
         return None
 
     if headers:
@@ -32,22 +32,6 @@ def create_app(exporter) -> Flask:
         def add_headers(resp: Response) -> Response:
             resp.headers.update(headers)
             return resp
-
-    @app.get(http.telemetry_path)
-    def metrics() -> Response:
-        # when each scraper comes (its address and user agent: an HA pair is two) times the polls
-        timeout = request.headers.get(TIMEOUT_HEADER)
-        exporter.scrape_seen(f"{request.remote_addr} {request.headers.get('User-Agent', '')}", timeout is not None)
-        # a poll timed for this scrape that runs late: its data, not the data a period old
-        exporter.wait_for_late_polls(wait_budget(timeout))
-        # OpenMetrics when the scraper asks for it (Accept: application/openmetrics-text).
-        om = wants_openmetrics(request.headers.get("Accept", ""))
-        gz = accepts_gzip(request.headers.get("Accept-Encoding", ""))
-        resp = Response(exporter.metrics(om, gz), content_type=OPENMETRICS_CONTENT_TYPE if om else TEXT_CONTENT_TYPE)
-        if gz:
-            resp.headers["Content-Encoding"] = "gzip"
-        resp.headers["Vary"] = "Accept, Accept-Encoding"
-        return resp
 
     @app.get("/healthz")
     def healthz() -> Response:
