@@ -4,9 +4,8 @@ Flask app that serves everything else.
 A scrape is the request an exporter serves most, every few seconds for its whole life, and
 what it sends is already rendered (the collector's cached chunks). Through Flask, its request
 context, routing and Response object took about as much of the serving process's CPU as the
-HTTP server's own parsing; a server whose scrape costs less waits for a CPU less often on a
-busy host (bench/bench_web.py --compare measures it). Everything else (the page, health,
-ingest) stays in Flask.
+HTTP server's own parsing (bench/bench_web.py --compare measures a scrape's CPU against the
+code before and a static server). Everything else (the page, health, ingest) stays in Flask.
 """
 
 from __future__ import annotations
@@ -14,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 
 from ...metrics.exposition import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, accepts_gzip, wants_openmetrics
-from ..in_flight import wait_budget
+from ..in_flight import TIMEOUT_HEADER, wait_budget
 from .auth import Authorizer
 
-# The WSGI spelling of the timeout header Prometheus sends (in_flight.TIMEOUT_HEADER).
-TIMEOUT_KEY = "HTTP_X_PROMETHEUS_SCRAPE_TIMEOUT_SECONDS"
+# The timeout header Prometheus sends, as WSGI spells a request header.
+TIMEOUT_KEY = "HTTP_" + TIMEOUT_HEADER.upper().replace("-", "_")
 SERVED = ("GET", "HEAD")
 
 
