@@ -133,13 +133,14 @@ def compare(bootstrap: str, before: str, rounds: int, scrapes: int) -> None:
             exporters[name] = ExporterProcess({"clusters": [cluster]}, cwd=cwd).start(60)
         for exp in exporters.values():
             exp.wait_metric(lambda m: m.get_value("txnwatch_up") == 1, timeout=300, what="first poll")
-        subjects = [Subject(n, e.proc.pid, e.url + "/metrics", e.stop) for n, e in exporters.items()]
+        subjects = [Subject(n, e.proc.pid, e.url + "/metrics", e.stop) for n, e in exporters.items()]  # stopped below
         ctl = control(subjects[0])
         subjects.append(ctl)
         cpu: dict[str, list[float]] = {s.name: [] for s in subjects}
         lat: dict[str, list[float]] = {s.name: [] for s in subjects}
         for r in range(rounds):
-            for s in subjects[r % 3:] + subjects[:r % 3]:
+            turn = r % len(subjects)
+            for s in subjects[turn:] + subjects[:turn]:
                 per_scrape, took = scrape_cost(s.url, s.pid, scrapes, idle=2.0)
                 cpu[s.name].append(per_scrape)
                 lat[s.name] += took
